@@ -1,0 +1,210 @@
+"""Scalar inference kernel shared by the frequentist, ratio and CUPED comparisons.
+
+Internal module: everything is expressed with per-arm ``(n, mean, per-unit variance)``
+so that the same code serves means, proportions, delta-method ratios and
+regression-adjusted (CUPED) means.  Uses ``math`` and ``scipy.special`` ufuncs only on
+Python floats (10-50x cheaper than ``scipy.stats`` distribution objects).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scipy import special
+
+from .results import ComparisonResult, RelativeStatus, Status
+
+ALTERNATIVES = ("two-sided", "greater", "less")
+
+#: An arm's variance is treated as exactly 0 when var <= ZERO_VAR_RTOL * mean^2, i.e.
+#: sd <= 1e-7 |mean|.  Variances derived from (sum, sum_squares) carry a cancellation
+#: error of order 1e-16 * mean^2, so smaller values are indistinguishable from a
+#: constant sample.
+ZERO_VAR_RTOL = 1e-14
+#: relative tolerance for "control mean is zero" (vs. the scale of the data).
+ZERO_MEAN_RTOL = 1e-12
+
+
+def check_args(alpha: float, alternative: str) -> None:
+    if not isinstance(alpha, int | float) or not (0.0 < float(alpha) < 1.0):
+        raise ValueError(f"alpha must be a float in (0, 1), got {alpha!r}")
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, got {alternative!r}")
+
+
+def t_cdf(x: float, df: float | None) -> float:
+    """CDF of Student t (``df``) or standard normal (``df is None``)."""
+    return float(special.ndtr(x)) if df is None else float(special.stdtr(df, x))
+
+
+def t_ppf(q: float, df: float | None) -> float:
+    return float(special.ndtri(q)) if df is None else float(special.stdtrit(df, q))
+
+
+def welch_df(var_c: float, n_c: int, var_t: float, n_t: int) -> float:
+    """Welch-Satterthwaite degrees of freedom (Welch 1947; scipy ``_unequal_var_ttest_denom``)."""
+    a = var_c / n_c
+    b = var_t / n_t
+    return (a + b) ** 2 / (a * a / (n_c - 1) + b * b / (n_t - 1))
+
+
+def p_value_from_stat(stat: float, df: float | None, alternative: str) -> float:
+    if alternative == "two-sided":
+        return min(1.0, 2.0 * t_cdf(-abs(stat), df))
+    if alternative == "greater":
+        return t_cdf(-stat, df)
+    return t_cdf(stat, df)
+
+
+def ci(est: float, se: float, crit: float, alternative: str) -> tuple[float, float]:
+    if alternative == "two-sided":
+        return (est - crit * se, est + crit * se)
+    if alternative == "greater":
+        return (est - crit * se, math.inf)
+    return (-math.inf, est + crit * se)
+
+
+def critical_value(alpha: float, df: float | None, alternative: str) -> float:
+    q = 1.0 - alpha / 2.0 if alternative == "two-sided" else 1.0 - alpha
+    return t_ppf(q, df)
+
+
+def is_zero_var(var: float, mean: float) -> bool:
+    return var <= ZERO_VAR_RTOL * mean * mean
+
+
+def relative_moments(
+    n_c: int, mean_c: float, var_c: float, n_t: int, mean_t: float, var_t: float, crit2: float
+) -> tuple[str, float | None, float | None]:
+    """Relative lift ``(mean_t - mean_c)/|mean_c|`` and its delta-method SE.
+
+    Var(mean_t/mean_c) ~= var_t/(n_t mu_c^2) + mu_t^2 var_c/(n_c mu_c^4)
+    (Deng, Knoblich, Lu 2018, "Applying the Delta Method in Metric Analytics", KDD,
+    eq. for the percent change; also GrowthBook ``TTest.variance``).  The arms are
+    independent, so there is no covariance term.  Dividing by |mu_c| keeps the sign of
+    the absolute difference for negative control means; the variance is unchanged.
+
+    ``crit2`` is the two-sided critical value used for Fieller's g check.
+    Returns (relative_status, relative_lift, relative_se).
+    """
+    scale = max(abs(mean_c), abs(mean_t), math.sqrt(max(var_c, 0.0)), math.sqrt(max(var_t, 0.0)))
+    if mean_c == 0.0 or abs(mean_c) <= ZERO_MEAN_RTOL * scale:
+        return RelativeStatus.CONTROL_MEAN_ZERO, None, None
+    se_c2 = var_c / n_c
+    # Fieller (1954): g >= 1  <=>  the control mean is not significantly != 0 and the
+    # confidence set for the ratio is unbounded.
+    if crit2 * crit2 * se_c2 >= mean_c * mean_c:
+        return RelativeStatus.CONTROL_MEAN_NEAR_ZERO, None, None
+    mc2 = mean_c * mean_c
+    var_rel = var_t / (n_t * mc2) + mean_t * mean_t * var_c / (n_c * mc2 * mc2)
+    return RelativeStatus.OK, (mean_t - mean_c) / abs(mean_c), math.sqrt(var_rel)
+
+
+_REL_REASON = {
+    RelativeStatus.CONTROL_MEAN_ZERO: "relative lift suppressed: control mean is 0",
+    RelativeStatus.CONTROL_MEAN_NEAR_ZERO: (
+        "relative lift suppressed: control mean is not distinguishable from 0 "
+        "(Fieller g >= 1), the ratio's confidence set is unbounded"
+    ),
+}
+
+
+def infer(
+    *,
+    method: str,
+    alpha: float,
+    alternative: str,
+    n_c: int,
+    mean_c: float,
+    var_c: float,
+    n_t: int,
+    mean_t: float,
+    var_t: float,
+    use_t: bool,
+    pooled_se: float | None = None,
+    theta: float | None = None,
+    variance_reduction: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> ComparisonResult:
+    """Core Welch / z inference from per-arm (n, mean, per-unit variance).
+
+    * SE of the difference: sqrt(var_c/n_c + var_t/n_t) (unpooled).
+    * ``use_t``: Student t with Welch-Satterthwaite df; otherwise standard normal.
+    * ``pooled_se``: if given, the test statistic/p-value use it instead (two-proportion
+      z-test under H0: p_c == p_t); the CI always uses the unpooled SE.
+    """
+    base: dict[str, Any] = {
+        "method": method,
+        "alternative": alternative,
+        "alpha": float(alpha),
+        "control_n": int(n_c),
+        "treatment_n": int(n_t),
+        "theta": theta,
+        "variance_reduction": variance_reduction,
+        "extra": extra,
+    }
+    if n_c < 2 or n_t < 2:
+        means: dict[str, Any] = {
+            "control_mean": mean_c if n_c >= 1 and math.isfinite(mean_c) else None,
+            "treatment_mean": mean_t if n_t >= 1 and math.isfinite(mean_t) else None,
+        }
+        if means["control_mean"] is not None and means["treatment_mean"] is not None:
+            means["absolute_lift"] = mean_t - mean_c
+        return ComparisonResult(
+            status=Status.INSUFFICIENT_DATA,
+            reason=f"each arm needs at least 2 units (control n={n_c}, treatment n={n_t})",
+            **means,
+            **base,
+        )
+
+    zc = is_zero_var(var_c, mean_c)
+    zt = is_zero_var(var_t, mean_t)
+    var_c = 0.0 if zc else var_c
+    var_t = 0.0 if zt else var_t
+    diff = mean_t - mean_c
+    if zc and zt:
+        same = math.isclose(mean_c, mean_t, rel_tol=1e-12, abs_tol=0.0)
+        return ComparisonResult(
+            status=Status.CONSTANT_IDENTICAL if same else Status.ZERO_VARIANCE,
+            reason=(
+                "both arms are constant with the same value: no variation to test"
+                if same
+                else "both arms have zero variance: the difference is deterministic, "
+                "no p-value or confidence interval"
+            ),
+            control_mean=mean_c,
+            treatment_mean=mean_t,
+            absolute_lift=0.0 if same else diff,
+            std_error=0.0,
+            **base,
+        )
+
+    se2 = var_c / n_c + var_t / n_t
+    se = math.sqrt(se2)
+    df = welch_df(var_c, n_c, var_t, n_t) if use_t else None
+    stat = diff / (pooled_se if pooled_se is not None else se)
+    p = p_value_from_stat(stat, df, alternative)
+    crit = critical_value(alpha, df, alternative)
+    abs_ci = ci(diff, se, crit, alternative)
+
+    crit2 = crit if alternative == "two-sided" else critical_value(alpha, df, "two-sided")
+    rel_status, rel, rel_se = relative_moments(n_c, mean_c, var_c, n_t, mean_t, var_t, crit2)
+    rel_ci = ci(rel, rel_se, crit, alternative) if rel is not None and rel_se is not None else None
+    return ComparisonResult(
+        status=Status.OK,
+        reason=_REL_REASON.get(rel_status),
+        control_mean=mean_c,
+        treatment_mean=mean_t,
+        absolute_lift=diff,
+        absolute_ci=abs_ci,
+        std_error=se,
+        relative_lift=rel,
+        relative_ci=rel_ci,
+        relative_std_error=rel_se,
+        relative_status=rel_status,
+        p_value=p,
+        statistic=stat,
+        df=df,
+        **base,
+    )

@@ -1,0 +1,149 @@
+"""Fixed-horizon frequentist comparison of two arms from sufficient statistics.
+
+``compare(control, treatment)`` dispatches on the statistic type:
+
+=========================  ===================================================
+input type                 test
+=========================  ===================================================
+MeanStatistic              Welch's unequal-variance t-test, Welch-Satterthwaite
+                           df (Welch 1947; identical to
+                           ``scipy.stats.ttest_ind(equal_var=False)``)
+ProportionStatistic        two-proportion z-test.  **p-value / z statistic use
+                           the pooled SE** sqrt(p(1-p)(1/n_c + 1/n_t)) with
+                           p = (x_c + x_t)/(n_c + n_t) (the null-hypothesis SE;
+                           same as ``statsmodels proportions_ztest`` default);
+                           **CI uses the unpooled (Wald) SE**
+                           sqrt(p_c(1-p_c)/n_c + p_t(1-p_t)/n_t).  In rare
+                           borderline cases the two can disagree about
+                           significance.
+RatioStatistic             delta-method variance of each arm's ratio (Deng et
+                           al. 2018), then Welch t with Welch-Satterthwaite df
+                           on the delta-method variances (as GrowthBook gbstats)
+CovariateStatistic         CUPED / regression adjustment, see
+                           :mod:`analytics.stats.cuped`
+=========================  ===================================================
+
+Relative lift ``(mean_t - mean_c)/|mean_c|`` and its CI come from the delta method on
+the ratio of the two means (Deng, Knoblich, Lu 2018, "Applying the Delta Method in
+Metric Analytics", KDD 2018, section 4.1) -- not from rescaling the absolute CI.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import _core
+from .results import ComparisonResult, Status
+from .statistics import CovariateStatistic, MeanStatistic, ProportionStatistic, RatioStatistic
+
+__all__ = ["compare", "ComparisonResult"]
+
+
+def compare(
+    control: MeanStatistic | ProportionStatistic | RatioStatistic | CovariateStatistic,
+    treatment: MeanStatistic | ProportionStatistic | RatioStatistic | CovariateStatistic,
+    *,
+    alpha: float = 0.05,
+    alternative: str = "two-sided",
+) -> ComparisonResult:
+    """Compare ``treatment`` against ``control`` (fixed-horizon, frequentist).
+
+    Args:
+        control, treatment: sufficient statistics of the same type (see module table).
+        alpha: significance level in (0, 1); CIs have coverage ``1 - alpha``
+            (one-sided CIs for one-sided alternatives).
+        alternative: ``"two-sided"``, ``"greater"`` (H1: treatment mean > control mean)
+            or ``"less"``.
+
+    Returns:
+        :class:`ComparisonResult`.  Degenerate data never raises and never yields NaN:
+        ``status`` is ``"insufficient_data"`` (an arm with < 2 units),
+        ``"zero_variance"`` (both arms constant, different values),
+        ``"constant_identical"`` (both arms constant, same value) or
+        ``"ratio_denominator_zero"``; undefined fields are None.  The relative lift is
+        suppressed (``relative_status`` != "ok", with ``reason``) when the control mean
+        is 0 or not distinguishable from 0.
+
+    Raises:
+        ValueError: mismatched statistic types, alpha outside (0, 1), unknown alternative.
+        TypeError: unsupported statistic type.
+    """
+    _core.check_args(alpha, alternative)
+    if type(control) is not type(treatment):
+        raise ValueError(
+            f"control and treatment must be the same statistic type, got "
+            f"{type(control).__name__} and {type(treatment).__name__}"
+        )
+    if isinstance(control, MeanStatistic):
+        return _core.infer(
+            method="welch_t",
+            alpha=alpha,
+            alternative=alternative,
+            n_c=control.n,
+            mean_c=control.mean,
+            var_c=control.variance,
+            n_t=treatment.n,
+            mean_t=treatment.mean,
+            var_t=treatment.variance,
+            use_t=True,
+        )
+    if isinstance(control, ProportionStatistic):
+        return _compare_proportions(control, treatment, alpha, alternative)
+    if isinstance(control, RatioStatistic):
+        return _compare_ratios(control, treatment, alpha, alternative)
+    if isinstance(control, CovariateStatistic):
+        from .cuped import compare_cuped
+
+        return compare_cuped(control, treatment, alpha=alpha, alternative=alternative)
+    raise TypeError(f"unsupported statistic type {type(control).__name__}")
+
+
+def _compare_proportions(
+    c: ProportionStatistic, t: ProportionStatistic, alpha: float, alternative: str
+) -> ComparisonResult:
+    pooled_se = None
+    if c.n >= 1 and t.n >= 1:
+        p = (c.sum + t.sum) / (c.n + t.n)
+        pooled_var = p * (1.0 - p) * (1.0 / c.n + 1.0 / t.n)
+        pooled_se = math.sqrt(pooled_var) if pooled_var > 0 else None
+    return _core.infer(
+        method="two_proportion_z",
+        alpha=alpha,
+        alternative=alternative,
+        n_c=c.n,
+        mean_c=c.mean,
+        var_c=c.variance,
+        n_t=t.n,
+        mean_t=t.mean,
+        var_t=t.variance,
+        use_t=False,
+        pooled_se=pooled_se,
+    )
+
+
+def _compare_ratios(c: RatioStatistic, t: RatioStatistic, alpha: float, alternative: str) -> ComparisonResult:
+    if c.n >= 2 and t.n >= 2 and (c.d.sum == 0 or t.d.sum == 0):
+        return ComparisonResult(
+            status=Status.RATIO_DENOMINATOR_ZERO,
+            reason="the ratio's denominator sums to 0 in "
+            + ("both arms" if c.d.sum == 0 and t.d.sum == 0 else "control" if c.d.sum == 0 else "treatment"),
+            method="ratio_delta_t",
+            alternative=alternative,
+            alpha=float(alpha),
+            control_n=c.n,
+            treatment_n=t.n,
+            control_mean=None if c.d.sum == 0 else c.mean,
+            treatment_mean=None if t.d.sum == 0 else t.mean,
+        )
+    return _core.infer(
+        method="ratio_delta_t",
+        alpha=alpha,
+        alternative=alternative,
+        n_c=c.n,
+        mean_c=c.mean if c.d.sum != 0 else math.nan,
+        var_c=c.variance,
+        n_t=t.n,
+        mean_t=t.mean if t.d.sum != 0 else math.nan,
+        var_t=t.variance,
+        use_t=True,
+    )

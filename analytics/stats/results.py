@@ -1,0 +1,140 @@
+"""Result containers shared by the statistics engine, and JSON-safe serialisation.
+
+Every result exposes ``to_dict()`` which never emits NaN or +/-Infinity: any
+non-finite float (e.g. the open end of a one-sided confidence interval, or a
+quantity that is undefined for the given ``status``) becomes ``None``, so the output
+is always accepted by ``json.dumps(..., allow_nan=False)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ComparisonResult", "Status", "RelativeStatus", "json_safe"]
+
+
+class Status:
+    """Values of ``ComparisonResult.status`` (plain strings, stable API)."""
+
+    OK = "ok"
+    #: an arm has fewer than 2 units -> no variance estimate, no inference.
+    INSUFFICIENT_DATA = "insufficient_data"
+    #: both arms have (numerically) zero variance and different means: the difference
+    #: is deterministic, a p-value/CI is not meaningful.
+    ZERO_VARIANCE = "zero_variance"
+    #: both arms are constant and equal (e.g. every unit has the same value).
+    CONSTANT_IDENTICAL = "constant_identical"
+    #: ratio metric whose denominator sums to 0 in some arm.
+    RATIO_DENOMINATOR_ZERO = "ratio_denominator_zero"
+
+
+class RelativeStatus:
+    """Values of ``ComparisonResult.relative_status``."""
+
+    OK = "ok"
+    #: the control mean is 0 (or 0 up to 1e-12 relative to the data's scale).
+    CONTROL_MEAN_ZERO = "control_mean_zero"
+    #: the control mean is not distinguishable from 0 (Fieller's g = c^2 se_c^2 / mean_c^2
+    #: >= 1, Fieller 1954): the ratio's confidence set is unbounded and the delta-method
+    #: interval meaningless, so the relative lift is suppressed.
+    CONTROL_MEAN_NEAR_ZERO = "control_mean_near_zero"
+    #: the main comparison failed (see ``status``).
+    NOT_COMPUTED = "not_computed"
+
+
+def json_safe(value: Any) -> Any:
+    """Recursively convert ``value`` to JSON-safe builtins: non-finite floats -> None,
+    tuples/arrays -> lists, numpy scalars -> Python scalars."""
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [json_safe(v) for v in value.tolist()]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonResult:
+    """Treatment-vs-control comparison of one metric.
+
+    Units: ``control_mean``/``treatment_mean``/``absolute_lift``/``absolute_ci`` are in
+    the metric's units (for proportions: fractions in [0, 1]); ``relative_lift`` and
+    ``relative_ci`` are fractions of ``|control_mean|`` (0.05 == +5 %), with the sign of
+    the absolute difference even when the control mean is negative.
+
+    Fields that cannot be computed for the given ``status`` are ``None`` (never NaN).
+    One-sided tests have a half-open CI; the open end is ``+/-inf`` in the dataclass and
+    ``None`` in :meth:`to_dict`.
+
+    Attributes:
+        status: "ok" or a :class:`Status` reason string.
+        reason: human readable explanation when status != "ok" or relative lift is
+            suppressed; otherwise None.
+        method: "welch_t", "two_proportion_z", "ratio_delta_t", "cuped_welch_t",
+            "sequential_*" ...
+        alternative: "two-sided", "greater" (treatment > control) or "less".
+        alpha: significance level; CIs have coverage 1 - alpha.
+        control_n, treatment_n: units per arm.
+        control_mean, treatment_mean: arm means (CUPED: regression-adjusted means).
+        absolute_lift: treatment_mean - control_mean.
+        absolute_ci: (low, high) CI of the absolute lift.
+        std_error: standard error of absolute_lift (unpooled).
+        relative_lift: absolute_lift / |control_mean|.
+        relative_ci: delta-method CI on the ratio of means (Deng et al. 2018), not a
+            rescaled absolute CI.
+        relative_std_error: delta-method standard error of relative_lift.
+        relative_status: :class:`RelativeStatus` value.
+        p_value: p-value of H0: no difference, for ``alternative``.
+        statistic: t or z statistic.
+        df: Welch-Satterthwaite degrees of freedom (None for z-tests).
+        theta, variance_reduction: CUPED only -- the adjustment coefficient and the
+            achieved fractional reduction of Var(absolute_lift) (0.3 == 30 %).
+        extra: method-specific additions (e.g. sequential tuning parameter).
+    """
+
+    status: str
+    method: str
+    alternative: str
+    alpha: float
+    control_n: int
+    treatment_n: int
+    control_mean: float | None = None
+    treatment_mean: float | None = None
+    absolute_lift: float | None = None
+    absolute_ci: tuple[float, float] | None = None
+    std_error: float | None = None
+    relative_lift: float | None = None
+    relative_ci: tuple[float, float] | None = None
+    relative_std_error: float | None = None
+    relative_status: str = RelativeStatus.NOT_COMPUTED
+    p_value: float | None = None
+    statistic: float | None = None
+    df: float | None = None
+    reason: str | None = None
+    theta: float | None = None
+    variance_reduction: float | None = None
+    extra: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+    def is_significant(self) -> bool:
+        """True iff status is ok and ``p_value < alpha``."""
+        return self.ok and self.p_value is not None and self.p_value < self.alpha
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (no NaN/inf: non-finite values become None)."""
+        return {f.name: json_safe(getattr(self, f.name)) for f in fields(self)}

@@ -1,0 +1,153 @@
+"""REST API for routed completions: ``POST /api/v1/completions`` and ``GET /api/v1/completions/{id}``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from muse_experiments.api_base import AttributesField, StrictSerializer
+from muse_experiments.auth import ApiClient, HasScope
+
+from .dispatch import enqueue_completion, wait_for_job
+from .models import CompletionJob, JobStatus
+from .services import completion_job_create
+
+
+class ToolCallSerializer(StrictSerializer):
+    id = serializers.CharField(max_length=200)
+    name = serializers.CharField(max_length=200)
+    arguments = serializers.DictField()
+
+
+class MessageSerializer(StrictSerializer):
+    role = serializers.ChoiceField(choices=["system", "user", "assistant", "tool"])
+    content = serializers.CharField(allow_blank=True, max_length=200_000, required=False, default="")
+    tool_calls = ToolCallSerializer(many=True, required=False)
+    tool_call_id = serializers.CharField(max_length=200, required=False)
+
+    def validate(self, attrs):
+        if attrs["role"] == "tool" and not attrs.get("tool_call_id"):
+            raise serializers.ValidationError({"tool_call_id": "Required for role 'tool'."})
+        if attrs.get("tool_calls") and attrs["role"] != "assistant":
+            raise serializers.ValidationError({"tool_calls": "Only assistant messages carry tool calls."})
+        return attrs
+
+
+class ToolSerializer(StrictSerializer):
+    name = serializers.RegexField(r"^[A-Za-z0-9_-]{1,64}$")
+    description = serializers.CharField(allow_blank=True, required=False, default="", max_length=4000)
+    parameters = serializers.DictField(required=False, default=dict)
+
+
+def job_payload(job: CompletionJob) -> dict:
+    """The public view of a job: status plus the public result (no encrypted reasoning, ever)."""
+    return {
+        "id": str(job.id),
+        "status": job.status,
+        "session_id": job.session_id,
+        "user_id": job.user_id,
+        "result": job.result,
+        "error": job.error or None,
+        "created_at": job.created_at,
+        "finished_at": job.finished_at,
+    }
+
+
+class CompletionOutputSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=JobStatus.choices)
+    session_id = serializers.CharField()
+    user_id = serializers.CharField()
+    result = serializers.JSONField(
+        allow_null=True,
+        help_text="text, tool_calls, served_model, experiment, variant, usage, cost_usd, reason",
+    )
+    error = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class CompletionCreateApi(APIView):
+    """Route one model call through the running experiments and return the completion."""
+
+    permission_classes = [HasScope]
+    required_scope = "completions"
+
+    class InputSerializer(StrictSerializer):
+        session_id = serializers.CharField(max_length=200)
+        user_id = serializers.CharField(max_length=200)
+        subagent = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+        attributes = AttributesField(required=False, default=dict)
+        messages = MessageSerializer(many=True, allow_empty=False, max_length=1000)
+        tools = ToolSerializer(many=True, required=False, default=list, max_length=128)
+        idempotency_key = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+        stream = serializers.BooleanField(required=False, default=False)
+
+        def get_fields(self):
+            fields = super().get_fields()
+            fields["async"] = serializers.BooleanField(
+                required=False, default=False, help_text="Return 202 at once."
+            )
+            return fields
+
+        def validate_stream(self, value):
+            if value:
+                raise serializers.ValidationError("Streaming is not available on this endpoint yet.")
+            return value
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={
+            200: CompletionOutputSerializer,
+            202: OpenApiResponse(
+                CompletionOutputSerializer, description="Still running: poll the Location URL."
+            ),
+            400: OpenApiResponse(description="Field errors"),
+        },
+    )
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        d = data.validated_data
+        api_key = request.user.key if isinstance(request.user, ApiClient) else None
+        with transaction.atomic():
+            job, created = completion_job_create(
+                api_key=api_key,
+                session_id=d["session_id"],
+                user_id=d["user_id"],
+                subagent=d["subagent"],
+                attributes=d["attributes"],
+                request={"messages": d["messages"], "tools": d["tools"]},
+                idempotency_key=d["idempotency_key"],
+            )
+            if created:
+                enqueue_completion(job)
+        if not d["async"] and job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+            job = wait_for_job(job, timeout_s=settings.COMPLETION_SYNC_WAIT_S)
+        finished = job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        response = Response(
+            CompletionOutputSerializer(job_payload(job)).data,
+            status=status.HTTP_200_OK if finished else status.HTTP_202_ACCEPTED,
+        )
+        if not finished:
+            response["Location"] = f"/api/v1/completions/{job.id}"
+        return response
+
+
+class CompletionDetailApi(APIView):
+    """Status and result of a completion job."""
+
+    permission_classes = [HasScope]
+    required_scope = "completions"
+
+    @extend_schema(
+        responses={200: CompletionOutputSerializer, 404: OpenApiResponse(description="No such job")}
+    )
+    def get(self, request, job_id):
+        job = get_object_or_404(CompletionJob, pk=job_id)
+        return Response(CompletionOutputSerializer(job_payload(job)).data)

@@ -1,0 +1,111 @@
+"""The seed model catalogue: 15 Avocado versions, ``azure/muse-special`` and two Claude models.
+
+Ids are stable across machines: Avocado version *i* has id ``avocado/<md5("avocado-v<i>")>``.
+Prices are USD per million tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+AVOCADO_VERSIONS = 15
+
+
+def avocado_id(version: int) -> str:
+    """``avocado/<32 lowercase hex>`` for Avocado version ``version`` (1-based)."""
+    return "avocado/" + hashlib.md5(f"avocado-v{version}".encode(), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True)
+class ProviderSeed:
+    key: str
+    kind: str
+    base_url: str
+    credential_env: str
+    api_version: str = ""
+
+
+@dataclass(frozen=True)
+class EndpointSeed:
+    public_id: str
+    version_label: str
+    provider: str
+    upstream_model: str
+    api_style: str
+    supports_reasoning: bool
+    prices: tuple[float, float, float, float]  # input, cached input, cache write, output (USD / Mtok)
+    is_platform_default: bool = False
+
+
+def provider_seeds(simulated_base_url: str | None) -> list[ProviderSeed]:
+    """Providers; with ``simulated_base_url`` all point at the built-in simulated upstreams."""
+    sim = simulated_base_url.rstrip("/") if simulated_base_url else None
+    return [
+        ProviderSeed(
+            "avocado",
+            "native",
+            f"{sim}/v1" if sim else os.environ.get("AVOCADO_BASE_URL", "http://127.0.0.1:8900/v1"),
+            "AVOCADO_API_KEY",
+        ),
+        ProviderSeed(
+            "azure",
+            "azure_openai",
+            sim or os.environ.get("AZURE_OPENAI_ENDPOINT", "https://muse.openai.azure.com"),
+            "AZURE_OPENAI_API_KEY",
+            api_version="2025-04-01-preview",
+        ),
+        ProviderSeed(
+            "anthropic",
+            "anthropic",
+            sim or os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+            "ANTHROPIC_API_KEY",
+        ),
+    ]
+
+
+def endpoint_seeds() -> list[EndpointSeed]:
+    seeds = [
+        EndpointSeed(
+            avocado_id(i),
+            f"avocado-v{i}",
+            "avocado",
+            f"avocado-v{i}",
+            "chat_completions",
+            supports_reasoning=False,
+            prices=(0.10, 0.025, 0.0, 0.40),
+            is_platform_default=(i == AVOCADO_VERSIONS),
+        )
+        for i in range(1, AVOCADO_VERSIONS + 1)
+    ]
+    seeds += [
+        EndpointSeed(
+            "azure/muse-special",
+            "muse-special",
+            "azure",
+            "muse-special",
+            "responses",
+            True,
+            (1.25, 0.125, 0.0, 10.0),
+        ),
+        EndpointSeed(
+            "anthropic/claude-sonnet-5-5",
+            "claude-sonnet-5-5",
+            "anthropic",
+            "claude-sonnet-5-5",
+            "messages",
+            True,
+            (3.0, 0.30, 3.75, 15.0),
+        ),
+        EndpointSeed(
+            "anthropic/claude-haiku-5-5",
+            "claude-haiku-5-5",
+            "anthropic",
+            "claude-haiku-5-5",
+            "messages",
+            True,
+            (1.0, 0.10, 1.25, 5.0),
+        ),
+    ]
+    return seeds

@@ -1,0 +1,40 @@
+"""Hand a completion job to a Celery worker and wait (bounded) for it to finish.
+
+The task id is the job id, so the web process waits on the task's result channel (Redis pub/sub
+with Redis; the result directory on the embedded default) instead of polling the database.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery.exceptions import TimeoutError as CeleryTimeout
+from django.db import transaction
+
+from muse_experiments.queues import Queue
+
+from .models import CompletionJob
+
+log = logging.getLogger(__name__)
+
+
+def enqueue_completion(job: CompletionJob) -> None:
+    """Enqueue the worker task once the job row is committed (a worker never sees a rolled-back job)."""
+    from .tasks import run_completion
+
+    job_id = str(job.id)
+    transaction.on_commit(
+        lambda: run_completion.apply_async(args=[job_id], task_id=job_id, queue=Queue.COMPLETIONS)
+    )
+
+
+def wait_for_job(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
+    """Block up to ``timeout_s`` seconds for the job's task, then return the job as stored."""
+    from .tasks import run_completion
+
+    try:
+        run_completion.AsyncResult(str(job.id)).get(timeout=timeout_s, interval=0.02, propagate=False)
+    except CeleryTimeout:
+        log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
+    job.refresh_from_db()
+    return job

@@ -1,0 +1,213 @@
+"""Routing data: the model catalogue, completion jobs and the record of every upstream call.
+
+The catalogue never stores a credential: a :class:`Provider` names the environment variable (or
+``<NAME>_FILE`` secret file) that holds it, and :mod:`routing.credentials` resolves it at call time.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+
+class ProviderKind(models.TextChoices):
+    NATIVE = "native", "Native (Avocado inference service)"
+    AZURE_OPENAI = "azure_openai", "Azure OpenAI"
+    OPENAI = "openai", "OpenAI"
+    ANTHROPIC = "anthropic", "Anthropic"
+
+
+class ApiStyle(models.TextChoices):
+    CHAT_COMPLETIONS = "chat_completions", "Chat Completions"
+    RESPONSES = "responses", "Responses"
+    MESSAGES = "messages", "Anthropic Messages"
+
+
+env_var_name = RegexValidator(
+    r"^[A-Z_][A-Z0-9_]*$", "Use an environment variable name such as AZURE_OPENAI_API_KEY."
+)
+
+
+class Provider(models.Model):
+    """An upstream service and where its credential lives (the variable's *name*, never its value)."""
+
+    key = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=20, choices=ProviderKind.choices)
+    base_url = models.URLField(max_length=500, help_text="e.g. https://my-resource.openai.azure.com")
+    credential_env = models.CharField(
+        max_length=100,
+        validators=[env_var_name],
+        help_text="Name of the environment variable holding the API key; NAME_FILE is read if set.",
+    )
+    api_version = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="Azure only: dated api-version; blank uses the /openai/v1/ base URL.",
+    )
+    enabled = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.get_kind_display()})"
+
+    @property
+    def is_external(self) -> bool:
+        return self.kind != ProviderKind.NATIVE
+
+
+class ModelEndpoint(models.Model):
+    """A model a call can be routed to, by its public id (``avocado/<32 hex>``, ``azure/muse-special``)."""
+
+    public_id = models.CharField(
+        max_length=200,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9][a-z0-9._-]*/[A-Za-z0-9._-]+$", "Use provider/model, e.g. azure/muse-special."
+            )
+        ],
+    )
+    version_label = models.CharField(max_length=64, blank=True)
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="endpoints")
+    upstream_model = models.CharField(
+        max_length=200, help_text="Upstream model or Azure deployment name, verbatim."
+    )
+    api_style = models.CharField(max_length=20, choices=ApiStyle.choices)
+    supports_tools = models.BooleanField(default=True)
+    supports_reasoning = models.BooleanField(default=False)
+    supports_streaming = models.BooleanField(default=True)
+    price_input_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
+    )
+    price_cached_input_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
+    )
+    price_cache_write_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
+    )
+    price_output_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
+    )
+    timeout_s = models.FloatField(default=60.0, validators=[MinValueValidator(0.1)])
+    max_concurrency = models.PositiveIntegerField(default=64)
+    enabled = models.BooleanField(default=True)
+    is_platform_default = models.BooleanField(
+        default=False, help_text="Serves units outside every experiment."
+    )
+
+    class Meta:
+        ordering = ["public_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_platform_default"],
+                condition=models.Q(is_platform_default=True),
+                name="one_platform_default_endpoint",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.public_id} [{self.version_label}]" if self.version_label else self.public_id
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class CompletionJob(models.Model):
+    """One routed completion asked for through the API; the worker fills in the result."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    api_key = models.ForeignKey("muse_experiments.ApiKey", null=True, on_delete=models.SET_NULL)
+    session_id = models.CharField(max_length=200, db_index=True)
+    user_id = models.CharField(max_length=200, db_index=True)
+    subagent = models.CharField(max_length=200, blank=True)
+    attributes = models.JSONField(default=dict)
+    request = models.JSONField(help_text="Normalised request: messages, tools.")
+    status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    result = models.JSONField(
+        null=True, blank=True, help_text="Public result; never holds encrypted reasoning."
+    )
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["api_key", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="unique_idempotency_key_per_api_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.id} ({self.status})"
+
+
+class RoutingReason(models.TextChoices):
+    ASSIGNED = "assigned"
+    FORCED = "forced"
+    STICKY = "sticky"
+    HOLDOUT = "holdout"
+    DEFAULT = "default"
+    KILLED = "killed"
+    CIRCUIT_OPEN = "circuit_open"
+    ERROR_FALLBACK = "error_fallback"
+
+
+class CallRecord(models.Model):
+    """What routing decided for one completion and what served it: the analytics fact table."""
+
+    job = models.OneToOneField(CompletionJob, on_delete=models.CASCADE, related_name="call")
+    session_id = models.CharField(max_length=200)
+    user_id = models.CharField(max_length=200)
+    subagent = models.CharField(max_length=200, blank=True)
+    experiment_id = models.BigIntegerField(null=True, blank=True)
+    experiment_key = models.CharField(max_length=100, blank=True)
+    phase = models.PositiveIntegerField(null=True, blank=True)
+    variant_key = models.CharField(max_length=100, blank=True)
+    unit_id = models.CharField(max_length=200, blank=True)
+    assigned_endpoint = models.CharField(max_length=200, blank=True)
+    served_endpoint = models.CharField(max_length=200, blank=True)
+    reason = models.CharField(max_length=20, choices=RoutingReason.choices)
+    status = models.CharField(max_length=12, choices=JobStatus.choices)
+    error_kind = models.CharField(max_length=60, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    cached_input_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    reasoning_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["experiment_id", "phase", "unit_id"])]
+
+    def __str__(self) -> str:
+        return f"call {self.pk} {self.served_endpoint or '-'} ({self.reason})"
+
+
+class Attempt(models.Model):
+    """One try against one endpoint, so retries and fallbacks are counted."""
+
+    call = models.ForeignKey(CallRecord, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    endpoint = models.CharField(max_length=200)
+    outcome = models.CharField(max_length=60, help_text="ok, or the error kind")
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    latency_ms = models.FloatField()
+    upstream_request_id = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"#{self.number} {self.endpoint}: {self.outcome}"

@@ -1,0 +1,45 @@
+"""Construction of official OpenAI SDK clients for native / OpenAI / Azure OpenAI endpoints.
+
+* ``native`` / ``openai``: ``OpenAI(base_url=endpoint.base_url, api_key=...)`` (Bearer auth).
+* ``azure_openai`` with ``api_version``: ``AzureOpenAI(azure_endpoint=base_url,
+  api_version=..., api_key=...)``. The SDK sends the key in the ``api-key`` header and builds
+  ``{base_url}/openai/responses?api-version=...`` for Responses and
+  ``{base_url}/openai/deployments/{model}/chat/completions?api-version=...`` for chat
+  (see ``openai/lib/azure.py``: ``_deployments_endpoints``).
+* ``azure_openai`` without ``api_version``: the v1 GA surface,
+  ``OpenAI(base_url=f"{base_url}/openai/v1/", api_key=...)``
+  (https://learn.microsoft.com/azure/ai-foundry/openai/api-version-lifecycle).
+
+All clients: ``max_retries=0`` (retries are the caller's job) and ``timeout=endpoint.timeout_s``.
+Clients are cached per (endpoint transport, credential fingerprint) in :data:`sdk_clients`.
+"""
+
+from __future__ import annotations
+
+import openai
+
+from routing.providers.base import client_cache_key, sdk_clients
+from routing.providers.types import EndpointConfig
+
+
+def openai_sdk_client(endpoint: EndpointConfig) -> openai.OpenAI:
+    """Cached ``openai.OpenAI`` / ``openai.AzureOpenAI`` for ``endpoint``."""
+
+    def factory() -> openai.OpenAI:
+        key = endpoint.credential.reveal()
+        base = endpoint.base_url.rstrip("/")
+        if endpoint.provider_kind == "azure_openai":
+            if endpoint.api_version:
+                return openai.AzureOpenAI(
+                    azure_endpoint=base,
+                    api_key=key,
+                    api_version=endpoint.api_version,
+                    max_retries=0,
+                    timeout=endpoint.timeout_s,
+                )
+            if not base.endswith("/openai/v1"):
+                base = f"{base}/openai/v1"
+            return openai.OpenAI(base_url=f"{base}/", api_key=key, max_retries=0, timeout=endpoint.timeout_s)
+        return openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=endpoint.timeout_s)
+
+    return sdk_clients.get(client_cache_key("openai-sdk", endpoint), factory)

@@ -1,0 +1,322 @@
+"""Anthropic Messages API client.
+
+Wire format: https://docs.anthropic.com/en/api/messages and
+https://docs.anthropic.com/en/docs/build-with-claude/streaming (``message_start``,
+``content_block_start/delta/stop`` with ``text_delta``/``input_json_delta``/
+``thinking_delta``/``signature_delta``, ``message_delta``, ``message_stop``, ``error``).
+SDK: ``anthropic.Anthropic(base_url=..., api_key=..., max_retries=0, timeout=...)``
+(anthropic>=2 sends the key as ``Authorization: Bearer``).
+
+Request mapping: system messages -> ``system``; ``tool`` messages -> ``tool_result`` blocks in
+a user message (consecutive results merged); assistant tool calls -> ``tool_use`` blocks;
+``max_output_tokens`` -> ``max_tokens`` (default 4096); with the ``reasoning`` capability
+``thinking={"type": "adaptive"}`` and ``reasoning_effort`` -> ``output_config.effort``
+(``minimal`` -> ``low``); ``temperature`` is sent via ``extra_body`` (the 2.x SDK has no
+parameter for it).
+
+Extended thinking (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking):
+``thinking`` blocks (with ``signature``, also when the thinking text is empty) and
+``redacted_thinking`` blocks (with ``data``) go only into ``CompletionResult.reasoning_state``
+and are replayed unmodified, in order, at the start of the assistant turn before its
+``tool_use`` blocks.
+
+Usage: Anthropic ``input_tokens`` EXCLUDES ``cache_read_input_tokens`` and
+``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import anthropic
+
+from routing.providers.base import (
+    ProviderClient,
+    _StreamProgress,
+    anchor_reasoning,
+    client_cache_key,
+    parse_arguments,
+    sdk_clients,
+    usable_reasoning_state,
+)
+from routing.providers.errors import BadResponse
+from routing.providers.types import (
+    CompletionRequest,
+    CompletionResult,
+    EndpointConfig,
+    ReasoningState,
+    StreamEvent,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    compute_cost_usd,
+)
+
+DEFAULT_MAX_TOKENS = 4096
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "max"}
+REASONING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+def anthropic_sdk_client(endpoint: EndpointConfig) -> anthropic.Anthropic:
+    def factory() -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            base_url=endpoint.base_url.rstrip("/"),
+            api_key=endpoint.credential.reveal(),
+            max_retries=0,
+            timeout=endpoint.timeout_s,
+        )
+
+    return sdk_clients.get(client_cache_key("anthropic-sdk", endpoint), factory)
+
+
+def build_messages(endpoint: EndpointConfig, request: CompletionRequest) -> list[dict[str, Any]]:
+    anchored = anchor_reasoning(request, usable_reasoning_state(endpoint, request))
+    out: list[dict[str, Any]] = []
+    for idx, m in enumerate(request.messages):
+        if m.role == "system":
+            continue
+        if m.role == "user":
+            out.append({"role": "user", "content": m.content})
+        elif m.role == "tool":
+            block = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}
+            prev = out[-1] if out else None
+            if (
+                prev is not None
+                and prev["role"] == "user"
+                and isinstance(prev["content"], list)
+                and all(b.get("type") == "tool_result" for b in prev["content"])
+            ):
+                prev["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        else:
+            blocks: list[dict[str, Any]] = []
+            for state in anchored.get(idx, ()):
+                blocks.extend(dict(item) for item in state.items)
+            if m.content:
+                blocks.append({"type": "text", "text": m.content})
+            for tc in m.tool_calls:
+                blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": dict(tc.arguments)})
+            out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
+    return out
+
+
+def build_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "model": endpoint.upstream_model,
+        "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+        "messages": build_messages(endpoint, request),
+    }
+    system = request.system_text()
+    if system:
+        kwargs["system"] = system
+    tools = request.effective_tools()
+    if tools:
+        kwargs["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in tools
+        ]
+    if endpoint.has("reasoning"):
+        kwargs["thinking"] = {"type": "adaptive"}
+    if request.reasoning_effort is not None:
+        kwargs["output_config"] = {"effort": EFFORTS.get(request.reasoning_effort, request.reasoning_effort)}
+    if request.temperature is not None:
+        kwargs["extra_body"] = {"temperature": request.temperature}
+    return kwargs
+
+
+def anthropic_usage(usage: Any, output_tokens: int | None = None) -> Usage:
+    if usage is None:
+        return Usage()
+    raw_in = getattr(usage, "input_tokens", None) or 0
+    read = getattr(usage, "cache_read_input_tokens", None) or 0
+    write = getattr(usage, "cache_creation_input_tokens", None) or 0
+    out = output_tokens if output_tokens is not None else (getattr(usage, "output_tokens", None) or 0)
+    details = getattr(usage, "output_tokens_details", None)
+    thinking = (getattr(details, "thinking_tokens", None) or 0) if details is not None else 0
+    return Usage(
+        input_tokens=raw_in + read + write,
+        cached_input_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=out,
+        reasoning_tokens=thinking,
+        vendor={
+            "input_tokens": raw_in,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": write,
+            "output_tokens": out,
+            "output_tokens_details.thinking_tokens": thinking,
+        },
+    )
+
+
+def _result(
+    endpoint: EndpointConfig,
+    *,
+    text: str,
+    tool_calls: list[ToolCall],
+    reasoning_blocks: list[dict[str, Any]],
+    stop_reason: str | None,
+    usage: Usage,
+    request_id: str | None,
+) -> CompletionResult:
+    state = None
+    if reasoning_blocks:
+        state = ReasoningState(
+            endpoint_fingerprint=endpoint.fingerprint,
+            provider_kind=endpoint.provider_kind,
+            api_style="messages",
+            items=tuple(reasoning_blocks),
+            tool_call_ids=tuple(tc.id for tc in tool_calls),
+        )
+    return CompletionResult(
+        text=text,
+        tool_calls=tuple(tool_calls),
+        finish_reason=STOP_REASONS.get(stop_reason or "", "stop"),
+        usage=usage,
+        cost_usd=compute_cost_usd(usage, endpoint),
+        latency_ms=0.0,
+        upstream_request_id=request_id,
+        endpoint_id=endpoint.public_id,
+        upstream_model=endpoint.upstream_model,
+        reasoning_state=state,
+    )
+
+
+class AnthropicMessagesClient(ProviderClient):
+    """``complete``/``stream`` over Anthropic Messages."""
+
+    api_styles = frozenset({"messages"})
+
+    def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
+        client = anthropic_sdk_client(endpoint)
+        message = client.messages.create(**build_kwargs(endpoint, request))
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        reasoning: list[dict[str, Any]] = []
+        for block in message.content or ():
+            btype = getattr(block, "type", None)
+            if btype in REASONING_BLOCK_TYPES:
+                reasoning.append(block.model_dump(mode="json", exclude_unset=True))
+            elif btype == "text":
+                text.append(block.text)
+            elif btype == "tool_use":
+                calls.append(ToolCall(id=block.id, name=block.name, arguments=dict(block.input or {})))
+        return _result(
+            endpoint,
+            text="".join(text),
+            tool_calls=calls,
+            reasoning_blocks=reasoning,
+            stop_reason=message.stop_reason,
+            usage=anthropic_usage(message.usage),
+            request_id=getattr(message, "_request_id", None),
+        )
+
+    def _stream(
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+    ) -> Iterator[StreamEvent]:
+        client = anthropic_sdk_client(endpoint)
+        stream = client.messages.create(**build_kwargs(endpoint, request), stream=True)
+        progress.response_started = True
+        progress.request_id = stream.response.headers.get("request-id")
+        blocks: dict[int, dict[str, Any]] = {}  # content index -> accumulating block
+        tool_index: dict[int, int] = {}  # content index -> tool call index
+        start_usage = None
+        delta_usage = None
+        stop_reason = None
+        stopped = False
+        with stream:
+            for event in stream:
+                etype = getattr(event, "type", None)
+                if etype == "message_start":
+                    start_usage = event.message.usage
+                elif etype == "content_block_start":
+                    cb = event.content_block
+                    btype = getattr(cb, "type", None)
+                    if btype == "thinking":
+                        blocks[event.index] = {"type": "thinking", "thinking": "", "signature": ""}
+                    elif btype == "redacted_thinking":
+                        blocks[event.index] = cb.model_dump(mode="json", exclude_unset=True)
+                    elif btype == "text":
+                        blocks[event.index] = {"type": "text", "text": ""}
+                    elif btype == "tool_use":
+                        index = len(tool_index)
+                        tool_index[event.index] = index
+                        blocks[event.index] = {"type": "tool_use", "id": cb.id, "name": cb.name, "json": []}
+                        yield StreamEvent(
+                            kind="tool_call_delta",
+                            tool_call=ToolCallDelta(index=index, id=cb.id, name=cb.name),
+                        )
+                elif etype == "content_block_delta":
+                    block = blocks.get(event.index)
+                    d = event.delta
+                    dtype = getattr(d, "type", None)
+                    if block is None:
+                        raise BadResponse(f"{endpoint.public_id}: delta for unknown content block")
+                    if dtype == "text_delta":
+                        block["text"] += d.text
+                        yield StreamEvent(kind="text_delta", text=d.text)
+                    elif dtype == "input_json_delta":
+                        block["json"].append(d.partial_json)
+                        yield StreamEvent(
+                            kind="tool_call_delta",
+                            tool_call=ToolCallDelta(
+                                index=tool_index[event.index], arguments_delta=d.partial_json
+                            ),
+                        )
+                    elif dtype == "thinking_delta":
+                        block["thinking"] += d.thinking
+                    elif dtype == "signature_delta":
+                        block["signature"] += d.signature
+                elif etype == "message_delta":
+                    stop_reason = event.delta.stop_reason or stop_reason
+                    delta_usage = event.usage
+                elif etype == "message_stop":
+                    stopped = True
+        if not stopped:
+            raise BadResponse(f"{endpoint.public_id}: stream ended before message_stop")
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        reasoning: list[dict[str, Any]] = []
+        for _, block in sorted(blocks.items()):
+            if block["type"] in REASONING_BLOCK_TYPES:
+                reasoning.append(block)
+            elif block["type"] == "text":
+                text.append(block["text"])
+            elif block["type"] == "tool_use":
+                calls.append(
+                    ToolCall(
+                        id=block["id"], name=block["name"], arguments=parse_arguments("".join(block["json"]))
+                    )
+                )
+        # message_delta.usage carries the cumulative output tokens (and may repeat input/cache).
+        usage_src = start_usage
+        out_tokens = getattr(delta_usage, "output_tokens", None) if delta_usage is not None else None
+        if delta_usage is not None and getattr(delta_usage, "input_tokens", None) is not None:
+            usage_src = delta_usage
+        usage = anthropic_usage(usage_src, output_tokens=out_tokens)
+        result = _result(
+            endpoint,
+            text="".join(text),
+            tool_calls=calls,
+            reasoning_blocks=reasoning,
+            stop_reason=stop_reason,
+            usage=usage,
+            request_id=progress.request_id,
+        )
+        yield StreamEvent(
+            kind="done",
+            result=replace(
+                result, latency_ms=progress.elapsed_ms(), time_to_first_token_ms=progress.ttft_ms()
+            ),
+        )

@@ -1,0 +1,392 @@
+"""Provider client interface, SDK-client cache and SDK-exception mapping (Django-free).
+
+Modelled on healthchecks' ``hc/api/transports.py``: one small base class per transport,
+failures expressed through one exception hierarchy (:mod:`routing.providers.errors`) whose
+``retryable`` flag drives the caller's retry/fail-over policy.
+
+Interface::
+
+    client.complete(endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult
+    client.stream(endpoint: EndpointConfig, request: CompletionRequest) -> Iterator[StreamEvent]
+
+Both raise :class:`~routing.providers.errors.ProviderError` subclasses; ``stream`` raises
+before the first content delta and yields a final ``error`` event after it (see
+:class:`~routing.providers.types.StreamEvent`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar
+
+import anthropic
+import httpx2
+import openai
+
+from routing.providers.errors import (
+    BadResponse,
+    ConnectionFailed,
+    ProviderError,
+    StreamFailed,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    class_for_status,
+    safe_message,
+)
+from routing.providers.types import (
+    CompletionRequest,
+    CompletionResult,
+    EndpointConfig,
+    ReasoningState,
+    StreamEvent,
+)
+
+log = logging.getLogger("routing.providers")
+
+#: Exceptions the SDK/transport layer can raise during a call; all are mapped by
+#: :func:`map_exception`. Anything else is a bug in our code and propagates unchanged.
+SDK_EXCEPTIONS: tuple[type[BaseException], ...] = (
+    openai.OpenAIError,
+    anthropic.AnthropicError,
+    httpx2.HTTPError,
+    httpx2.StreamError,
+    ValueError,  # json.JSONDecodeError, pydantic.ValidationError
+    OSError,
+)
+
+
+class SDKClientCache:
+    """Thread-safe in-process cache of SDK clients keyed by endpoint transport + credential.
+
+    Keys use the credential *fingerprint*, never the secret. ``get(key, factory)`` builds at
+    most one client per key (SDK clients are thread-safe and hold connection pools).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, factory: Callable[[], Any]) -> Any:
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = factory()
+                self._clients[key] = client
+            return client
+
+    def clear(self) -> None:
+        """Close and forget all cached clients (tests, credential rotation)."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            close = getattr(client, "close", None)
+            if callable(close):
+                close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._clients)
+
+
+#: Process-wide cache shared by all provider clients.
+sdk_clients = SDKClientCache()
+
+
+def client_cache_key(kind: str, endpoint: EndpointConfig) -> tuple[str, ...]:
+    return (
+        kind,
+        endpoint.provider_kind,
+        endpoint.base_url.rstrip("/"),
+        endpoint.api_version or "",
+        repr(float(endpoint.timeout_s)),
+        endpoint.credential.fingerprint,
+    )
+
+
+class ProviderClient:
+    """Base class of provider clients. Subclasses implement :meth:`_complete`/:meth:`_stream`.
+
+    Instances are stateless apart from the shared :data:`sdk_clients` cache, so one instance
+    per class can serve all endpoints concurrently.
+    """
+
+    #: ``api_style`` values this client speaks.
+    api_styles: ClassVar[frozenset[str]] = frozenset()
+
+    def complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
+        """Run one non-streaming completion. Raises :class:`ProviderError` subclasses."""
+        self._check(endpoint)
+        start = time.monotonic()
+        try:
+            result = self._complete(endpoint, request)
+        except ProviderError:
+            raise
+        except SDK_EXCEPTIONS as exc:
+            raise map_exception(exc, endpoint) from None
+        return result.with_latency((time.monotonic() - start) * 1000.0)
+
+    def stream(self, endpoint: EndpointConfig, request: CompletionRequest) -> Iterator[StreamEvent]:
+        """Stream a completion: text/tool-call deltas, then one ``done`` event.
+
+        Failures before any delta are raised (mapped); failures after content yield an
+        ``error`` event carrying :class:`StreamFailed` (``after_content=True``) and end.
+        """
+        self._check(endpoint)
+        return self._guarded_stream(endpoint, request)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _check(self, endpoint: EndpointConfig) -> None:
+        if self.api_styles and endpoint.api_style not in self.api_styles:
+            raise ValueError(
+                f"{type(self).__name__} cannot serve api_style={endpoint.api_style!r} "
+                f"(endpoint {endpoint.public_id})"
+            )
+
+    def _guarded_stream(self, endpoint: EndpointConfig, request: CompletionRequest) -> Iterator[StreamEvent]:
+        state = _StreamProgress(start=time.monotonic())
+        try:
+            for event in self._stream(endpoint, request, state):
+                if event.kind in ("text_delta", "tool_call_delta"):
+                    if state.first_token_at is None:
+                        state.first_token_at = time.monotonic()
+                    state.content_sent = True
+                yield event
+        except ProviderError as exc:
+            err = exc
+        except SDK_EXCEPTIONS as exc:
+            err = map_exception(
+                exc, endpoint, in_stream=state.response_started, after_content=state.content_sent
+            )
+        else:
+            return
+        if not isinstance(err, StreamFailed) and state.response_started:
+            err = StreamFailed(
+                err.message,
+                after_content=state.content_sent,
+                cause_class=type(err).__name__,
+                retryable=err.retryable,
+                status_code=err.status_code,
+                upstream_request_id=err.upstream_request_id or state.request_id,
+                provider_kind=endpoint.provider_kind,
+                endpoint_id=endpoint.public_id,
+                error_type=err.error_type,
+            )
+        if isinstance(err, StreamFailed) and err.after_content:
+            log.warning("stream from %s failed after content: %s", endpoint.public_id, err.message)
+            yield StreamEvent(kind="error", error=err)
+            return
+        raise err
+
+    def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
+        raise NotImplementedError
+
+    def _stream(
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+    ) -> Iterator[StreamEvent]:
+        raise NotImplementedError
+
+
+class _StreamProgress:
+    """Mutable bookkeeping shared between :meth:`ProviderClient._guarded_stream` and subclasses."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first_token_at: float | None = None
+        self.content_sent = False
+        self.response_started = False  # HTTP 200 received, body streaming
+        self.request_id: str | None = None
+
+    def elapsed_ms(self) -> float:
+        return (time.monotonic() - self.start) * 1000.0
+
+    def ttft_ms(self) -> float | None:
+        return None if self.first_token_at is None else (self.first_token_at - self.start) * 1000.0
+
+
+# --------------------------------------------------------------------------------------------
+# Reasoning-state selection
+# --------------------------------------------------------------------------------------------
+
+
+def usable_reasoning_state(endpoint: EndpointConfig, request: CompletionRequest) -> list[ReasoningState]:
+    """States produced by this exact endpoint+credential; others are dropped (logged, no content)."""
+    usable = []
+    for state in request.reasoning_state:
+        if state.matches(endpoint):
+            usable.append(state)
+        else:
+            log.info(
+                "dropping reasoning state from another endpoint (items=%d) for %s",
+                len(state.items),
+                endpoint.public_id,
+            )
+    return usable
+
+
+def anchor_reasoning(
+    request: CompletionRequest, states: list[ReasoningState]
+) -> dict[int, list[ReasoningState]]:
+    """Map assistant-message index -> reasoning states to replay before that turn's content.
+
+    A state anchors to the assistant message whose tool-call ids match its ``tool_call_ids``;
+    otherwise to the last assistant message. States with no assistant message are ignored.
+    """
+    assistant_idx = [i for i, m in enumerate(request.messages) if m.role == "assistant"]
+    out: dict[int, list[ReasoningState]] = {}
+    if not assistant_idx:
+        return out
+    for state in states:
+        target = None
+        if state.tool_call_ids:
+            wanted = set(state.tool_call_ids)
+            for i in assistant_idx:
+                if wanted & {tc.id for tc in request.messages[i].tool_calls}:
+                    target = i
+                    break
+        if target is None:
+            target = assistant_idx[-1]
+        out.setdefault(target, []).append(state)
+    return out
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any]:
+    """Decode a tool-call arguments JSON string; raises :class:`BadResponse` if not an object."""
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise BadResponse("tool call arguments are not valid JSON") from None
+    if not isinstance(value, dict):
+        raise BadResponse("tool call arguments are not a JSON object")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Exception mapping
+# --------------------------------------------------------------------------------------------
+
+
+def parse_retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date), else None."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _status_error_details(exc: Exception) -> tuple[str | None, str | None]:
+    """(error_type, upstream message) from an OpenAI or Anthropic status error body."""
+    body = getattr(exc, "body", None)
+    etype = None
+    msg = None
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        etype = inner.get("type") or inner.get("code")
+        msg = inner.get("message")
+        if etype is not None:
+            etype = str(etype)
+    return etype, msg if isinstance(msg, str) else None
+
+
+def map_exception(
+    exc: BaseException,
+    endpoint: EndpointConfig,
+    *,
+    in_stream: bool = False,
+    after_content: bool = False,
+) -> ProviderError:
+    """Translate an SDK / httpx2 / parsing exception into a :class:`ProviderError`.
+
+    The message names the endpoint and status but never contains the credential (see
+    :func:`~routing.providers.errors.safe_message`). ``in_stream`` marks failures that
+    happened while reading an HTTP 200 stream (mapped to :class:`StreamFailed`).
+    """
+    secrets = (endpoint.credential.reveal(),)
+    common: dict[str, Any] = {"provider_kind": endpoint.provider_kind, "endpoint_id": endpoint.public_id}
+    prefix = f"{endpoint.provider_kind} endpoint {endpoint.public_id}"
+
+    def build(cls: type[ProviderError], text: str, **kw: Any) -> ProviderError:
+        message = safe_message(f"{prefix}: {text}", secrets)
+        if in_stream:
+            retryable = kw.pop("retryable", cls.default_retryable)
+            return StreamFailed(
+                message,
+                after_content=after_content,
+                cause_class=cls.__name__,
+                retryable=retryable,
+                **common,
+                **kw,
+            )
+        return cls(message, **common, **kw)
+
+    if isinstance(exc, ProviderError):
+        return exc
+    # Timeouts first (APITimeoutError subclasses APIConnectionError).
+    if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)):
+        return build(UpstreamTimeout, f"timed out after {endpoint.timeout_s:g}s")
+    if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
+        cause = exc.__cause__ or exc.__context__
+        detail = type(cause).__name__ if cause is not None else "connection error"
+        return build(ConnectionFailed, f"connection failed ({detail})")
+    if isinstance(exc, httpx2.DecodingError):
+        return build(BadResponse, "could not decode response body")
+    if isinstance(exc, httpx2.TransportError):
+        return build(ConnectionFailed, f"connection failed ({type(exc).__name__})")
+    if isinstance(exc, (openai.APIResponseValidationError, anthropic.APIResponseValidationError)):
+        return build(BadResponse, "response did not match the expected schema", status_code=exc.status_code)
+    if isinstance(exc, (openai.APIStatusError, anthropic.APIStatusError)):
+        status = exc.status_code
+        etype, upstream_msg = _status_error_details(exc)
+        request_id = getattr(exc, "request_id", None)
+        text = (
+            f"HTTP {status}" + (f" {etype}" if etype else "") + (f": {upstream_msg}" if upstream_msg else "")
+        )
+        if status == 200:  # Anthropic in-stream `error` event
+            cls = class_for_status(500, etype) if etype else UpstreamUnavailable
+            in_stream = True
+            text = f"in-stream error {etype or ''}: {upstream_msg or ''}".strip()
+        else:
+            cls = class_for_status(status, etype if status >= 500 or status == 429 else None)
+        return build(
+            cls,
+            text,
+            status_code=None if status == 200 else status,
+            retry_after_s=parse_retry_after(exc.response.headers),
+            upstream_request_id=request_id,
+            error_type=etype,
+        )
+    if isinstance(exc, (openai.APIError, anthropic.APIError)):
+        # OpenAI legacy in-stream `{"error": {...}}` data: no HTTP status.
+        body = getattr(exc, "body", None)
+        etype = None
+        msg = getattr(exc, "message", "") or ""
+        if isinstance(body, dict):
+            etype = body.get("type") or body.get("code")
+        return build(UpstreamUnavailable, f"upstream error {etype or ''}: {msg}".strip(), error_type=etype)
+    if isinstance(exc, ValueError):  # json.JSONDecodeError, pydantic ValidationError
+        return build(BadResponse, f"malformed response ({type(exc).__name__})")
+    if isinstance(exc, OSError):
+        return build(ConnectionFailed, f"connection failed ({type(exc).__name__})")
+    return build(ProviderError, f"unexpected {type(exc).__name__}", retryable=False)

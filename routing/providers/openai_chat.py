@@ -1,0 +1,209 @@
+"""Chat Completions client: native "Avocado" inference service, OpenAI, Azure OpenAI.
+
+Wire format: https://platform.openai.com/docs/api-reference/chat (``POST /chat/completions``;
+streaming ``data: {chunk}`` lines ending with ``data: [DONE]``; usage in the final chunk
+when ``stream_options.include_usage`` is true).
+
+Request mapping (neutral -> chat):
+
+* messages: ``system``/``user`` -> same role; ``assistant`` -> ``content`` + ``tool_calls``
+  (``function.arguments`` JSON string); ``tool`` -> ``{"role": "tool", "tool_call_id", "content"}``.
+* tools -> ``{"type": "function", "function": {name, description, parameters}}`` after the
+  ``allowed_tools`` filter.
+* ``reasoning_effort`` -> ``reasoning_effort``; ``temperature`` -> ``temperature``;
+  ``max_output_tokens`` -> ``max_completion_tokens`` (OpenAI/Azure) or ``max_tokens`` (native).
+* ``reasoning_state`` is not used: Chat Completions has no encrypted reasoning to replay.
+
+Usage: ``prompt_tokens`` (includes ``prompt_tokens_details.cached_tokens``),
+``completion_tokens`` (includes ``completion_tokens_details.reasoning_tokens``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from routing.providers._openai_common import openai_sdk_client
+from routing.providers.base import ProviderClient, _StreamProgress, parse_arguments
+from routing.providers.errors import BadResponse
+from routing.providers.types import (
+    CompletionRequest,
+    CompletionResult,
+    EndpointConfig,
+    StreamEvent,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    compute_cost_usd,
+)
+
+FINISH_REASONS = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+}
+
+
+def build_chat_messages(request: CompletionRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in request.messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        elif m.role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+            if m.tool_calls:
+                msg["tool_calls"] = [
+                    {
+                        "id": tc.id,
+                        "type": "function",
+                        "function": {"name": tc.name, "arguments": json.dumps(dict(tc.arguments))},
+                    }
+                    for tc in m.tool_calls
+                ]
+            out.append(msg)
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def build_chat_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"model": endpoint.upstream_model, "messages": build_chat_messages(request)}
+    tools = request.effective_tools()
+    if tools:
+        kwargs["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
+            }
+            for t in tools
+        ]
+    if request.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = request.reasoning_effort
+    if request.temperature is not None:
+        kwargs["temperature"] = request.temperature
+    if request.max_output_tokens is not None:
+        key = "max_tokens" if endpoint.provider_kind == "native" else "max_completion_tokens"
+        kwargs[key] = request.max_output_tokens
+    return kwargs
+
+
+def chat_usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    ptd = getattr(usage, "prompt_tokens_details", None)
+    ctd = getattr(usage, "completion_tokens_details", None)
+    cached = (getattr(ptd, "cached_tokens", None) or 0) if ptd else 0
+    write = (getattr(ptd, "cache_write_tokens", None) or 0) if ptd else 0
+    reasoning = (getattr(ctd, "reasoning_tokens", None) or 0) if ctd else 0
+    vendor = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "prompt_tokens_details.cached_tokens": cached,
+        "prompt_tokens_details.cache_write_tokens": write,
+        "completion_tokens_details.reasoning_tokens": reasoning,
+    }
+    return Usage(
+        input_tokens=usage.prompt_tokens,
+        cached_input_tokens=cached,
+        cache_write_tokens=write,
+        output_tokens=usage.completion_tokens,
+        reasoning_tokens=reasoning,
+        vendor=vendor,
+    )
+
+
+class OpenAIChatClient(ProviderClient):
+    """``complete``/``stream`` over Chat Completions (native, openai, azure_openai)."""
+
+    api_styles = frozenset({"chat_completions"})
+
+    def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
+        client = openai_sdk_client(endpoint)
+        completion = client.chat.completions.create(**build_chat_kwargs(endpoint, request))
+        if not completion.choices:
+            raise BadResponse(f"{endpoint.public_id}: completion without choices")
+        choice = completion.choices[0]
+        msg = choice.message
+        tool_calls = tuple(
+            ToolCall(id=tc.id, name=tc.function.name, arguments=parse_arguments(tc.function.arguments))
+            for tc in (msg.tool_calls or [])
+            if getattr(tc, "function", None) is not None
+        )
+        usage = chat_usage(completion.usage)
+        return CompletionResult(
+            text=msg.content or "",
+            tool_calls=tool_calls,
+            finish_reason=FINISH_REASONS.get(choice.finish_reason or "", "stop"),
+            usage=usage,
+            cost_usd=compute_cost_usd(usage, endpoint),
+            latency_ms=0.0,
+            upstream_request_id=getattr(completion, "_request_id", None),
+            endpoint_id=endpoint.public_id,
+            upstream_model=endpoint.upstream_model,
+        )
+
+    def _stream(
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+    ) -> Iterator[StreamEvent]:
+        client = openai_sdk_client(endpoint)
+        stream = client.chat.completions.create(
+            **build_chat_kwargs(endpoint, request), stream=True, stream_options={"include_usage": True}
+        )
+        progress.response_started = True
+        progress.request_id = stream.response.headers.get("x-request-id")
+        text_parts: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        finish: str | None = None
+        usage = None
+        with stream:
+            for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices or ():
+                    if choice.index != 0:
+                        continue
+                    delta = choice.delta
+                    if delta is not None and delta.content:
+                        text_parts.append(delta.content)
+                        yield StreamEvent(kind="text_delta", text=delta.content)
+                    for tc in (delta.tool_calls if delta is not None else None) or ():
+                        entry = calls.setdefault(tc.index, {"id": None, "name": None, "args": []})
+                        fn = tc.function
+                        name = fn.name if fn is not None else None
+                        args = (fn.arguments if fn is not None else None) or ""
+                        if tc.id:
+                            entry["id"] = tc.id
+                        if name:
+                            entry["name"] = name
+                        entry["args"].append(args)
+                        yield StreamEvent(
+                            kind="tool_call_delta",
+                            tool_call=ToolCallDelta(
+                                index=tc.index, id=tc.id, name=name, arguments_delta=args
+                            ),
+                        )
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+        if finish is None:
+            raise BadResponse(f"{endpoint.public_id}: stream ended before a finish_reason")
+        tool_calls = tuple(
+            ToolCall(id=c["id"] or "", name=c["name"] or "", arguments=parse_arguments("".join(c["args"])))
+            for _, c in sorted(calls.items())
+        )
+        norm_usage = chat_usage(usage)
+        result = CompletionResult(
+            text="".join(text_parts),
+            tool_calls=tool_calls,
+            finish_reason=FINISH_REASONS.get(finish, "stop"),
+            usage=norm_usage,
+            cost_usd=compute_cost_usd(norm_usage, endpoint),
+            latency_ms=progress.elapsed_ms(),
+            upstream_request_id=progress.request_id,
+            endpoint_id=endpoint.public_id,
+            upstream_model=endpoint.upstream_model,
+            time_to_first_token_ms=progress.ttft_ms(),
+        )
+        yield StreamEvent(kind="done", result=result)

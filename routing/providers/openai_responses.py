@@ -1,0 +1,286 @@
+"""Responses API client: OpenAI and Azure OpenAI (dated api-version or ``/openai/v1/``).
+
+Wire format: https://platform.openai.com/docs/api-reference/responses and
+https://platform.openai.com/docs/guides/reasoning#keeping-reasoning-items-in-context .
+
+Always ``store=False`` (nothing kept upstream), so multi-turn reasoning must be replayed by us:
+with the ``reasoning`` capability the request sets ``include=["reasoning.encrypted_content"]``
+and every returned ``reasoning`` item (``id``, ``summary``, ``encrypted_content``) goes -- and
+only goes -- into ``CompletionResult.reasoning_state``. On the next turn the items are put back
+verbatim, in order, right before that turn's assistant message / ``function_call`` items and
+their ``function_call_output`` items. State from another endpoint/credential is dropped
+(the blob is bound to the producing organisation/deployment).
+
+Streaming: ``response.output_text.delta`` -> text delta; ``response.output_item.added``
+(``function_call``) + ``response.function_call_arguments.delta`` -> tool-call deltas; reasoning
+is taken from ``response.completed`` (the ``output_item.added`` blob "may be incomplete");
+``error`` / ``response.failed`` -> failure. Reasoning never appears in any emitted event.
+
+Usage: ``input_tokens`` includes ``input_tokens_details.cached_tokens`` (and
+``cache_write_tokens``); ``output_tokens`` includes ``output_tokens_details.reasoning_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from routing.providers._openai_common import openai_sdk_client
+from routing.providers.base import (
+    ProviderClient,
+    _StreamProgress,
+    anchor_reasoning,
+    parse_arguments,
+    usable_reasoning_state,
+)
+from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_message
+from routing.providers.types import (
+    CompletionRequest,
+    CompletionResult,
+    EndpointConfig,
+    ReasoningState,
+    StreamEvent,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    compute_cost_usd,
+)
+
+
+def _dump(item: Any) -> dict[str, Any]:
+    """Provider item as the JSON object received (fields present on the wire, incl. extras)."""
+    return item.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+
+def build_input(endpoint: EndpointConfig, request: CompletionRequest) -> list[dict[str, Any]]:
+    anchored = anchor_reasoning(request, usable_reasoning_state(endpoint, request))
+    items: list[dict[str, Any]] = []
+    for idx, m in enumerate(request.messages):
+        if m.role == "system":
+            continue  # -> instructions
+        if m.role == "user":
+            items.append({"role": "user", "content": m.content})
+        elif m.role == "tool":
+            items.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content})
+        else:
+            native_ids: dict[str, str] = {}
+            for state in anchored.get(idx, ()):
+                items.extend(dict(item) for item in state.items)
+                native_ids.update(state.native_ids)
+            if m.content:
+                items.append({"role": "assistant", "content": m.content})
+            for tc in m.tool_calls:
+                call: dict[str, Any] = {
+                    "type": "function_call",
+                    "call_id": tc.id,
+                    "name": tc.name,
+                    "arguments": json.dumps(dict(tc.arguments)),
+                }
+                if tc.id in native_ids:
+                    call["id"] = native_ids[tc.id]
+                items.append(call)
+    return items
+
+
+def build_responses_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "model": endpoint.upstream_model,
+        "input": build_input(endpoint, request),
+        "store": False,
+    }
+    system = request.system_text()
+    if system:
+        kwargs["instructions"] = system
+    tools = request.effective_tools()
+    if tools:
+        kwargs["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+                "strict": False,
+            }
+            for t in tools
+        ]
+    if endpoint.has("reasoning"):
+        kwargs["include"] = ["reasoning.encrypted_content"]
+    if request.reasoning_effort is not None:
+        kwargs["reasoning"] = {"effort": request.reasoning_effort}
+    if request.temperature is not None:
+        kwargs["temperature"] = request.temperature
+    if request.max_output_tokens is not None:
+        kwargs["max_output_tokens"] = request.max_output_tokens
+    return kwargs
+
+
+def responses_usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    itd = getattr(usage, "input_tokens_details", None)
+    otd = getattr(usage, "output_tokens_details", None)
+    cached = (getattr(itd, "cached_tokens", None) or 0) if itd else 0
+    write = (getattr(itd, "cache_write_tokens", None) or 0) if itd else 0
+    reasoning = (getattr(otd, "reasoning_tokens", None) or 0) if otd else 0
+    return Usage(
+        input_tokens=usage.input_tokens,
+        cached_input_tokens=cached,
+        cache_write_tokens=write,
+        output_tokens=usage.output_tokens,
+        reasoning_tokens=reasoning,
+        vendor={
+            "input_tokens": usage.input_tokens,
+            "input_tokens_details.cached_tokens": cached,
+            "input_tokens_details.cache_write_tokens": write,
+            "output_tokens": usage.output_tokens,
+            "output_tokens_details.reasoning_tokens": reasoning,
+        },
+    )
+
+
+def parse_response(endpoint: EndpointConfig, response: Any, request_id: str | None) -> CompletionResult:
+    """Normalise a ``Response`` object. Raises :class:`UpstreamUnavailable` if it failed."""
+    status = getattr(response, "status", None)
+    if status == "failed":
+        err = getattr(response, "error", None)
+        code = getattr(err, "code", None)
+        msg = getattr(err, "message", "") or ""
+        raise UpstreamUnavailable(
+            safe_message(
+                f"{endpoint.public_id}: response failed {code or ''}: {msg}", [endpoint.credential.reveal()]
+            ),
+            upstream_request_id=request_id,
+            provider_kind=endpoint.provider_kind,
+            endpoint_id=endpoint.public_id,
+            error_type=str(code) if code else None,
+        )
+    text_parts: list[str] = []
+    tool_calls: list[ToolCall] = []
+    reasoning_items: list[dict[str, Any]] = []
+    native_ids: dict[str, str] = {}
+    refused = False
+    for item in response.output or ():
+        itype = getattr(item, "type", None)
+        if itype == "reasoning":
+            dumped = _dump(item)
+            if dumped.get("encrypted_content"):
+                reasoning_items.append(dumped)
+        elif itype == "message":
+            for part in item.content or ():
+                ptype = getattr(part, "type", None)
+                if ptype == "output_text":
+                    text_parts.append(part.text)
+                elif ptype == "refusal":
+                    refused = True
+        elif itype == "function_call":
+            tool_calls.append(
+                ToolCall(id=item.call_id, name=item.name, arguments=parse_arguments(item.arguments))
+            )
+            if getattr(item, "id", None):
+                native_ids[item.call_id] = item.id
+    if status == "incomplete":
+        reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
+        finish = "content_filter" if reason == "content_filter" else "length"
+    elif refused:
+        finish = "content_filter"
+    else:
+        finish = "tool_calls" if tool_calls else "stop"
+    usage = responses_usage(getattr(response, "usage", None))
+    state = None
+    if reasoning_items:
+        state = ReasoningState(
+            endpoint_fingerprint=endpoint.fingerprint,
+            provider_kind=endpoint.provider_kind,
+            api_style="responses",
+            items=tuple(reasoning_items),
+            tool_call_ids=tuple(tc.id for tc in tool_calls),
+            native_ids=native_ids,
+        )
+    return CompletionResult(
+        text="".join(text_parts),
+        tool_calls=tuple(tool_calls),
+        finish_reason=finish,
+        usage=usage,
+        cost_usd=compute_cost_usd(usage, endpoint),
+        latency_ms=0.0,
+        upstream_request_id=request_id,
+        endpoint_id=endpoint.public_id,
+        upstream_model=endpoint.upstream_model,
+        reasoning_state=state,
+    )
+
+
+class OpenAIResponsesClient(ProviderClient):
+    """``complete``/``stream`` over the Responses API (openai, azure_openai)."""
+
+    api_styles = frozenset({"responses"})
+
+    def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
+        client = openai_sdk_client(endpoint)
+        response = client.responses.create(**build_responses_kwargs(endpoint, request))
+        return parse_response(endpoint, response, getattr(response, "_request_id", None))
+
+    def _stream(
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+    ) -> Iterator[StreamEvent]:
+        client = openai_sdk_client(endpoint)
+        stream = client.responses.create(**build_responses_kwargs(endpoint, request), stream=True)
+        progress.response_started = True
+        progress.request_id = stream.response.headers.get("x-request-id")
+        tool_index: dict[str, int] = {}  # output item id -> tool call index
+        final = None
+        secrets = [endpoint.credential.reveal()]
+        with stream:
+            for event in stream:
+                etype = getattr(event, "type", None)
+                if etype == "response.output_text.delta":
+                    yield StreamEvent(kind="text_delta", text=event.delta)
+                elif (
+                    etype == "response.output_item.added"
+                    and getattr(event.item, "type", None) == "function_call"
+                ):
+                    index = len(tool_index)
+                    tool_index[event.item.id or f"#{index}"] = index
+                    yield StreamEvent(
+                        kind="tool_call_delta",
+                        tool_call=ToolCallDelta(
+                            index=index,
+                            id=event.item.call_id,
+                            name=event.item.name,
+                            arguments_delta=event.item.arguments or "",
+                        ),
+                    )
+                elif etype == "response.function_call_arguments.delta":
+                    index = tool_index.get(event.item_id)
+                    if index is None:
+                        raise BadResponse(f"{endpoint.public_id}: arguments delta for unknown item")
+                    yield StreamEvent(
+                        kind="tool_call_delta",
+                        tool_call=ToolCallDelta(index=index, arguments_delta=event.delta),
+                    )
+                elif etype in ("response.completed", "response.incomplete"):
+                    final = event.response
+                elif etype == "response.failed":
+                    parse_response(endpoint, event.response, progress.request_id)  # raises
+                    raise UpstreamUnavailable(f"{endpoint.public_id}: response failed")
+                elif etype == "error":
+                    code = getattr(event, "code", None)
+                    raise UpstreamUnavailable(
+                        safe_message(
+                            f"{endpoint.public_id}: in-stream error {code or ''}: {event.message}", secrets
+                        ),
+                        upstream_request_id=progress.request_id,
+                        error_type=code,
+                    )
+                # Everything else (reasoning items, content parts, *.done) carries nothing new.
+        if final is None:
+            raise BadResponse(f"{endpoint.public_id}: stream ended before response.completed")
+        result = parse_response(endpoint, final, progress.request_id)
+        yield StreamEvent(
+            kind="done",
+            result=replace(
+                result, latency_ms=progress.elapsed_ms(), time_to_first_token_ms=progress.ttft_ms()
+            ),
+        )

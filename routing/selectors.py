@@ -1,0 +1,88 @@
+"""Reads of the model catalogue, cached in process like the assignment snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+from muse_experiments.config_version import VersionedSnapshot
+
+from .models import ModelEndpoint
+
+
+@dataclass(frozen=True)
+class EndpointInfo:
+    """A catalogue entry as routing needs it. Prices in USD per million tokens; timeout in s."""
+
+    public_id: str
+    version_label: str
+    provider_key: str
+    provider_kind: str
+    base_url: str
+    credential_env: str
+    api_version: str
+    upstream_model: str
+    api_style: str
+    price_input: Decimal
+    price_cached_input: Decimal
+    price_cache_write: Decimal
+    price_output: Decimal
+    timeout_s: float
+    supports_tools: bool
+    supports_reasoning: bool
+    supports_streaming: bool
+    enabled: bool
+    is_platform_default: bool
+
+    @property
+    def is_external(self) -> bool:
+        return self.provider_kind != "native"
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    endpoints: Mapping[str, EndpointInfo]
+    default_id: str | None
+
+    def get(self, public_id: str | None) -> EndpointInfo | None:
+        return self.endpoints.get(public_id) if public_id else None
+
+
+def build_catalogue() -> Catalogue:
+    endpoints = {}
+    default_id = None
+    for e in ModelEndpoint.objects.select_related("provider"):
+        info = EndpointInfo(
+            public_id=e.public_id,
+            version_label=e.version_label,
+            provider_key=e.provider.key,
+            provider_kind=e.provider.kind,
+            base_url=e.provider.base_url,
+            credential_env=e.provider.credential_env,
+            api_version=e.provider.api_version,
+            upstream_model=e.upstream_model,
+            api_style=e.api_style,
+            price_input=e.price_input_per_mtok,
+            price_cached_input=e.price_cached_input_per_mtok,
+            price_cache_write=e.price_cache_write_per_mtok,
+            price_output=e.price_output_per_mtok,
+            timeout_s=e.timeout_s,
+            supports_tools=e.supports_tools,
+            supports_reasoning=e.supports_reasoning,
+            supports_streaming=e.supports_streaming,
+            enabled=e.enabled and e.provider.enabled,
+            is_platform_default=e.is_platform_default,
+        )
+        endpoints[e.public_id] = info
+        if e.is_platform_default:
+            default_id = e.public_id
+    return Catalogue(endpoints=endpoints, default_id=default_id)
+
+
+_catalogue = VersionedSnapshot(build_catalogue)
+
+
+def catalogue() -> Catalogue:
+    """The current catalogue (no database query between configuration-version checks)."""
+    return _catalogue.get()

@@ -1,0 +1,193 @@
+"""Test-wide fixtures: real services when present, a clear skip (or, under CI, a failure) when not.
+
+Tests that need PostgreSQL or Redis ask for the ``postgres`` / ``redis_url`` fixtures. On a
+laptop without those services they skip and say why; with ``CI=true`` a missing service fails
+the run instead, so CI can never go green by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def need_service(name: str, why: str) -> None:
+    """Skip (laptop) or fail (CI) because a service is missing."""
+    message = f"{name} unavailable: {why}"
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: missing services fail instead of skipping)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A reachable Redis URL (the settings' REDIS_URL)."""
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        need_service("Redis", "REDIS_URL is not set")
+    import redis
+
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        need_service("Redis", f"{settings.REDIS_URL} did not answer ({exc})")
+    return settings.REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def postgres(django_db_setup, django_db_blocker) -> None:
+    """Require that the test database is PostgreSQL."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        need_service("PostgreSQL", "DATABASE_URL does not point at PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings():
+    """SQLite test databases live in a file, so worker subprocesses can open the same one."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        name = Path(settings.VAR_DIR) / "test.sqlite3"
+        for leftover in name.parent.glob(name.name + "*"):  # WAL/SHM files of an earlier run
+            leftover.unlink()
+        db.setdefault("TEST", {})["NAME"] = str(name)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config_snapshots():
+    """Each test starts with empty configuration caches (test rollbacks reuse version numbers)."""
+    from django.apps import apps
+
+    if not apps.ready:  # pure-core tests may run with -p no:django
+        yield
+        return
+    from muse_experiments.config_version import invalidate_all
+
+    invalidate_all()
+    yield
+    invalidate_all()
+
+
+UPSTREAM_KEYS = {
+    "native": "sk-test-native-0123456789",
+    "azure": "test-azure-0123456789",
+    "anthropic": "sk-ant-test-0123456789",
+    "openai": "sk-test-openai-0123456789",
+}
+CREDENTIAL_ENV = {
+    "AVOCADO_API_KEY": UPSTREAM_KEYS["native"],
+    "AZURE_OPENAI_API_KEY": UPSTREAM_KEYS["azure"],
+    "ANTHROPIC_API_KEY": UPSTREAM_KEYS["anthropic"],
+}
+
+
+@pytest.fixture(scope="session")
+def upstreams_server():
+    """Simulated upstreams over real HTTP, knowing every seeded model, for the whole session."""
+    from routing.catalogue import endpoint_seeds
+    from routing.fake_upstreams import FakeUpstreams
+
+    fake = FakeUpstreams(api_keys=UPSTREAM_KEYS)
+    fake.add_models(*(e.upstream_model for e in endpoint_seeds()))
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def upstreams(upstreams_server, monkeypatch):
+    """The simulated upstreams, reset, with provider credentials in this process's environment."""
+    upstreams_server.reset(scenarios=True)
+    for name, value in CREDENTIAL_ENV.items():
+        monkeypatch.setenv(name, value)
+    return upstreams_server
+
+
+def database_url_for_subprocess() -> str:
+    """A DATABASE_URL that opens the *test* database this process uses."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    if connection.vendor == "postgresql":
+        auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+        return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    raise RuntimeError(f"no subprocess URL for {connection.vendor}")
+
+
+@pytest.fixture
+def celery_worker_process(upstreams):
+    """A real ``celery worker`` process on the test database and the configured broker.
+
+    Yields the Popen; the worker is stopped (SIGTERM, then SIGKILL) afterwards.
+    """
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from django.conf import settings
+
+    env = {
+        **os.environ,
+        **CREDENTIAL_ENV,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "MUSE_VAR_DIR": str(settings.VAR_DIR),
+        "DJANGO_DEBUG": "true",
+    }
+    if settings.REDIS_URL:
+        env["REDIS_URL"] = settings.REDIS_URL
+    log_path = Path(settings.VAR_DIR) / "worker-test.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "muse_experiments",
+                "worker",
+                "-Q",
+                "completions,analytics",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "-l",
+                "info",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-n",
+                f"test-{os.getpid()}@%h",
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while b"ready." not in log_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"celery worker did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.2)
+    yield proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -1,0 +1,46 @@
+"""Small builders for tests: the seeded catalogue, experiments, API keys."""
+
+from __future__ import annotations
+
+from muse_experiments import services
+from muse_experiments.auth import api_key_create
+from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
+from routing.models import ModelEndpoint
+from routing.services import catalogue_seed
+
+ALL_SCOPES = ["completions", "events", "analytics:read", "ops"]
+
+
+def seed_catalogue(base_url: str = "http://127.0.0.1:9") -> dict[str, ModelEndpoint]:
+    """Seed the real catalogue pointing at ``base_url``; returns endpoints by public id."""
+    catalogue_seed(providers=provider_seeds(base_url), endpoints=endpoint_seeds(), actor="test")
+    return {e.public_id: e for e in ModelEndpoint.objects.select_related("provider")}
+
+
+def make_experiment(
+    *,
+    key: str = "exp",
+    arms: list[tuple[str, str, float]] | None = None,
+    start: bool = True,
+    **kwargs,
+):
+    """An experiment whose arms are ``(variant key, endpoint public id, weight)``; the first is control."""
+    arms = arms or [("control", avocado_id(14), 0.5), ("treatment", avocado_id(15), 0.5)]
+    endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in arms])}
+    experiment = services.experiment_create(
+        key=key,
+        name=key,
+        actor="test",
+        variants=[
+            services.VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=(i == 0))
+            for i, (k, pid, w) in enumerate(arms)
+        ],
+        **kwargs,
+    )
+    return services.experiment_start(experiment=experiment, actor="test") if start else experiment
+
+
+def api_key(scopes: list[str] | None = None) -> str:
+    """A raw API key with the given scopes (all by default)."""
+    _, raw = api_key_create(name="test", scopes=scopes or ALL_SCOPES)
+    return raw

@@ -1,0 +1,124 @@
+"""Fixtures: one fake upstream server per session (reset per test) and endpoint configs.
+
+Runs without Django (``-p no:django``); nothing here imports Django.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from routing.fake_upstreams import DEFAULT_API_KEYS, FakeUpstreams
+from routing.providers.base import sdk_clients
+from routing.providers.types import EndpointConfig
+
+#: Azure deployment names keep dots/underscores verbatim.
+AZURE_DEPLOYMENT = "o4-mini.prod_eu"
+AZURE_V1_DEPLOYMENT = "gpt-5-mini.v1_eu"
+API_VERSION = "2025-04-01-preview"
+CANARY_KEY = "sk-canary-XXXX"
+
+#: endpoint name -> upstream model (distinct per endpoint so call counts are per endpoint).
+MODELS = {
+    "native": "avocado-large",
+    "openai_chat": "gpt-4.1-mini",
+    "openai_responses": "o4-mini",
+    "azure_dated": AZURE_DEPLOYMENT,
+    "azure_v1": AZURE_V1_DEPLOYMENT,
+    "anthropic": "claude-sonnet-4-6",
+}
+ALL_ENDPOINTS = tuple(MODELS)
+REASONING_ENDPOINTS = ("openai_responses", "azure_dated", "azure_v1", "anthropic")
+
+
+def pytest_addoption(parser, pluginmanager):
+    """Let ``pytest -p no:django`` run these Django-free tests: without pytest-django the
+    ``DJANGO_SETTINGS_MODULE`` ini key in pyproject.toml is unknown, and the configured
+    ``filterwarnings = error`` turns that PytestConfigWarning into a hard failure."""
+    if not pluginmanager.has_plugin("django"):
+        parser.addini(
+            "DJANGO_SETTINGS_MODULE", "(registered by tests/routing/conftest.py without pytest-django)"
+        )
+
+
+@pytest.fixture(scope="session")
+def fake_server():
+    fake = FakeUpstreams(models=list(MODELS.values()))
+    fake.start()
+    yield fake
+    sdk_clients.clear()
+    fake.stop()
+
+
+@pytest.fixture
+def fake(fake_server):
+    fake_server.reset(scenarios=True)
+    yield fake_server
+    fake_server.reset(scenarios=True)
+
+
+def make_endpoint(fake: FakeUpstreams, name: str, **overrides) -> EndpointConfig:
+    url = fake.url
+    base: dict = {
+        "native": {
+            "provider_kind": "native",
+            "base_url": f"{url}/v1",
+            "api_style": "chat_completions",
+            "credential": DEFAULT_API_KEYS["native"],
+        },
+        "openai_chat": {
+            "provider_kind": "openai",
+            "base_url": f"{url}/v1",
+            "api_style": "chat_completions",
+            "credential": DEFAULT_API_KEYS["openai"],
+        },
+        "openai_responses": {
+            "provider_kind": "openai",
+            "base_url": f"{url}/v1",
+            "api_style": "responses",
+            "credential": DEFAULT_API_KEYS["openai"],
+            "capabilities": frozenset({"tools", "streaming", "reasoning"}),
+        },
+        "azure_dated": {
+            "provider_kind": "azure_openai",
+            "base_url": url,
+            "api_style": "responses",
+            "api_version": API_VERSION,
+            "credential": DEFAULT_API_KEYS["azure"],
+            "capabilities": frozenset({"tools", "streaming", "reasoning"}),
+        },
+        "azure_v1": {
+            "provider_kind": "azure_openai",
+            "base_url": url,
+            "api_style": "responses",
+            "api_version": None,
+            "credential": DEFAULT_API_KEYS["azure"],
+            "capabilities": frozenset({"tools", "streaming", "reasoning"}),
+        },
+        "anthropic": {
+            "provider_kind": "anthropic",
+            "base_url": url,
+            "api_style": "messages",
+            "credential": DEFAULT_API_KEYS["anthropic"],
+            "capabilities": frozenset({"tools", "streaming", "reasoning"}),
+        },
+    }[name]
+    cfg = {
+        "public_id": f"ep-{name}",
+        "upstream_model": MODELS[name],
+        "timeout_s": 5.0,
+        "price_input_per_mtok": Decimal("1"),
+        "price_output_per_mtok": Decimal("2"),
+        **base,
+        **overrides,
+    }
+    return EndpointConfig(**cfg)
+
+
+@pytest.fixture
+def endpoint_factory(fake):
+    def factory(name: str, **overrides) -> EndpointConfig:
+        return make_endpoint(fake, name, **overrides)
+
+    return factory

@@ -1,0 +1,100 @@
+"""The completions API refuses bad input with field errors and enforces keys and scopes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import api_key
+
+pytestmark = pytest.mark.django_db
+
+VALID = {
+    "session_id": "s-1",
+    "user_id": "u-1",
+    "subagent": "coder",
+    "messages": [{"role": "user", "content": "hello"}],
+}
+
+
+@pytest.fixture
+def client():
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key()}")
+    return c
+
+
+def post_raw(client, body: str):
+    return client.generic("POST", "/api/v1/completions", body, content_type="application/json")
+
+
+def test_missing_fields_are_named_in_a_400(client):
+    response = client.post("/api/v1/completions", {"messages": []}, format="json")
+    assert response.status_code == 400
+    fields = response.json()["error"]["fields"]
+    assert set(fields) >= {"session_id", "user_id", "messages"}
+    assert fields["session_id"] == ["This field is required."]
+
+
+def test_bad_json_is_a_400_not_a_500(client):
+    response = post_raw(client, '{"session_id": "s-1", ')
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "parse_error"
+
+
+def test_nan_in_json_is_refused(client):
+    response = post_raw(client, json.dumps(VALID)[:-1] + ', "attributes": {"score": NaN}}')
+    assert response.status_code == 400
+
+
+def test_unknown_fields_are_refused_by_name(client):
+    response = client.post("/api/v1/completions", {**VALID, "temprature": 0.2}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"temprature": ["Unknown field."]}
+
+
+def test_wrong_types_are_field_errors(client):
+    body = {**VALID, "messages": [{"role": "wizard", "content": 3}], "tools": "search"}
+    response = client.post("/api/v1/completions", body, format="json")
+    assert response.status_code == 400
+    fields = response.json()["error"]["fields"]
+    assert "role" in fields["messages"]["0"]
+    assert "tools" in fields
+
+
+def test_tool_messages_need_a_tool_call_id(client):
+    body = {**VALID, "messages": [{"role": "tool", "content": "42"}]}
+    response = client.post("/api/v1/completions", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["messages"]["0"] == {
+        "tool_call_id": ["Required for role 'tool'."]
+    }
+
+
+def test_requests_without_a_key_get_401():
+    response = APIClient().post("/api/v1/completions", VALID, format="json")
+    assert response.status_code == 401
+
+
+def test_a_revoked_or_forged_key_gets_401():
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION="Bearer muse_deadbeef_not-a-real-key")
+    assert c.post("/api/v1/completions", VALID, format="json").status_code == 401
+
+
+def test_a_key_without_the_scope_gets_403():
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(['events'])}")
+    assert c.post("/api/v1/completions", VALID, format="json").status_code == 403
+
+
+def test_an_unknown_job_is_a_404(client):
+    assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 404
+
+
+def test_results_of_an_unknown_experiment_are_a_404(client):
+    response = client.get("/api/v1/experiments/no-such-experiment/results")
+    assert response.status_code == 404

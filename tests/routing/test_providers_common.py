@@ -1,0 +1,311 @@
+"""Types, cost arithmetic, error mapping helpers, secrets and the registry (no network)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from decimal import Decimal
+
+import pytest
+
+from routing.providers import (
+    AuthFailed,
+    ClientRequestError,
+    CompletionRequest,
+    CompletionResult,
+    EndpointConfig,
+    Message,
+    ProviderRegistry,
+    RateLimited,
+    ReasoningState,
+    Secret,
+    StreamEvent,
+    StreamFailed,
+    ToolCall,
+    ToolSpec,
+    UpstreamUnavailable,
+    Usage,
+    compute_cost_usd,
+    get_client,
+)
+from routing.providers.anthropic_messages import AnthropicMessagesClient, anthropic_usage
+from routing.providers.base import ProviderClient, anchor_reasoning, parse_retry_after
+from routing.providers.errors import class_for_status, safe_message
+from routing.providers.openai_chat import OpenAIChatClient
+from routing.providers.openai_responses import OpenAIResponsesClient
+from routing.providers.types import messages_from_openai
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config_snapshots():
+    """Django-free module: shadows the Django fixture of tests/conftest.py (runs with -p no:django)."""
+    yield
+
+
+def endpoint(**kw) -> EndpointConfig:
+    base = {
+        "public_id": "ep",
+        "provider_kind": "openai",
+        "base_url": "http://x/v1",
+        "upstream_model": "gpt-4.1-mini",
+        "api_style": "chat_completions",
+        "credential": "sk-canary-XXXX",
+    }
+    base.update(kw)
+    return EndpointConfig(**base)
+
+
+# ---- Secret / EndpointConfig -------------------------------------------------------------------
+
+
+def test_secret_never_reveals_itself():
+    s = Secret("sk-canary-XXXX")
+    assert "canary" not in repr(s) and "canary" not in str(s) and "canary" not in f"{s}"
+    assert s.reveal() == "sk-canary-XXXX"
+    assert s == Secret("sk-canary-XXXX") and s != Secret("other")
+    assert len(s.fingerprint) == 16 and "canary" not in s.fingerprint
+    with pytest.raises(TypeError):
+        pickle.dumps(s)
+    assert copy.deepcopy(s) is s
+
+
+def test_endpoint_repr_masks_credential_and_coerces_prices():
+    ep = endpoint(price_input_per_mtok=1.25, price_output_per_mtok="10")
+    assert "sk-canary-XXXX" not in repr(ep)
+    assert isinstance(ep.credential, Secret)
+    assert ep.price_input_per_mtok == Decimal("1.25") and ep.price_output_per_mtok == Decimal("10")
+    assert "sk-canary-XXXX" not in repr(copy.deepcopy(ep))
+
+
+def test_endpoint_fingerprint_depends_on_endpoint_and_credential():
+    a = endpoint()
+    assert a.fingerprint == endpoint().fingerprint
+    assert a.fingerprint != endpoint(credential="sk-other").fingerprint
+    assert a.fingerprint != endpoint(upstream_model="gpt-4.1").fingerprint
+    assert a.fingerprint != endpoint(base_url="http://y/v1").fingerprint
+
+
+def test_endpoint_validation():
+    with pytest.raises(ValueError):
+        endpoint(provider_kind="bedrock")
+    with pytest.raises(ValueError):
+        endpoint(api_style="completions")
+
+
+def test_upstream_model_kept_verbatim():
+    assert endpoint(upstream_model="my.model_v1.2").upstream_model == "my.model_v1.2"
+
+
+# ---- cost ------------------------------------------------------------------------------------------
+
+
+def test_openai_cost_input_includes_cached():
+    # 1000 input of which 400 cached; 200 output (incl. 50 reasoning).
+    ep = endpoint(
+        price_input_per_mtok="1.25", price_cached_input_per_mtok="0.125", price_output_per_mtok="10"
+    )
+    usage = Usage(input_tokens=1000, cached_input_tokens=400, output_tokens=200, reasoning_tokens=50)
+    # 600*1.25 + 400*0.125 + 200*10 = 750 + 50 + 2000 = 2800 per 1e6
+    assert compute_cost_usd(usage, ep) == Decimal("0.0028")
+
+
+def test_anthropic_cost_input_excludes_cache():
+    ep = endpoint(
+        provider_kind="anthropic",
+        api_style="messages",
+        price_input_per_mtok="3",
+        price_cached_input_per_mtok="0.30",
+        price_cache_write_per_mtok="3.75",
+        price_output_per_mtok="15",
+    )
+
+    class WireUsage:  # what the Anthropic API reports
+        input_tokens = 500
+        cache_read_input_tokens = 300
+        cache_creation_input_tokens = 200
+        output_tokens = 100
+        output_tokens_details = None
+
+    usage = anthropic_usage(WireUsage())
+    assert (usage.input_tokens, usage.cached_input_tokens, usage.cache_write_tokens) == (1000, 300, 200)
+    assert usage.vendor["input_tokens"] == 500
+    # 500*3 + 300*0.30 + 200*3.75 + 100*15 = 1500 + 90 + 750 + 1500 = 3840 per 1e6
+    assert compute_cost_usd(usage, ep) == Decimal("0.00384")
+
+
+def test_cost_missing_cache_prices_fall_back_to_input_price():
+    ep = endpoint(price_input_per_mtok="2", price_output_per_mtok="0")
+    usage = Usage(input_tokens=100, cached_input_tokens=50, cache_write_tokens=10)
+    assert compute_cost_usd(usage, ep) == Decimal("0.0002")
+
+
+# ---- request / result ------------------------------------------------------------------------------
+
+
+def test_allowed_tools_filter_and_system_text():
+    tools = (ToolSpec("a"), ToolSpec("b"), ToolSpec("c"))
+    req = CompletionRequest(
+        messages=(Message("system", "S1"), Message("user", "u"), Message("system", "S2")),
+        tools=tools,
+        allowed_tools=("c", "a"),
+    )
+    assert [t.name for t in req.effective_tools()] == ["a", "c"]
+    assert req.system_text() == "S1\n\nS2"
+    assert CompletionRequest(messages=(), tools=tools).effective_tools() == tools
+
+
+def test_message_validation():
+    with pytest.raises(ValueError):
+        Message("tool", "x")
+    with pytest.raises(ValueError):
+        Message("robot", "x")
+
+
+def test_messages_from_openai():
+    msgs = messages_from_openai(
+        [
+            {"role": "developer", "content": "sys"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ]
+    )
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "tool"]
+    assert msgs[2].tool_calls == (ToolCall("c1", "f", {"x": 1}),)
+
+
+def _result(state=None) -> CompletionResult:
+    return CompletionResult(
+        text="hello",
+        tool_calls=(ToolCall("c1", "f", {"a": 1}),),
+        finish_reason="tool_calls",
+        usage=Usage(input_tokens=3, output_tokens=4),
+        cost_usd=Decimal("0.000012"),
+        latency_ms=12.3456,
+        upstream_request_id="req_1",
+        endpoint_id="ep",
+        upstream_model="m",
+        reasoning_state=state,
+    )
+
+
+def test_public_dict_and_repr_exclude_reasoning_state():
+    state = ReasoningState(
+        "fp", "openai", "responses", ({"type": "reasoning", "encrypted_content": "gAAAAAsecret"},)
+    )
+    res = _result(state)
+    public = res.to_public_dict()
+    assert "reasoning_state" not in public
+    assert (
+        "gAAAAAsecret" not in str(public)
+        and "gAAAAAsecret" not in repr(res)
+        and "gAAAAAsecret" not in repr(state)
+    )
+    assert public["cost_usd"] == "0.000012"
+    assert public["tool_calls"] == [{"id": "c1", "name": "f", "arguments": {"a": 1}}]
+    done = StreamEvent(kind="done", result=res)
+    assert "gAAAAAsecret" not in str(done.to_public_dict()) and "gAAAAAsecret" not in repr(done)
+
+
+def test_stream_error_event_public_dict():
+    err = StreamFailed("boom", after_content=True, cause_class="UpstreamUnavailable")
+    assert StreamEvent(kind="error", error=err).to_public_dict() == {
+        "type": "error",
+        "error": {"class": "StreamFailed", "message": "boom", "retryable": False, "after_content": True},
+    }
+
+
+def test_anchor_reasoning_by_tool_call_id_and_fallback():
+    msgs = (
+        Message("user", "u1"),
+        Message("assistant", "", tool_calls=(ToolCall("t1", "f", {}),)),
+        Message("tool", "r1", tool_call_id="t1"),
+        Message("assistant", "", tool_calls=(ToolCall("t2", "f", {}),)),
+        Message("tool", "r2", tool_call_id="t2"),
+    )
+    s1 = ReasoningState("fp", "openai", "responses", ({"n": 1},), tool_call_ids=("t1",))
+    s2 = ReasoningState("fp", "openai", "responses", ({"n": 2},), tool_call_ids=("zzz",))
+    anchored = anchor_reasoning(CompletionRequest(messages=msgs), [s1, s2])
+    assert anchored == {1: [s1], 3: [s2]}
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+
+def test_safe_message_redacts_keys():
+    msg = "Incorrect API key provided: sk-can*******XXXX. also sk-canary-XXXX and sk-proj-abcdef123"
+    out = safe_message(msg, ["sk-canary-XXXX"])
+    assert "XXXX" not in out and "abcdef123" not in out and "canary" not in out
+
+
+@pytest.mark.parametrize(
+    ("status", "etype", "cls"),
+    [
+        (429, None, RateLimited),
+        (401, None, AuthFailed),
+        (403, None, AuthFailed),
+        (400, None, ClientRequestError),
+        (404, None, ClientRequestError),
+        (500, None, UpstreamUnavailable),
+        (503, None, UpstreamUnavailable),
+        (529, "overloaded_error", UpstreamUnavailable),
+    ],
+)
+def test_class_for_status(status, etype, cls):
+    assert class_for_status(status, etype) is cls
+
+
+def test_retryability_flags():
+    assert RateLimited("x").retryable and UpstreamUnavailable("x").retryable
+    assert not AuthFailed("x").retryable and not ClientRequestError("x").retryable
+    assert StreamFailed("x", after_content=False).retryable
+    assert not StreamFailed("x", after_content=True).retryable
+    assert not StreamFailed("x", after_content=False, retryable=False).retryable
+
+
+def test_parse_retry_after():
+    assert parse_retry_after({"retry-after": "7"}) == 7.0
+    assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert parse_retry_after({}) is None
+    assert parse_retry_after({"retry-after": "garbage"}) is None
+
+
+# ---- registry -------------------------------------------------------------------------------------
+
+
+class DummyClient(ProviderClient):
+    api_styles = frozenset({"chat_completions"})
+
+
+def test_registry_defaults():
+    assert get_client("native") is OpenAIChatClient
+    assert get_client("openai") is OpenAIChatClient
+    assert get_client("openai", "responses") is OpenAIResponsesClient
+    assert get_client("azure_openai") is OpenAIResponsesClient
+    assert get_client("azure_openai", "chat_completions") is OpenAIChatClient
+    assert get_client("anthropic") is AnthropicMessagesClient
+    with pytest.raises(KeyError):
+        get_client("bedrock")
+
+
+def test_registry_overrides_and_bad_paths():
+    assert get_client("native", overrides={"native": f"{__name__}.DummyClient"}) is DummyClient
+    registry = ProviderRegistry({"native:chat_completions": f"{__name__}.DummyClient"})
+    ep = endpoint(provider_kind="native")
+    assert isinstance(registry.client_for(ep), DummyClient)
+    assert registry.client_for(ep) is registry.client_for(ep)
+    with pytest.raises(ImportError):
+        ProviderRegistry({"native": "routing.providers.nope.Client"}).get_client("native")
+    with pytest.raises(TypeError):
+        ProviderRegistry({"native": "decimal.Decimal"}).get_client("native")
+
+
+def test_client_rejects_wrong_api_style():
+    with pytest.raises(ValueError):
+        OpenAIChatClient().complete(endpoint(api_style="responses"), CompletionRequest(messages=()))

@@ -1,0 +1,180 @@
+"""Failure scenarios -> error classes, exactly one upstream call each, and no leaked secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+
+import pytest
+
+from routing.providers import (
+    AuthFailed,
+    BadResponse,
+    ClientRequestError,
+    CompletionRequest,
+    ConnectionFailed,
+    Message,
+    RateLimited,
+    StreamFailed,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    client_for,
+)
+from tests.routing.conftest import ALL_ENDPOINTS, CANARY_KEY, MODELS
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config_snapshots():
+    """Django-free module: shadows the Django fixture of tests/conftest.py (runs with -p no:django)."""
+    yield
+
+
+REQ = CompletionRequest(messages=(Message("user", "hello there friend"),))
+
+FAILURES = [
+    ("rate_limit", RateLimited, 429, True),
+    ("server_error", UpstreamUnavailable, 500, True),
+    ("unavailable", UpstreamUnavailable, 503, True),
+    ("overloaded", UpstreamUnavailable, 529, True),
+    ("bad_request", ClientRequestError, 400, False),
+    ("auth", AuthFailed, 401, False),
+    ("timeout", UpstreamTimeout, None, True),
+    ("reset", ConnectionFailed, None, True),
+    ("malformed", BadResponse, None, True),
+]
+
+
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+@pytest.mark.parametrize(("failure", "cls", "status", "retryable"), FAILURES, ids=[f[0] for f in FAILURES])
+def test_complete_failure_mapping(fake, endpoint_factory, name, failure, cls, status, retryable):
+    fake.set_scenario(MODELS[name], failure=failure, retry_after_s=7, hang_ms=3000)
+    ep = endpoint_factory(name, timeout_s=0.25)
+    with pytest.raises(cls) as info:
+        client_for(ep).complete(ep, REQ)
+    err = info.value
+    assert type(err) is cls
+    assert err.retryable is retryable
+    assert err.status_code == status
+    assert err.endpoint_id == ep.public_id and err.provider_kind == ep.provider_kind
+    if failure == "rate_limit":
+        assert err.retry_after_s == 7.0
+    if failure == "overloaded" and name == "anthropic":
+        assert err.error_type == "overloaded_error"
+    if status is not None:
+        assert err.upstream_request_id == fake.calls()[0]["request_id"]
+    assert err.__suppress_context__ and err.__cause__ is None  # SDK exception not chained
+    assert fake.call_count(MODELS[name]) == 1  # no retries in the client layer
+
+
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_fail_first_n_then_success(fake, endpoint_factory, name):
+    fake.set_scenario(MODELS[name], failure="unavailable", fail_first_n=2)
+    ep = endpoint_factory(name)
+    client = client_for(ep)
+    for _ in range(2):
+        with pytest.raises(UpstreamUnavailable):
+            client.complete(ep, REQ)
+    assert client.complete(ep, REQ).text
+    assert fake.call_count(MODELS[name]) == 3
+
+
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_unknown_model_is_client_error(fake, endpoint_factory, name):
+    ep = endpoint_factory(name, upstream_model="no-such.model_1")
+    with pytest.raises(ClientRequestError) as info:
+        client_for(ep).complete(ep, REQ)
+    assert info.value.status_code == 404 and not info.value.retryable
+    assert fake.call_count("no-such.model_1") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_auth_failure_never_leaks_the_key(fake, endpoint_factory, name, stream, caplog):
+    caplog.set_level(logging.DEBUG)
+    ep = endpoint_factory(name, credential=CANARY_KEY)
+    client = client_for(ep)
+    with pytest.raises(AuthFailed) as info:
+        if stream:
+            list(client.stream(ep, REQ))
+        else:
+            client.complete(ep, REQ)
+    err = info.value
+    rendered = [
+        str(err),
+        repr(err),
+        json.dumps(err.to_public_dict()),
+        "".join(traceback.format_exception(err)),
+        caplog.text,
+        repr(ep),
+    ]
+    for text in rendered:
+        assert CANARY_KEY not in text
+        assert "canary" not in text  # not even a partial/masked form
+    assert err.status_code == 401 and not err.retryable
+    assert fake.call_count(MODELS[name]) == 1
+
+
+# ---- streaming failures ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_in_stream_error_after_content_yields_error_event(fake, endpoint_factory, name):
+    fake.set_scenario(MODELS[name], failure="stream_error", stream_error_after=2)
+    ep = endpoint_factory(name)
+    events = list(client_for(ep).stream(ep, REQ))
+    assert [e.kind for e in events] == ["text_delta", "text_delta", "error"]
+    err = events[-1].error
+    assert isinstance(err, StreamFailed)
+    assert err.after_content is True and err.retryable is False
+    assert err.cause_class == "UpstreamUnavailable"
+    assert events[-1].to_public_dict()["error"]["after_content"] is True
+    assert fake.call_count(MODELS[name]) == 1
+
+
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_in_stream_error_before_content_is_raised_and_retryable(fake, endpoint_factory, name):
+    fake.set_scenario(MODELS[name], failure="stream_error", stream_error_after=0)
+    ep = endpoint_factory(name)
+    with pytest.raises(StreamFailed) as info:
+        list(client_for(ep).stream(ep, REQ))
+    assert info.value.after_content is False and info.value.retryable is True
+    assert fake.call_count(MODELS[name]) == 1
+
+
+def test_responses_response_failed_event(fake, endpoint_factory):
+    fake.set_scenario(MODELS["openai_responses"], failure="stream_error", stream_error_kind="response.failed")
+    ep = endpoint_factory("openai_responses")
+    events = list(client_for(ep).stream(ep, REQ))
+    assert events[-1].kind == "error" and events[-1].error.error_type == "server_error"
+
+
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_stream_connection_reset_mid_stream(fake, endpoint_factory, name):
+    fake.set_scenario(MODELS[name], failure="stream_reset", stream_error_after=1)
+    ep = endpoint_factory(name)
+    events = list(client_for(ep).stream(ep, REQ))
+    assert events[-1].kind == "error"
+    err = events[-1].error
+    assert isinstance(err, StreamFailed) and err.after_content and err.cause_class == "ConnectionFailed"
+    assert fake.call_count(MODELS[name]) == 1
+
+
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_stream_malformed_data(fake, endpoint_factory, name):
+    fake.set_scenario(MODELS[name], failure="malformed", stream_error_after=1)
+    ep = endpoint_factory(name)
+    events = list(client_for(ep).stream(ep, REQ))
+    assert events[-1].kind == "error"
+    assert events[-1].error.cause_class == "BadResponse"
+
+
+@pytest.mark.parametrize(("failure", "cls"), [("rate_limit", RateLimited), ("timeout", UpstreamTimeout)])
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_stream_pre_response_failures_are_raised(fake, endpoint_factory, name, failure, cls):
+    fake.set_scenario(MODELS[name], failure=failure, retry_after_s=2, hang_ms=3000)
+    ep = endpoint_factory(name, timeout_s=0.25)
+    with pytest.raises(cls) as info:
+        list(client_for(ep).stream(ep, REQ))
+    assert info.value.retryable
+    assert fake.call_count(MODELS[name]) == 1
