@@ -1,0 +1,16 @@
+"""The dependency rules of STYLE.md hold (import-linter contracts in ``.importlinter``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_pure_cores_and_dependency_direction_hold():
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
