@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+
+from celery.exceptions import TimeoutError as CeleryTimeout
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -15,8 +19,10 @@ from muse_experiments.auth import HasScope
 from muse_experiments.models import Experiment
 
 from .events import EventInput, events_record
-from .models import ResultSnapshot
+from .models import ResultSnapshot, SnapshotTrigger
+from .selectors import snapshot_latest
 from .services import results_compute
+from .tasks import compute_results
 
 MAX_BATCH = 1000
 
@@ -78,24 +84,152 @@ class EventsCreateApi(APIView):
         return Response(self.OutputSerializer(report).data, status=status.HTTP_201_CREATED)
 
 
+ANALYSIS_CHOICES = ("itt", "served")
+MAX_WAIT_S = 30.0
+
+
+def _snapshot_payload(snapshot: ResultSnapshot, analysis: str) -> dict:
+    """The snapshot's results as served: top level is the chosen analysis (``itt`` default)."""
+    results = dict(snapshot.results)
+    if analysis == "served":
+        served = results.get("analyses", {}).get("served", {})
+        results.update(served)
+        results["analysis"] = "served"
+    return {
+        "snapshot_id": snapshot.pk,
+        "computed_at": snapshot.computed_at,
+        "trigger": snapshot.trigger,
+        "duration_ms": snapshot.duration_ms,
+        **results,
+    }
+
+
+def _not_found(message: str) -> Response:
+    return Response({"error": {"code": "not_found", "message": message}}, status=status.HTTP_404_NOT_FOUND)
+
+
 class ResultsApi(APIView):
-    """Latest results snapshot of an experiment; ``?refresh=1`` computes a new one first."""
+    """Latest results snapshot of an experiment phase.
+
+    ``?phase=N`` (default: the current phase), ``?analysis=itt|served`` (intent-to-treat by assigned
+    variant, the default, or only units served as assigned), ``?request_id=<uuid>`` (the snapshot a
+    ``POST …/results/compute`` produced), ``?refresh=1`` (compute synchronously first; small
+    experiments only — use ``POST …/results/compute`` otherwise).
+    """
 
     permission_classes = [HasScope]
     required_scope = "analytics:read"
 
+    class QuerySerializer(StrictSerializer):
+        phase = serializers.IntegerField(required=False, min_value=1)
+        analysis = serializers.ChoiceField(choices=ANALYSIS_CHOICES, required=False, default="itt")
+        request_id = serializers.UUIDField(required=False)
+        refresh = serializers.BooleanField(required=False, default=False)
+
     @extend_schema(
+        parameters=[QuerySerializer],
         responses={
             200: serializers.JSONField(),
+            400: OpenApiResponse(description="Field errors"),
             404: OpenApiResponse(description="Unknown experiment or no results yet"),
-        }
+        },
     )
     def get(self, request, key):
         experiment = get_object_or_404(Experiment, key=key)
-        if request.query_params.get("refresh") in ("1", "true") and experiment.phase:
-            snapshot = results_compute(experiment=experiment)
+        query = self.QuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        if q.get("request_id"):
+            snapshot = ResultSnapshot.objects.filter(
+                experiment=experiment, request_id=q["request_id"]
+            ).first()
+            if snapshot is None:
+                return _not_found("No snapshot for this request yet (still computing, or unknown id).")
+            return Response(_snapshot_payload(snapshot, q["analysis"]))
+        phase = q.get("phase") or experiment.phase
+        if not phase:
+            return _not_found("The experiment has not started: no results.")
+        if q["refresh"]:
+            try:
+                snapshot = results_compute(experiment=experiment, phase=phase, trigger=SnapshotTrigger.API)
+            except ValueError as exc:
+                raise serializers.ValidationError({"phase": str(exc)}) from exc
         else:
-            snapshot = ResultSnapshot.objects.filter(experiment=experiment).first()
+            snapshot = snapshot_latest(experiment=experiment, phase=phase)
         if snapshot is None:
-            return Response({"error": {"code": "not_found", "message": "No results yet."}}, status=404)
-        return Response({"computed_at": snapshot.computed_at, **snapshot.results})
+            return _not_found(f"No results yet for phase {phase}.")
+        return Response(_snapshot_payload(snapshot, q["analysis"]))
+
+
+class ResultsComputeApi(APIView):
+    """Ask for a new results snapshot, computed by a Celery task on the ``analytics`` queue.
+
+    Answers ``202`` with ``request_id`` and where to fetch the snapshot
+    (``GET …/results?request_id=…``). With ``wait_s`` > 0 it waits up to that long (≤ 30 s) and,
+    if the snapshot is ready, answers ``201`` with it.
+    """
+
+    permission_classes = [HasScope]
+    required_scope = "analytics:read"
+
+    class InputSerializer(StrictSerializer):
+        phase = serializers.IntegerField(required=False, min_value=1)
+        wait_s = FiniteFloatField(required=False, default=0.0, min_value=0.0, max_value=MAX_WAIT_S)
+
+    class OutputSerializer(serializers.Serializer):
+        request_id = serializers.UUIDField()
+        status = serializers.CharField(help_text="queued, or done")
+        phase = serializers.IntegerField()
+        results_url = serializers.CharField()
+        snapshot = serializers.JSONField(allow_null=True)
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={
+            202: OutputSerializer,
+            201: OutputSerializer,
+            400: OpenApiResponse(description="Field errors (e.g. the experiment has not started)"),
+            404: OpenApiResponse(description="Unknown experiment"),
+        },
+    )
+    def post(self, request, key):
+        experiment = get_object_or_404(Experiment, key=key)
+        data = self.InputSerializer(data=request.data if isinstance(request.data, dict) else {})
+        data.is_valid(raise_exception=True)
+        phase = data.validated_data.get("phase") or experiment.phase
+        if not experiment.phase:
+            raise serializers.ValidationError(
+                {"phase": "The experiment has not started: nothing to compute."}
+            )
+        if phase > experiment.phase:
+            raise serializers.ValidationError(
+                {"phase": f"Phase {phase} does not exist (current: {experiment.phase})."}
+            )
+        request_id = uuid.uuid4()
+        transaction.on_commit(
+            lambda: compute_results.apply_async(
+                args=(experiment.id, phase, SnapshotTrigger.API, str(request_id)), task_id=str(request_id)
+            )
+        )
+        wait_s = data.validated_data["wait_s"]
+        snapshot = None
+        if wait_s > 0 and not transaction.get_connection().in_atomic_block:
+            with contextlib.suppress(CeleryTimeout):  # not done yet: answer 202
+                compute_results.AsyncResult(str(request_id)).get(
+                    timeout=wait_s, interval=0.05, propagate=False
+                )
+            snapshot = ResultSnapshot.objects.filter(request_id=request_id).first()
+        url = f"/api/v1/experiments/{experiment.key}/results?request_id={request_id}"
+        payload = {
+            "request_id": request_id,
+            "status": "done" if snapshot else "queued",
+            "phase": phase,
+            "results_url": url,
+            "snapshot": _snapshot_payload(snapshot, "itt") if snapshot else None,
+        }
+        response = Response(
+            self.OutputSerializer(payload).data,
+            status=status.HTTP_201_CREATED if snapshot else status.HTTP_202_ACCEPTED,
+        )
+        response["Location"] = url
+        return response

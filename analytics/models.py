@@ -1,8 +1,22 @@
-"""Outcome events posted by clients and the result snapshots computed from them."""
+"""Analytics data: outcome events, metric definitions, per-experiment analysis settings, result
+snapshots and the guardrail decisions taken from them.
+
+Business rules live in :mod:`analytics.services` (writes) and :mod:`analytics.selectors` (reads);
+the SQL that reduces raw rows to sufficient statistics is in :mod:`analytics.queries`.
+"""
 
 from __future__ import annotations
 
+import uuid
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+
+metric_name_validator = RegexValidator(
+    r"^[a-z0-9][a-z0-9_]{0,99}$", "Use lowercase letters, digits and '_' (e.g. tokens_per_turn)."
+)
+event_name_validator = RegexValidator(r"^[A-Za-z0-9_.:-]{1,100}$", "Use the event name as posted to /events.")
 
 
 class OutcomeEvent(models.Model):
@@ -26,6 +40,197 @@ class OutcomeEvent(models.Model):
         return f"{self.name}={self.value} ({self.event_id})"
 
 
+class MetricSource(models.TextChoices):
+    EVENT = "event", "Outcome event"
+    CALL = "call", "Routing call record"
+
+
+class CallValue(models.TextChoices):
+    """What one routing call contributes to a call metric (whitelisted SQL expressions in
+    :data:`analytics.queries.CALL_VALUE_SQL`; never free SQL)."""
+
+    LATENCY_MS = "latency_ms", "Latency (ms; succeeded calls only, NULL otherwise)"
+    COST_USD = "cost_usd", "Cost (USD)"
+    INPUT_TOKENS = "input_tokens", "Input tokens"
+    CACHED_INPUT_TOKENS = "cached_input_tokens", "Cached input tokens"
+    OUTPUT_TOKENS = "output_tokens", "Output tokens"
+    REASONING_TOKENS = "reasoning_tokens", "Reasoning tokens"
+    TOOL_CALLS = "tool_calls", "Tool calls returned"
+    CALLS = "calls", "1 per call (counts calls)"
+    ERROR = "error", "1 if the call failed"
+    FALLBACK = "fallback", "1 if served by a fallback (error_fallback, killed, circuit_open)"
+    HAS_TOOL_CALL = "has_tool_call", "1 if the call returned a tool call"
+    SUCCEEDED = "succeeded", "1 if the call succeeded"
+
+
+class Aggregation(models.TextChoices):
+    """How a unit's rows become its value. Units with no rows get 0 for sum/count/any and are
+    left out of the metric for mean (there is nothing to average)."""
+
+    SUM = "sum", "Sum per unit"
+    MEAN = "mean", "Mean per unit"
+    COUNT = "count", "Count of rows per unit"
+    ANY = "any", "1 if any row has a value > 0, else 0"
+
+
+class MetricType(models.TextChoices):
+    PROPORTION = "proportion", "Proportion (binary per unit; z-test)"
+    MEAN = "mean", "Mean of per-unit values (Welch t-test)"
+    RATIO = "ratio", "Ratio of two metrics' totals (delta method)"
+
+
+class Capping(models.TextChoices):
+    NONE = "none", "No capping"
+    FIXED = "fixed", "Cap per-unit values at a fixed value"
+    PERCENTILE = "percentile", "Cap per-unit values at a percentile of all analysed units"
+
+
+class MetricDefinition(models.Model):
+    """How to turn raw rows into one number per unit, and how to compare arms.
+
+    * ``source=event``: rows are :class:`OutcomeEvent` named ``event_name`` for the unit (joined
+      on session or user id, per the experiment's unit type) at or after its first exposure.
+    * ``source=call``: rows are the unit's :class:`routing.models.CallRecord` in the experiment
+      phase; each row contributes ``call_value`` (e.g. ``latency_ms``, ``error``).
+    * ``metric_type=ratio``: ``numerator`` and ``denominator`` are other (non-ratio, non-mean
+      aggregated) metrics; the ratio is Σnumerator / Σdenominator per arm, compared by the
+      delta method (Deng et al. 2018).
+    * Capping (winsorisation, upper tail only): per-unit values above ``cap_value`` (fixed) or
+      above the ``cap_value`` quantile (0 < q < 1, nearest rank, computed in SQL over all analysed
+      units of all arms) are replaced by the cap. The covariate uses the same cap.
+    * CUPED: ``covariate_lookback_days`` > 0 adds the same metric measured on the unit's rows
+      in the window ``[first exposure − lookback, first exposure)`` as a pre-exposure covariate.
+    """
+
+    name = models.CharField(max_length=100, unique=True, validators=[metric_name_validator])
+    label = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    source = models.CharField(max_length=10, choices=MetricSource.choices, default=MetricSource.EVENT)
+    event_name = models.CharField(max_length=100, blank=True, validators=[event_name_validator])
+    call_value = models.CharField(max_length=30, choices=CallValue.choices, blank=True)
+    aggregation = models.CharField(max_length=10, choices=Aggregation.choices, default=Aggregation.SUM)
+    metric_type = models.CharField(max_length=12, choices=MetricType.choices, default=MetricType.MEAN)
+    numerator = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    denominator = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    higher_is_better = models.BooleanField(default=True)
+    capping = models.CharField(max_length=12, choices=Capping.choices, default=Capping.NONE)
+    cap_value = models.FloatField(null=True, blank=True, help_text="Fixed cap, or quantile in (0, 1).")
+    covariate_lookback_days = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(365)], help_text="0 disables CUPED for this metric."
+    )
+    is_builtin = models.BooleanField(default=False, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Field errors for inconsistent definitions (the admin shows them on the form)."""
+        errors: dict[str, str] = {}
+        if self.metric_type == MetricType.RATIO:
+            if not self.numerator_id:
+                errors["numerator"] = "A ratio metric needs a numerator metric."
+            if not self.denominator_id:
+                errors["denominator"] = "A ratio metric needs a denominator metric."
+            for field in ("numerator", "denominator"):
+                part = getattr(self, field) if getattr(self, f"{field}_id") else None
+                if part is None:
+                    continue
+                if self.pk and part.pk == self.pk:
+                    errors[field] = "A ratio cannot use itself."
+                elif part.metric_type == MetricType.RATIO:
+                    errors[field] = "Use a metric that is not itself a ratio."
+                elif part.aggregation == Aggregation.MEAN:
+                    errors[field] = "Ratio parts must be sum, count or any per unit (not mean)."
+            if self.capping != Capping.NONE:
+                errors["capping"] = "Cap the numerator and denominator metrics instead."
+            if self.covariate_lookback_days:
+                errors["covariate_lookback_days"] = "CUPED is not available for ratio metrics."
+        else:
+            if self.numerator_id or self.denominator_id:
+                errors["numerator"] = "Only ratio metrics have a numerator and denominator."
+            if self.source == MetricSource.EVENT and not self.event_name:
+                errors["event_name"] = "Name the outcome event."
+            if self.source == MetricSource.CALL and not self.call_value:
+                errors["call_value"] = "Choose what each call contributes."
+            if self.source == MetricSource.CALL and self.event_name:
+                errors["event_name"] = "Call metrics have no event name."
+            if self.source == MetricSource.EVENT and self.call_value:
+                errors["call_value"] = "Event metrics have no call value."
+            if self.metric_type == MetricType.PROPORTION and self.aggregation != Aggregation.ANY:
+                errors["aggregation"] = "A proportion needs a 0/1 value per unit: use 'any'."
+        if self.capping == Capping.FIXED and self.cap_value is None:
+            errors["cap_value"] = "Give the cap."
+        if self.capping == Capping.PERCENTILE and not (
+            self.cap_value is not None and 0.0 < self.cap_value < 1.0
+        ):
+            errors["cap_value"] = "Give the quantile as a fraction in (0, 1), e.g. 0.99."
+        if self.capping == Capping.NONE and self.cap_value is not None:
+            errors["cap_value"] = "Leave empty without capping."
+        if self.capping != Capping.NONE and self.metric_type == MetricType.PROPORTION:
+            errors["capping"] = "Proportions are 0/1 and need no capping."
+        if errors:
+            raise ValidationError(errors)
+
+
+class ExperimentAnalysisSettings(models.Model):
+    """Per-experiment analysis options (kept here so analytics never edits experiment models).
+
+    Experiments without a row use the defaults below (:func:`analytics.selectors.analysis_settings_for`).
+    """
+
+    experiment = models.OneToOneField(
+        "muse_experiments.Experiment", on_delete=models.CASCADE, related_name="analysis_settings"
+    )
+    alpha = models.FloatField(
+        default=0.05,
+        validators=[MinValueValidator(0.0001), MaxValueValidator(0.5)],
+        help_text="Significance level; intervals have coverage 1 − alpha.",
+    )
+    sequential_tuning = models.FloatField(
+        default=5000.0,
+        validators=[MinValueValidator(1.0)],
+        help_text="Total units at which the confidence sequence is tightest (set to the expected "
+        "sample size); any value keeps the false-positive rate ≤ alpha under peeking.",
+    )
+    secondary_metrics = models.JSONField(
+        default=list, blank=True, help_text="Extra metric names to report besides primary and guardrails."
+    )
+    include_multiple_exposures = models.BooleanField(
+        default=False, help_text="Analyse units seen in several variants under their first variant."
+    )
+    auto_pause_guardrails = models.BooleanField(
+        default=False,
+        help_text="Pause a treatment through the kill switch when a guardrail metric is significantly "
+        "worse under the sequential test.",
+    )
+    guardrail_min_units = models.PositiveIntegerField(
+        default=100, help_text="Units each arm needs before the guardrail loop may act."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "experiment analysis settings"
+
+    def __str__(self) -> str:
+        return f"analysis settings of {self.experiment_id}"
+
+    def clean(self) -> None:
+        names = self.secondary_metrics
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValidationError({"secondary_metrics": "A list of metric names."})
+
+
+class SnapshotTrigger(models.TextChoices):
+    MANUAL = "manual"
+    API = "api"
+    SCHEDULE = "schedule"
+
+
 class ResultSnapshot(models.Model):
     """Results of one experiment phase, with the sufficient statistics that produced them."""
 
@@ -34,12 +239,54 @@ class ResultSnapshot(models.Model):
     )
     phase = models.PositiveIntegerField()
     computed_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    request_id = models.UUIDField(null=True, blank=True, unique=True, default=None)
+    trigger = models.CharField(max_length=10, choices=SnapshotTrigger.choices, default=SnapshotTrigger.MANUAL)
+    duration_ms = models.FloatField(null=True, blank=True, help_text="SQL + statistics time.")
     inputs = models.JSONField(help_text="Per-variant sufficient statistics per metric.")
     results = models.JSONField(help_text="Comparisons, SRM; JSON without NaN/Infinity.")
 
     class Meta:
-        ordering = ["-computed_at"]
+        ordering = ["-computed_at", "-id"]
         get_latest_by = "computed_at"
+        indexes = [
+            models.Index(fields=["experiment", "phase", "-computed_at"], name="snapshot_exp_phase_latest")
+        ]
 
     def __str__(self) -> str:
         return f"{self.experiment_id} phase {self.phase} @ {self.computed_at:%Y-%m-%d %H:%M}"
+
+
+class GuardrailDecision(models.TextChoices):
+    PAUSED = "paused", "Variant paused through the kill switch"
+    DETECTED = "detected", "Detected; auto-pause is off for this experiment"
+    KILL_SWITCH_UNAVAILABLE = "kill_switch_unavailable", "Detected; no kill switch service to call"
+    FAILED = "failed", "Detected; the kill switch call failed"
+
+
+class GuardrailAction(models.Model):
+    """A guardrail breach found in a snapshot, and what the platform did about it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    experiment = models.ForeignKey(
+        "muse_experiments.Experiment", on_delete=models.CASCADE, related_name="guardrail_actions"
+    )
+    phase = models.PositiveIntegerField()
+    variant_key = models.CharField(max_length=100)
+    metric = models.CharField(max_length=100)
+    decision = models.CharField(max_length=30, choices=GuardrailDecision.choices)
+    snapshot = models.ForeignKey(ResultSnapshot, null=True, on_delete=models.SET_NULL, related_name="+")
+    evidence = models.JSONField(help_text="Sequential test result that triggered the action.")
+    message = models.CharField(max_length=500)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["experiment", "phase", "variant_key", "metric", "decision"],
+                name="one_guardrail_decision_per_breach",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision}: {self.variant_key} on {self.metric} ({self.experiment_id}/{self.phase})"

@@ -1,17 +1,48 @@
 """Analytics Celery tasks: thin wrappers over :mod:`analytics.services`."""
 
+from __future__ import annotations
+
+import uuid
+
 from celery import shared_task
 
 from muse_experiments.models import Experiment
 from muse_experiments.queues import Queue
 
-from .services import results_compute
+from .models import ResultSnapshot, SnapshotTrigger
+from .services import results_compute, running_experiment_ids
 
 
 @shared_task(name="analytics.compute_results", queue=Queue.ANALYTICS, soft_time_limit=300, time_limit=360)
-def compute_results(experiment_id: int, phase: int | None = None) -> int | None:
-    """Compute and store a results snapshot. Returns the snapshot id (None if the experiment is gone)."""
+def compute_results(
+    experiment_id: int,
+    phase: int | None = None,
+    trigger: str = SnapshotTrigger.MANUAL,
+    request_id: str | None = None,
+) -> int | None:
+    """Compute and store a results snapshot; returns its id (None if the experiment is gone or never
+    started). Safe to run twice: a request id already answered returns the existing snapshot."""
+    if request_id:
+        done = ResultSnapshot.objects.filter(request_id=request_id).values_list("pk", flat=True).first()
+        if done:
+            return done
     experiment = Experiment.objects.filter(pk=experiment_id).first()
     if experiment is None or not experiment.phase:
         return None
-    return results_compute(experiment=experiment, phase=phase).pk
+    return results_compute(
+        experiment=experiment,
+        phase=phase,
+        trigger=trigger,
+        request_id=uuid.UUID(request_id) if request_id else None,
+    ).pk
+
+
+@shared_task(
+    name="analytics.compute_running_results", queue=Queue.ANALYTICS, soft_time_limit=60, time_limit=90
+)
+def compute_running_results() -> int:
+    """Fan out: enqueue :func:`compute_results` for every running experiment. Returns how many."""
+    ids = running_experiment_ids()
+    for experiment_id in ids:
+        compute_results.delay(experiment_id, None, SnapshotTrigger.SCHEDULE)
+    return len(ids)

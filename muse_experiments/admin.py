@@ -1,12 +1,35 @@
-"""Admin for product managers: experiments with inline variants, lifecycle actions, audit trail."""
+"""Admin for product managers: experiments with inline variants and QA pins, lifecycle buttons,
+an assignment preview, and the audit trail.
+
+Every save goes through :mod:`muse_experiments.services` (inside the admin's one transaction):
+``save_model`` defers, ``save_related`` calls ``experiment_create``/``experiment_update`` and
+``forced_assignments_replace`` with the validated form and formsets. Forms validate with the
+services' own rules, so invalid configurations come back as form errors.
+"""
 
 from __future__ import annotations
 
-from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
-from django.forms.models import BaseInlineFormSet
+import json
+from typing import Any
 
-from . import services
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+
+from . import selectors, services
+from .forms import (
+    ExperimentForm,
+    ForcedAssignmentForm,
+    ForcedAssignmentFormSet,
+    PlatformConfigForm,
+    PreviewForm,
+    VariantForm,
+    VariantFormSet,
+)
 from .models import (
     ApiKey,
     AuditEntry,
@@ -19,91 +42,325 @@ from .models import (
     Variant,
 )
 
-
-class VariantFormSet(BaseInlineFormSet):
-    """Validates the variant set as a whole: weights sum to 100%, exactly one control."""
-
-    def clean(self):
-        super().clean()
-        if any(self.errors):
-            return
-        rows = [f.cleaned_data for f in self.forms if f.cleaned_data and not f.cleaned_data.get("DELETE")]
-        try:
-            services.validate_variants(
-                [
-                    services.VariantInput(
-                        key=r["key"],
-                        weight=r["weight"],
-                        endpoint=r["endpoint"],
-                        is_control=r.get("is_control", False),
-                    )
-                    for r in rows
-                ]
-            )
-        except ValidationError as exc:
-            raise ValidationError([m for msgs in exc.message_dict.values() for m in msgs]) from None
+LIFECYCLE = {
+    "start": (services.experiment_start, "running"),
+    "pause": (services.experiment_pause, "paused"),
+    "stop": (services.experiment_stop, "stopped"),
+    "archive": (services.experiment_archive, "archived"),
+    "rerandomise": (services.experiment_rerandomise, "re-randomised (new phase, new seed)"),
+}
 
 
 class VariantInline(admin.TabularInline):
     model = Variant
+    form = VariantForm
     formset = VariantFormSet
     extra = 0
-    fields = ("position", "key", "name", "weight", "endpoint", "is_control", "overrides")
-    autocomplete_fields = ("endpoint",)
+    fields = ("key", "name", "weight_percent", "endpoint", "is_control", "overrides")
+
+    def get_extra(self, request, obj=None, **kwargs):
+        return 0 if obj else 2
+
+
+class ForcedAssignmentInline(admin.TabularInline):
+    model = ForcedAssignment
+    form = ForcedAssignmentForm
+    formset = ForcedAssignmentFormSet
+    extra = 0
+    fields = ("unit_id", "variant", "note")
+    verbose_name = "QA pin (forced assignment, excluded from analysis)"
+    verbose_name_plural = "QA pins (forced assignments, excluded from analysis)"
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        if obj is not None:
+            formset.form.base_fields["variant"].queryset = Variant.objects.filter(experiment=obj)
+        return formset
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 @admin.register(Experiment)
 class ExperimentAdmin(admin.ModelAdmin):
+    form = ExperimentForm
     list_display = ("key", "name", "status", "unit_type", "coverage", "phase", "layer", "started_at")
     list_filter = ("status", "unit_type", "layer")
     search_fields = ("key", "name", "owner")
-    readonly_fields = ("status", "phase", "started_at", "stopped_at", "created_at", "updated_at")
-    inlines = [VariantInline]
-    actions = ["start", "pause", "stop"]
+    readonly_fields = (
+        "status",
+        "phase",
+        "started_at",
+        "stopped_at",
+        "created_at",
+        "updated_at",
+        "phase_history",
+        "audit_history",
+    )
+    actions = ["start", "pause", "stop", "archive", "rerandomise"]
+    change_form_template = "admin/muse_experiments/experiment/change_form.html"
 
-    def _lifecycle(self, request, queryset, service, verb):
-        for experiment in queryset:
-            try:
-                service(experiment=experiment, actor=request.user.get_username())
-            except ValidationError as exc:
-                self.message_user(request, f"{experiment.key}: {'; '.join(exc.messages)}", messages.ERROR)
-            else:
-                self.message_user(request, f"{experiment.key}: {verb}.", messages.SUCCESS)
+    def get_fieldsets(self, request, obj=None):
+        main = (
+            None,
+            {
+                "fields": (
+                    "key",
+                    "name",
+                    "hypothesis",
+                    "owner",
+                    "unit_type",
+                    "seed",
+                    "primary_metric",
+                    "guardrail_metrics",
+                )
+            },
+        )
+        allocation = (
+            "Allocation",
+            {"fields": ("coverage", "layer", "layer_start", "layer_end", "condition")},
+        )
+        if obj is None:
+            return [main, allocation]
+        state = (
+            "State",
+            {"fields": ("status", "phase", "started_at", "stopped_at", "created_at", "updated_at")},
+        )
+        history = ("History", {"fields": ("phase_history", "audit_history")})
+        return [main, allocation, state, history]
 
-    @admin.action(description="Start (or resume) selected experiments")
+    def get_inlines(self, request, obj):
+        return [VariantInline, ForcedAssignmentInline] if obj else [VariantInline]
+
+    # --- saving through the services -----------------------------------------------------------
+
+    def save_model(self, request, obj, form, change):
+        """Deferred to :meth:`save_related`, which has the variants too (one service call)."""
+
+    def save_related(self, request, form, formsets, change):
+        actor = request.user.get_username()
+        variant_formset = next(fs for fs in formsets if isinstance(fs, VariantFormSet))
+        fields = {
+            name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data
+        }
+        fields["condition"] = fields.get("condition") or {}
+        if change:
+            experiment = services.experiment_update(
+                experiment=form.instance, actor=actor, variants=variant_formset.variant_inputs(), **fields
+            )
+            forced = next((fs for fs in formsets if isinstance(fs, ForcedAssignmentFormSet)), None)
+            if forced is not None:
+                services.forced_assignments_replace(
+                    experiment=experiment, pins=self._pins(forced, experiment), actor=actor
+                )
+        else:
+            experiment = services.experiment_create(
+                actor=actor, variants=variant_formset.variant_inputs(), **fields
+            )
+        form.instance.pk = experiment.pk
+        form.instance.refresh_from_db()
+
+    @staticmethod
+    def _pins(formset: ForcedAssignmentFormSet, experiment: Experiment) -> list[services.ForcedInput]:
+        """Pins by variant *row*: a variant renamed in the same save keeps its pins."""
+        keys = dict(experiment.variants.values_list("pk", "key"))
+        return [
+            services.ForcedInput(
+                unit_id=f.cleaned_data["unit_id"],
+                variant_key=keys.get(f.cleaned_data["variant"].pk, ""),
+                note=f.cleaned_data.get("note", ""),
+            )
+            for f in formset.forms
+            if f.cleaned_data and not formset._should_delete_form(f)
+        ]
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        return "Saved through the experiment services (see the audit history)."
+
+    # --- read-only panels ------------------------------------------------------------------------
+
+    @admin.display(description="Phases")
+    def phase_history(self, obj: Experiment) -> str:
+        phases = obj.phases.order_by("-number")
+        if not phases:
+            return "No phase yet (starts with the first start)."
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    p.number,
+                    p.get_reason_display(),
+                    p.seed,
+                    p.coverage,
+                    _json(p.weights),
+                    p.started_at,
+                    p.ended_at or "open",
+                )
+                for p in phases
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>#</th><th>why</th><th>seed</th><th>coverage</th><th>weights</th>"
+            "<th>started</th><th>ended</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    @admin.display(description="Audit history")
+    def audit_history(self, obj: Experiment) -> str:
+        entries = selectors.experiment_audit_history(obj)
+        if not entries:
+            return "No changes recorded."
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            ((e.at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, e.action, _json(e.changes)) for e in entries),
+        )
+        return format_html(
+            '<table class="audit-history"><thead><tr><th>when (UTC)</th><th>who</th><th>action</th>'
+            "<th>what (before → after)</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # --- lifecycle: list actions and change-page buttons ------------------------------------------
+
+    def _lifecycle(self, request: HttpRequest, experiment: Experiment, action: str) -> None:
+        service, verb = LIFECYCLE[action]
+        try:
+            service(experiment=experiment, actor=request.user.get_username())
+        except ValidationError as exc:
+            self.message_user(request, f"{experiment.key}: {'; '.join(exc.messages)}", messages.ERROR)
+        else:
+            self.message_user(request, f"{experiment.key}: {verb}.", messages.SUCCESS)
+
+    @admin.action(description="Start (or resume) selected experiments", permissions=["change"])
     def start(self, request, queryset):
-        self._lifecycle(request, queryset, services.experiment_start, "running")
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "start")
 
-    @admin.action(description="Pause selected experiments")
+    @admin.action(description="Pause selected experiments", permissions=["change"])
     def pause(self, request, queryset):
-        self._lifecycle(request, queryset, services.experiment_pause, "paused")
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "pause")
 
-    @admin.action(description="Stop selected experiments")
+    @admin.action(description="Stop selected experiments", permissions=["change"])
     def stop(self, request, queryset):
-        self._lifecycle(request, queryset, services.experiment_stop, "stopped")
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "stop")
+
+    @admin.action(description="Archive selected experiments", permissions=["change"])
+    def archive(self, request, queryset):
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "archive")
+
+    @admin.action(
+        description="Re-randomise selected experiments (new phase, new seed)", permissions=["change"]
+    )
+    def rerandomise(self, request, queryset):
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "rerandomise")
+
+    def get_urls(self):
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path(
+                "<path:object_id>/preview/",
+                self.admin_site.admin_view(self.preview_view),
+                name=f"{prefix}_preview",
+            ),
+            path(
+                "<path:object_id>/lifecycle/<slug:action>/",
+                self.admin_site.admin_view(self.lifecycle_view),
+                name=f"{prefix}_lifecycle",
+            ),
+            *super().get_urls(),
+        ]
+
+    def lifecycle_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """POST-only button target: runs one lifecycle service, then back to the change page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        experiment = get_object_or_404(Experiment, pk=object_id)
+        if not self.has_change_permission(request, experiment) or action not in LIFECYCLE:
+            raise PermissionDenied
+        self._lifecycle(request, experiment, action)
+        return HttpResponseRedirect(reverse("admin:muse_experiments_experiment_change", args=[experiment.pk]))
+
+    def preview_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """ "Preview assignment for this unit id": the engine's decision and its reason trace."""
+        experiment = get_object_or_404(Experiment, pk=object_id)
+        if not self.has_view_permission(request, experiment):
+            raise PermissionDenied
+        form = PreviewForm(request.GET or None)
+        preview = None
+        if form.is_valid():
+            preview = selectors.assignment_preview(
+                session_id=form.cleaned_data["session_id"],
+                user_id=form.cleaned_data["user_id"],
+                attributes=form.cleaned_data["attributes"],
+                experiment=experiment,
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": experiment,
+            "title": f"Preview assignment: {experiment.key}",
+            "form": form,
+            "preview": preview,
+            "sticky": {f"{e}:{p}": v for (e, p), v in preview.sticky.items()} if preview else {},
+        }
+        return TemplateResponse(request, "admin/muse_experiments/experiment/preview.html", context)
 
 
 @admin.register(Layer)
 class LayerAdmin(admin.ModelAdmin):
-    list_display = ("key", "description")
+    list_display = ("key", "description", "ranges")
     search_fields = ("key",)
+
+    @admin.display(description="Experiments [start, end)")
+    def ranges(self, obj: Layer) -> str:
+        return ", ".join(
+            f"{e.key} [{e.layer_start:g}, {e.layer_end:g})"
+            for e in obj.experiments.exclude(status="archived")
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("key",) if obj is not None and obj.experiments.exists() else ()
+
+    def save_model(self, request, obj, form, change):
+        services.layer_save(layer=obj, actor=request.user.get_username())
 
 
 @admin.register(ForcedAssignment)
 class ForcedAssignmentAdmin(admin.ModelAdmin):
+    """Read-only overview; pins are edited on the experiment page (audited)."""
+
     list_display = ("experiment", "unit_id", "variant", "note")
-    list_filter = ("experiment",)
-
-
-@admin.register(ExperimentPhase)
-class ExperimentPhaseAdmin(admin.ModelAdmin):
-    list_display = ("experiment", "number", "seed", "coverage", "started_at", "ended_at")
     list_filter = ("experiment",)
 
     def has_add_permission(self, request):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ExperimentPhase)
+class ExperimentPhaseAdmin(admin.ModelAdmin):
+    list_display = ("experiment", "number", "reason", "seed", "coverage", "started_at", "ended_at")
+    list_filter = ("experiment", "reason")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
@@ -138,8 +395,25 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
 @admin.register(PlatformConfig)
 class PlatformConfigAdmin(admin.ModelAdmin):
-    list_display = ("holdout_share", "holdout_seed", "version")
-    readonly_fields = ("version",)
+    """The global holdout; saved through ``services.platform_config_update`` (audited)."""
+
+    form = PlatformConfigForm
+    list_display = ("__str__", "holdout_share", "holdout_seed", "version")
+    readonly_fields = ("version", "sticky_namespace")
+
+    def has_add_permission(self, request):
+        return not PlatformConfig.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        saved = services.platform_config_update(
+            actor=request.user.get_username(),
+            holdout_share=form.cleaned_data["holdout_share"],
+            holdout_seed=form.cleaned_data["holdout_seed"],
+        )
+        obj.pk = saved.pk
 
 
 @admin.register(ApiKey)

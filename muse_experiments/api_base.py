@@ -1,10 +1,56 @@
-"""Shared pieces of the REST API: strict serializers and an attributes field."""
+"""Shared pieces of the REST API: a size-bounded strict JSON parser, strict serializers and an
+attributes field."""
 
 from __future__ import annotations
 
+import codecs
+import json
 import math
 
-from rest_framework import serializers
+from django.conf import settings
+from rest_framework import exceptions, parsers, serializers, status
+
+
+class RequestTooLarge(exceptions.APIException):
+    """413: the body is larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes (``MAX_REQUEST_BYTES``)."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "request_too_large"
+    default_detail = "Request body too large."
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class BoundedJSONParser(parsers.JSONParser):
+    """JSON bodies up to ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes; NaN/Infinity refused.
+
+    Raises :class:`RequestTooLarge` (413) when ``Content-Length`` — or, for a chunked body, the
+    bytes actually read — exceed the limit, and ``ParseError`` (400) for malformed JSON. DRF's own
+    parser reads the stream without a limit, which Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` does
+    not cover.
+    """
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        request = (parser_context or {}).get("request")
+        meta = getattr(request, "META", {}) if request is not None else {}
+        try:
+            declared = int(meta.get("CONTENT_LENGTH") or 0)
+        except (TypeError, ValueError):
+            declared = 0
+        if limit is not None and declared > limit:
+            raise RequestTooLarge(f"Request body too large: {declared} bytes; the limit is {limit}.")
+        raw = stream.read(limit + 1) if limit is not None else stream.read()
+        if limit is not None and len(raw) > limit:
+            raise RequestTooLarge(f"Request body too large; the limit is {limit} bytes.")
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            text = codecs.decode(raw, encoding)
+            return json.loads(text, parse_constant=_reject_constant)
+        except (ValueError, LookupError) as exc:
+            raise exceptions.ParseError(f"JSON parse error - {exc}") from None
 
 
 class StrictSerializer(serializers.Serializer):

@@ -6,11 +6,17 @@ logged 500 whose body reveals nothing internal.
 
 from __future__ import annotations
 
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from .api_base import RequestTooLarge
+
 
 def exception_handler(exc, context):
+    """DRF exception handler: the shape above; an oversize body (``RequestDataTooBig``) is a 413."""
+    if isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge()
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -13,11 +13,15 @@ import secrets
 from dataclasses import dataclass
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from .models import ApiKey
 
 KEY_PREFIX = "muse"
+#: Every scope a key can hold: call completions, post events, read results, operate kill switches,
+#: manage training opt-outs, export and ingest training data.
+SCOPES = ("completions", "events", "analytics:read", "ops", "training", "training:export", "training:ingest")
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,16 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         return None
 
 
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    """Documents :class:`ApiKeyAuthentication` in the OpenAPI schema (Swagger's Authorize button)."""
+
+    target_class = "muse_experiments.auth.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "muse_<prefix>_<secret>"}
+
+
 class HasScope(permissions.BasePermission):
     """Allows a key that holds the view's ``required_scope``; staff sessions pass for reads."""
 
@@ -91,19 +105,36 @@ class HasScope(permissions.BasePermission):
         return bool(user and user.is_authenticated and user.is_staff)
 
 
-def api_key_create(*, name: str, scopes: list[str], rate_limit_per_minute: int = 6000) -> tuple[ApiKey, str]:
-    """Create a key. Returns ``(ApiKey, raw_key)``; the raw key is not recoverable afterwards."""
+def api_key_create(
+    *, name: str, scopes: list[str], rate_limit_per_minute: int = 6000, owner=None
+) -> tuple[ApiKey, str]:
+    """Create a key. Returns ``(ApiKey, raw_key)``; the raw key is not recoverable afterwards.
+
+    ``scopes`` ⊆ :data:`SCOPES`; ``rate_limit_per_minute`` ≥ 0 requests per sliding minute (0
+    refuses everything). Raises ``ValueError`` for an empty name, unknown scopes or a negative limit.
+    """
+    name = (name or "").strip()
+    if not name:
+        raise ValueError("A key needs a name.")
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown:
+        raise ValueError(f"Unknown scopes {unknown}; choose from {list(SCOPES)}.")
+    if rate_limit_per_minute < 0:
+        raise ValueError("rate_limit_per_minute must be >= 0.")
     raw, prefix, digest = generate_key()
     key = ApiKey.objects.create(
-        name=name,
+        name=name[:100],
         prefix=prefix,
         digest=digest,
         scopes=sorted(set(scopes)),
         rate_limit_per_minute=rate_limit_per_minute,
+        owner=owner,
     )
     return key, raw
 
 
 def api_key_revoke(*, key: ApiKey) -> None:
-    key.revoked_at = timezone.now()
-    key.save(update_fields=["revoked_at"])
+    """Revoke a key: every later request with it gets 401. Idempotent (keeps the first time)."""
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])

@@ -5,6 +5,8 @@ Business rules live in :mod:`muse_experiments.services`; reads in :mod:`muse_exp
 
 from __future__ import annotations
 
+import secrets
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -99,14 +101,26 @@ class Variant(models.Model):
         return f"{self.experiment.key}:{self.key}"
 
 
+class PhaseReason(models.TextChoices):
+    START = "start", "First start"
+    CHANGE = "change", "Weights, coverage, layer slice or variants changed"
+    RERANDOMISE = "rerandomise", "Re-randomised (new seed)"
+
+
 class ExperimentPhase(models.Model):
-    """A period of constant configuration; analysis reads one phase."""
+    """A period of constant configuration; analysis reads one phase.
+
+    A new phase starts when weights, coverage, the layer slice or the variant set change while the
+    experiment runs (or is paused): same seed, so units keep their bucket, but exposures of the
+    new phase are a fresh sample. Re-randomising starts a phase with a new seed.
+    """
 
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="phases")
     number = models.PositiveIntegerField()
     seed = models.CharField(max_length=100)
     coverage = models.FloatField()
     weights = models.JSONField(help_text="{variant key: weight} at the start of the phase.")
+    reason = models.CharField(max_length=20, choices=PhaseReason.choices, default=PhaseReason.START)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
 
@@ -149,19 +163,32 @@ class Exposure(models.Model):
                 fields=["experiment", "phase", "unit_id"], name="one_exposure_per_unit_phase"
             )
         ]
+        indexes = [models.Index(fields=["unit_id"], name="exposure_unit_idx")]
 
     def __str__(self) -> str:
         return f"{self.unit_id} in {self.experiment_id}/{self.phase}: {self.variant_key}"
+
+
+def new_sticky_namespace() -> str:
+    """A random namespace for the Redis sticky-assignment cache (see :mod:`muse_experiments.sticky`)."""
+    return secrets.token_hex(8)
 
 
 class PlatformConfig(models.Model):
     """Singleton (pk=1): programme-wide settings such as the global holdout."""
 
     holdout_share = models.FloatField(
-        default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(0.5)]
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(0.5)],
+        help_text="Share (0–0.5) of users that no experiment touches; they get the default model.",
     )
     holdout_seed = models.CharField(max_length=100, default="global-holdout")
     version = models.PositiveBigIntegerField(default=0, help_text="Bumped on every configuration change.")
+    sticky_namespace = models.CharField(
+        max_length=32,
+        default=new_sticky_namespace,
+        help_text="Prefix of the Redis sticky cache; a new value (after a database restore) drops it.",
+    )
 
     class Meta:
         verbose_name = "platform configuration"
@@ -193,6 +220,9 @@ class ApiScope(models.TextChoices):
     EVENTS = "events"
     ANALYTICS_READ = "analytics:read"
     OPS = "ops"
+    TRAINING = "training"  # users' training opt-out
+    TRAINING_EXPORT = "training:export"  # stream the training export
+    TRAINING_INGEST = "training:ingest"  # the RL server's ingestion gate
 
 
 class ApiKey(models.Model):

@@ -1,13 +1,30 @@
 """Services: every write to experiments goes through these functions (Django-Styleguide).
 
-Each is keyword-only, runs in one transaction, records an :class:`AuditEntry`, and bumps the
-configuration version so every routing process picks the change up within about a second.
-Invalid input raises :class:`django.core.exceptions.ValidationError` with field errors.
+Each is keyword-only, runs in one transaction, records an :class:`AuditEntry` (actor, action and a
+field-level ``{field: [before, after]}`` diff), and bumps the configuration version so every
+routing process picks the change up within about a second. Invalid input raises
+:class:`django.core.exceptions.ValidationError` with field errors and writes nothing.
+
+Lifecycle (:data:`ALLOWED_TRANSITIONS`)::
+
+    draft ──start──▶ running ◀──start/pause──▶ paused
+      │                 │                         │
+      └──archive──┐     └─────stop──▶ stopped ◀───┘
+                  ▼                      │
+               archived ◀───archive──────┘
+
+Phases: the first start opens phase 1. While running or paused, a change of weights, coverage,
+the layer slice or the variant set (keys, models, overrides, control) closes the current phase
+and opens the next with the same seed: analysis reads one phase, and units exposed earlier keep
+their variant (sticky through the run of phases sharing a seed, see
+``selectors.sticky_scope``). :func:`experiment_rerandomise` opens a phase with a new seed, which
+ends stickiness: every unit is hashed afresh.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,17 +33,24 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import config_version
+from . import config_version, sticky
 from .models import (
     AuditEntry,
     Experiment,
     ExperimentPhase,
     ExperimentStatus,
     Exposure,
+    ForcedAssignment,
+    Layer,
+    PhaseReason,
+    PlatformConfig,
     Variant,
 )
+from .selectors import assignment_state
+from .validation import condition_errors, is_finite_number, overrides_errors
 
 WEIGHT_TOLERANCE = 1e-6
+MAX_HOLDOUT_SHARE = 0.5
 
 ALLOWED_TRANSITIONS: Mapping[str, frozenset[str]] = {
     ExperimentStatus.DRAFT: frozenset({ExperimentStatus.RUNNING, ExperimentStatus.ARCHIVED}),
@@ -35,11 +59,38 @@ ALLOWED_TRANSITIONS: Mapping[str, frozenset[str]] = {
     ExperimentStatus.STOPPED: frozenset({ExperimentStatus.ARCHIVED}),
     ExperimentStatus.ARCHIVED: frozenset(),
 }
+LIVE_STATUSES = frozenset({ExperimentStatus.RUNNING, ExperimentStatus.PAUSED})
+ENDED_STATUSES = frozenset({ExperimentStatus.STOPPED, ExperimentStatus.ARCHIVED})
+# Fields fixed once the experiment has started (they decide who is hashed and how).
+DRAFT_ONLY_FIELDS = ("key", "unit_type", "seed")
+# Fields that may still change once the experiment has stopped (descriptions, analysis metrics).
+DESCRIPTIVE_FIELDS = ("name", "hypothesis", "owner", "primary_metric", "guardrail_metrics")
+EDITABLE_FIELDS = (
+    "key",
+    "name",
+    "hypothesis",
+    "owner",
+    "unit_type",
+    "seed",
+    "coverage",
+    "layer",
+    "layer_start",
+    "layer_end",
+    "condition",
+    "primary_metric",
+    "guardrail_metrics",
+)
+PHASE_FIELDS = ("coverage", "layer", "layer_start", "layer_end")
 
 
 @dataclass(frozen=True)
 class VariantInput:
-    """A variant as submitted: ``weight`` is a share in [0, 1]; ``endpoint`` a ModelEndpoint."""
+    """A variant as submitted.
+
+    ``weight`` is a share in [0, 1] (the admin converts percentages); ``endpoint`` a
+    ``routing.ModelEndpoint``; ``overrides`` follows :func:`validation.overrides_errors`; ``id``
+    names an existing variant being edited (so a renamed key stays the same variant).
+    """
 
     key: str
     weight: float
@@ -47,45 +98,157 @@ class VariantInput:
     is_control: bool = False
     name: str = ""
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    id: int | None = None
 
 
-def validate_variants(variants: Sequence[VariantInput]) -> None:
-    """Check a variant set: ≥2 variants, unique keys, finite weights in [0, 1] summing to 1 (±1e-6),
-    exactly one control. Raises ValidationError keyed by field."""
+# --------------------------------------------------------------------------- validation
+
+
+def _add(errors: dict[str, list[str]], name: str, message: str) -> None:
+    errors.setdefault(name, []).append(message)
+
+
+def endpoint_is_available(endpoint: Any) -> bool:
+    """True when the model endpoint and its provider are both enabled (not kill-switched)."""
+    provider = getattr(endpoint, "provider", None)
+    return bool(endpoint.enabled and (provider is None or provider.enabled))
+
+
+def validate_variants(variants: Sequence[VariantInput], *, require_enabled: bool = False) -> None:
+    """Check a variant set.
+
+    Rules: at least two variants, unique keys, finite weights in [0, 1] summing to 1 (±1e-6),
+    exactly one control, valid overrides; with ``require_enabled`` (running experiments) every
+    model endpoint and its provider must be enabled. Raises ValidationError keyed by ``variants``,
+    ``weight``, ``is_control``, ``overrides`` and ``endpoint``.
+    """
     errors: dict[str, list[str]] = {}
     if len(variants) < 2:
-        errors.setdefault("variants", []).append("An experiment needs at least two variants.")
+        _add(errors, "variants", "An experiment needs at least two variants.")
     keys = [v.key for v in variants]
     if len(set(keys)) != len(keys):
-        errors.setdefault("variants", []).append("Variant keys must be unique.")
+        _add(errors, "variants", "Variant keys must be unique.")
     for v in variants:
-        if not isinstance(v.weight, int | float) or not math.isfinite(v.weight) or not 0 <= v.weight <= 1:
-            errors.setdefault("weight", []).append(
-                f"Variant {v.key!r}: weight must be a finite number in 0–1."
-            )
-    if "weight" not in errors:
-        total = sum(v.weight for v in variants)
+        if not is_finite_number(v.weight) or not 0 <= v.weight <= 1:
+            _add(errors, "weight", f"Variant {v.key!r}: weight must be a finite number in 0–100%.")
+    if "weight" not in errors and variants:
+        total = math.fsum(v.weight for v in variants)
         if abs(total - 1.0) > WEIGHT_TOLERANCE:
-            errors.setdefault("weight", []).append(
-                f"Weights must sum to 100% (they sum to {total * 100:.4g}%)."
-            )
+            _add(errors, "weight", f"Weights must sum to 100% (they sum to {total * 100:.4g}%).")
     controls = sum(1 for v in variants if v.is_control)
     if controls != 1:
-        errors.setdefault("is_control", []).append(
-            f"Exactly one variant must be the control (found {controls})."
-        )
+        _add(errors, "is_control", f"Exactly one variant must be the control (found {controls}).")
+    for v in variants:
+        for message in overrides_errors(v.overrides):
+            _add(errors, "overrides", f"Variant {v.key!r}: {message}")
+    if require_enabled:
+        disabled = sorted({v.endpoint.public_id for v in variants if not endpoint_is_available(v.endpoint)})
+        if disabled:
+            _add(
+                errors,
+                "endpoint",
+                f"Disabled model(s) cannot serve a running experiment: {', '.join(disabled)}.",
+            )
     if errors:
         raise ValidationError(errors)
 
 
-def _audit(*, actor: str, action: str, obj: Any, changes: Mapping[str, Any] | None = None) -> None:
-    AuditEntry.objects.create(
+def layer_overlap_errors(
+    *, layer: Layer | None, start: float, end: float, exclude_id: int | None
+) -> list[str]:
+    """Messages naming every non-archived experiment of ``layer`` whose ``[start, end)`` slice
+    intersects ``[start, end)`` (e.g. ``"overlaps experiment checkout [0.2, 0.5)"``)."""
+    if layer is None:
+        return []
+    others = (
+        Experiment.objects.filter(layer=layer)
+        .exclude(status=ExperimentStatus.ARCHIVED)
+        .exclude(pk=exclude_id)
+        .order_by("layer_start", "key")
+        .values_list("key", "layer_start", "layer_end")
+    )
+    return [
+        f"Layer range [{start:g}, {end:g}) overlaps experiment {key} [{a:g}, {b:g})."
+        for key, a, b in others
+        if start < b and a < end
+    ]
+
+
+def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | None = None) -> None:
+    """Cross-field rules beyond model validators: finite coverage in [0, 1], a layer slice with
+    ``0 <= start < end <= 1`` disjoint from the layer's other non-archived experiments, a valid
+    targeting condition, guardrail metrics as a list of names. Raises ValidationError by field."""
+    errors: dict[str, list[str]] = {}
+    coverage = values.get("coverage", 1.0)
+    if not is_finite_number(coverage) or not 0 <= coverage <= 1:
+        _add(errors, "coverage", "Coverage must be a finite number between 0 and 1.")
+    start, end = values.get("layer_start", 0.0), values.get("layer_end", 1.0)
+    if not (is_finite_number(start) and is_finite_number(end) and 0 <= start < end <= 1):
+        _add(errors, "layer_end", "The layer range needs finite bounds with 0 ≤ start < end ≤ 1.")
+    elif values.get("layer") is not None:
+        for message in layer_overlap_errors(
+            layer=values["layer"], start=start, end=end, exclude_id=exclude_id
+        ):
+            _add(errors, "layer_start", message)
+    for message in condition_errors(values.get("condition") or {}):
+        _add(errors, "condition", message)
+    guardrails = values.get("guardrail_metrics", [])
+    if not isinstance(guardrails, list) or not all(isinstance(m, str) and m for m in guardrails):
+        _add(errors, "guardrail_metrics", "Guardrail metrics must be a list of metric names.")
+    if errors:
+        raise ValidationError(errors)
+
+
+def _as_condition(condition: Any) -> Any:
+    """A copy of a condition mapping (``None`` → ``{}``); anything else is left for validation."""
+    if condition is None:
+        return {}
+    return dict(condition) if isinstance(condition, Mapping) else condition
+
+
+def _full_clean(obj: Any, **kwargs: Any) -> None:
+    try:
+        obj.full_clean(**kwargs)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict) from None
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def _audit(*, actor: str, action: str, obj: Any, changes: Mapping[str, Any] | None = None) -> AuditEntry:
+    return AuditEntry.objects.create(
         actor=actor or "system",
         action=action,
         object_type=type(obj).__name__,
         object_id=str(obj.pk),
         changes=dict(changes or {}),
     )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Layer):
+        return value.key
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _variant_state(v: Variant | VariantInput) -> dict[str, Any]:
+    return {
+        "name": v.name or v.key,
+        "weight": v.weight,
+        "endpoint": v.endpoint.public_id,
+        "is_control": v.is_control,
+        "overrides": dict(v.overrides),
+    }
+
+
+# --------------------------------------------------------------------------- experiments
 
 
 @transaction.atomic
@@ -103,42 +266,187 @@ def experiment_create(
     primary_metric: str = "task_success",
     guardrail_metrics: Iterable[str] = (),
     seed: str = "",
+    layer: Layer | None = None,
+    layer_start: float = 0.0,
+    layer_end: float = 1.0,
 ) -> Experiment:
-    """Create a draft experiment with its variants. Raises ValidationError on bad input."""
+    """Create a draft experiment with its variants (weights are shares 0–1).
+
+    Raises ValidationError (field errors) on any invalid field, variant set or layer overlap.
+    """
+    values = {
+        "key": key,
+        "name": name,
+        "unit_type": unit_type,
+        "coverage": coverage,
+        "hypothesis": hypothesis,
+        "owner": owner,
+        "condition": _as_condition(condition),
+        "primary_metric": primary_metric,
+        "guardrail_metrics": list(guardrail_metrics),
+        "seed": seed,
+        "layer": layer,
+        "layer_start": layer_start,
+        "layer_end": layer_end,
+    }
+    validate_experiment_fields(values)
     validate_variants(variants)
-    experiment = Experiment(
-        key=key,
-        name=name,
-        unit_type=unit_type,
-        coverage=coverage,
-        hypothesis=hypothesis,
-        owner=owner,
-        condition=dict(condition or {}),
-        primary_metric=primary_metric,
-        guardrail_metrics=list(guardrail_metrics),
-        seed=seed,
-    )
-    experiment.full_clean()
+    experiment = Experiment(**values)
+    _full_clean(experiment)
     experiment.save()
-    for position, v in enumerate(variants):
-        variant = Variant(
-            experiment=experiment,
-            key=v.key,
-            name=v.name or v.key,
-            weight=v.weight,
-            endpoint=v.endpoint,
-            is_control=v.is_control,
-            overrides=dict(v.overrides),
-            position=position,
-        )
-        variant.full_clean(exclude=["experiment"])
-        variant.save()
-    _audit(actor=actor, action="create", obj=experiment, changes={"variants": [v.key for v in variants]})
+    _write_variants(experiment=experiment, variants=variants)
+    _audit(
+        actor=actor,
+        action="create",
+        obj=experiment,
+        changes={
+            **{k: [None, _jsonable(v)] for k, v in values.items()},
+            "variants": {"added": {v.key: _variant_state(v) for v in variants}},
+        },
+    )
     config_version.bump()
     return experiment
 
 
-def _transition(*, experiment: Experiment, to: str, actor: str) -> tuple[Experiment, str]:
+def _write_variants(*, experiment: Experiment, variants: Sequence[VariantInput]) -> dict[str, Any]:
+    """Make the experiment's variants equal ``variants`` (matched by id, else key); returns the
+    diff ``{"added": {key: state}, "removed": {key: state}, "changed": {key: {field: [b, a]}}}``."""
+    existing = {v.pk: v for v in experiment.variants.select_related("endpoint")}
+    by_key = {v.key: v.pk for v in existing.values()}
+    pk_of: dict[int, int] = {}  # index in ``variants`` -> existing variant pk
+    for i, vi in enumerate(variants):
+        pk = vi.id if vi.id in existing else (by_key.get(vi.key) if vi.id is None else None)
+        if pk is not None and pk not in pk_of.values():
+            pk_of[i] = pk
+    diff: dict[str, Any] = {"added": {}, "removed": {}, "changed": {}}
+    for pk, v in existing.items():
+        if pk not in pk_of.values():
+            diff["removed"][v.key] = _variant_state(v)
+            v.delete()
+    # Renames go through a temporary key so swapping two keys never trips the unique constraint.
+    for i, pk in pk_of.items():
+        if existing[pk].key != variants[i].key:
+            Variant.objects.filter(pk=pk).update(key=f"__renaming-{pk}")
+    for position, vi in enumerate(variants):
+        pk = pk_of.get(position)
+        variant = existing[pk] if pk is not None else Variant(experiment=experiment)
+        before = {**_variant_state(variant), "key": variant.key} if pk is not None else None
+        variant.key = vi.key
+        variant.name = vi.name or vi.key
+        variant.weight = float(vi.weight)
+        variant.endpoint = vi.endpoint
+        variant.is_control = vi.is_control
+        variant.overrides = dict(vi.overrides)
+        variant.position = position
+        _full_clean(variant, exclude=["experiment"], validate_unique=False)
+        variant.save()
+        if before is None:
+            diff["added"][vi.key] = _variant_state(variant)
+        else:
+            after = {**_variant_state(variant), "key": variant.key}
+            changed = {f: [before[f], after[f]] for f in after if before[f] != after[f]}
+            if changed:
+                diff["changed"][vi.key] = changed
+    return {k: v for k, v in diff.items() if v}
+
+
+def _current_phase_seed(experiment: Experiment) -> str:
+    phase = ExperimentPhase.objects.filter(experiment=experiment, number=experiment.phase).first()
+    return phase.seed if phase else experiment.hash_seed
+
+
+def _open_phase(*, experiment: Experiment, seed: str, reason: str) -> ExperimentPhase:
+    """Close the open phase (if any) and open the next one with the current weights/coverage."""
+    now = timezone.now()
+    ExperimentPhase.objects.filter(experiment=experiment, ended_at__isnull=True).update(ended_at=now)
+    experiment.phase += 1
+    return ExperimentPhase.objects.create(
+        experiment=experiment,
+        number=experiment.phase,
+        seed=seed,
+        coverage=experiment.coverage,
+        weights={v.key: v.weight for v in experiment.variants.all()},
+        reason=reason,
+        started_at=now,
+    )
+
+
+@transaction.atomic
+def experiment_update(
+    *,
+    experiment: Experiment,
+    actor: str,
+    variants: Sequence[VariantInput] | None = None,
+    **fields: Any,
+) -> Experiment:
+    """Change an experiment's fields (any of :data:`EDITABLE_FIELDS`) and/or its variant set.
+
+    ``variants`` (when given) replaces the set: inputs are matched to existing variants by ``id``
+    (else ``key``); unmatched variants are deleted. Rules: ``key``/``unit_type``/``seed`` only
+    while draft (re-randomise instead); once stopped or archived only descriptive fields change.
+    While running or paused, a change of weights, coverage, layer slice or variants opens a new
+    phase with the same seed. Running experiments need enabled models. No-op changes write
+    nothing. Raises ValidationError (field errors).
+    """
+    unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
+    if unknown:
+        raise ValidationError(dict.fromkeys(unknown, "This field cannot be edited."))
+    experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
+    before = {name: getattr(experiment, name) for name in EDITABLE_FIELDS}
+    after = {**before, **fields}
+    if "condition" in fields:
+        after["condition"] = _as_condition(fields["condition"])
+    if "guardrail_metrics" in fields:
+        after["guardrail_metrics"] = list(fields["guardrail_metrics"] or [])
+    changed = [name for name in EDITABLE_FIELDS if after[name] != before[name]]
+    current_variants = list(experiment.variants.select_related("endpoint__provider"))
+    variants_changed = variants is not None and _variants_differ(current_variants, variants)
+
+    errors: dict[str, list[str]] = {}
+    if experiment.status != ExperimentStatus.DRAFT:
+        for name in changed:
+            if name in DRAFT_ONLY_FIELDS:
+                hint = " Use re-randomise for a new seed." if name == "seed" else ""
+                _add(errors, name, f"Cannot change {name} after the experiment started.{hint}")
+    if experiment.status in ENDED_STATUSES:
+        for name in changed:
+            if name not in DESCRIPTIVE_FIELDS and name not in DRAFT_ONLY_FIELDS:
+                _add(errors, name, f"A {experiment.status} experiment's configuration cannot change.")
+        if variants_changed:
+            _add(errors, "variants", f"A {experiment.status} experiment's variants cannot change.")
+    if errors:
+        raise ValidationError(errors)
+    validate_experiment_fields(after, exclude_id=experiment.pk)
+    if variants is not None:
+        validate_variants(variants, require_enabled=experiment.status == ExperimentStatus.RUNNING)
+    if not changed and not variants_changed:
+        return experiment
+
+    for name in changed:
+        setattr(experiment, name, after[name])
+    _full_clean(experiment)
+    experiment.save()
+    diff: dict[str, Any] = {name: [_jsonable(before[name]), _jsonable(after[name])] for name in changed}
+    if variants_changed:
+        diff["variants"] = _write_variants(experiment=experiment, variants=variants)
+    starts_phase = variants_changed or any(name in PHASE_FIELDS for name in changed)
+    if experiment.status in LIVE_STATUSES and experiment.phase > 0 and starts_phase:
+        phase = _open_phase(
+            experiment=experiment, seed=_current_phase_seed(experiment), reason=PhaseReason.CHANGE
+        )
+        experiment.save(update_fields=["phase", "updated_at"])
+        diff["phase"] = [phase.number - 1, phase.number]
+    _audit(actor=actor, action="update", obj=experiment, changes=diff)
+    config_version.bump()
+    return experiment
+
+
+def _variants_differ(current: Sequence[Variant], new: Sequence[VariantInput]) -> bool:
+    old = [(v.key, _variant_state(v)) for v in current]
+    return old != [(v.key, {**_variant_state(v), "weight": float(v.weight)}) for v in new]
+
+
+def _transition(*, experiment: Experiment, to: str) -> tuple[Experiment, str]:
     experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
     if to not in ALLOWED_TRANSITIONS[experiment.status]:
         raise ValidationError({"status": f"Cannot go from {experiment.status} to {to}."})
@@ -149,42 +457,49 @@ def _transition(*, experiment: Experiment, to: str, actor: str) -> tuple[Experim
 
 @transaction.atomic
 def experiment_start(*, experiment: Experiment, actor: str) -> Experiment:
-    """draft/paused → running. The first start opens phase 1. Raises ValidationError when the
-    transition is illegal or a variant's model is disabled."""
-    experiment, before = _transition(experiment=experiment, to=ExperimentStatus.RUNNING, actor=actor)
-    variants = list(experiment.variants.select_related("endpoint"))
+    """draft/paused → running. The first start opens phase 1 with the experiment's seed.
+
+    Raises ValidationError when the transition is illegal, the variant set is invalid, a
+    variant's model (or its provider) is disabled, or the layer slice overlaps another experiment.
+    """
+    experiment, before = _transition(experiment=experiment, to=ExperimentStatus.RUNNING)
+    variants = list(experiment.variants.select_related("endpoint__provider"))
     validate_variants(
         [
-            VariantInput(key=v.key, weight=v.weight, endpoint=v.endpoint, is_control=v.is_control)
+            VariantInput(
+                key=v.key,
+                weight=v.weight,
+                endpoint=v.endpoint,
+                is_control=v.is_control,
+                overrides=v.overrides,
+            )
             for v in variants
-        ]
+        ],
+        require_enabled=True,
     )
-    disabled = [v.endpoint.public_id for v in variants if not v.endpoint.enabled]
-    if disabled:
-        raise ValidationError(
-            {"variants": f"Disabled model(s) cannot serve a running experiment: {', '.join(disabled)}."}
-        )
-    now = timezone.now()
+    validate_experiment_fields(
+        {name: getattr(experiment, name) for name in EDITABLE_FIELDS}, exclude_id=experiment.pk
+    )
+    changes: dict[str, Any] = {"status": [before, experiment.status]}
     if experiment.phase == 0:
-        experiment.phase = 1
-        experiment.started_at = now
-        ExperimentPhase.objects.create(
-            experiment=experiment,
-            number=1,
-            seed=experiment.hash_seed,
-            coverage=experiment.coverage,
-            weights={v.key: v.weight for v in variants},
-            started_at=now,
-        )
+        experiment.started_at = timezone.now()
+        _open_phase(experiment=experiment, seed=experiment.hash_seed, reason=PhaseReason.START)
+        changes["phase"] = [0, 1]
     experiment.save(update_fields=["status", "phase", "started_at", "updated_at"])
-    _audit(actor=actor, action="start", obj=experiment, changes={"status": [before, experiment.status]})
+    _audit(
+        actor=actor,
+        action="start" if before == ExperimentStatus.DRAFT else "resume",
+        obj=experiment,
+        changes=changes,
+    )
     config_version.bump()
     return experiment
 
 
 @transaction.atomic
 def experiment_pause(*, experiment: Experiment, actor: str) -> Experiment:
-    experiment, before = _transition(experiment=experiment, to=ExperimentStatus.PAUSED, actor=actor)
+    """running → paused: traffic stops entering; the phase stays open. Raises ValidationError."""
+    experiment, before = _transition(experiment=experiment, to=ExperimentStatus.PAUSED)
     experiment.save(update_fields=["status", "updated_at"])
     _audit(actor=actor, action="pause", obj=experiment, changes={"status": [before, experiment.status]})
     config_version.bump()
@@ -193,7 +508,8 @@ def experiment_pause(*, experiment: Experiment, actor: str) -> Experiment:
 
 @transaction.atomic
 def experiment_stop(*, experiment: Experiment, actor: str) -> Experiment:
-    experiment, before = _transition(experiment=experiment, to=ExperimentStatus.STOPPED, actor=actor)
+    """running/paused → stopped: closes the open phase. Raises ValidationError."""
+    experiment, before = _transition(experiment=experiment, to=ExperimentStatus.STOPPED)
     experiment.stopped_at = timezone.now()
     ExperimentPhase.objects.filter(experiment=experiment, ended_at__isnull=True).update(
         ended_at=experiment.stopped_at
@@ -204,10 +520,182 @@ def experiment_stop(*, experiment: Experiment, actor: str) -> Experiment:
     return experiment
 
 
+@transaction.atomic
+def experiment_archive(*, experiment: Experiment, actor: str) -> Experiment:
+    """draft/stopped → archived: hidden from layer overlap checks; read-only. Raises ValidationError."""
+    experiment, before = _transition(experiment=experiment, to=ExperimentStatus.ARCHIVED)
+    experiment.save(update_fields=["status", "updated_at"])
+    _audit(actor=actor, action="archive", obj=experiment, changes={"status": [before, experiment.status]})
+    config_version.bump()
+    return experiment
+
+
+@transaction.atomic
+def experiment_rerandomise(*, experiment: Experiment, actor: str, seed: str = "") -> Experiment:
+    """Open a new phase with a new seed (running or paused experiments): every unit is hashed
+    afresh and no earlier sticky assignment applies. ``seed`` defaults to ``<key>-<8 hex>``.
+    Raises ValidationError when the experiment is not running or paused."""
+    experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
+    if experiment.status not in LIVE_STATUSES:
+        raise ValidationError(
+            {"status": f"Only running or paused experiments can be re-randomised, not {experiment.status}."}
+        )
+    old_seed = _current_phase_seed(experiment)
+    new_seed = seed or f"{experiment.key}-{secrets.token_hex(4)}"
+    if new_seed == old_seed:
+        raise ValidationError({"seed": "The new seed must differ from the current one."})
+    experiment.seed = new_seed
+    _full_clean(experiment)
+    phase = _open_phase(experiment=experiment, seed=new_seed, reason=PhaseReason.RERANDOMISE)
+    experiment.save(update_fields=["seed", "phase", "updated_at"])
+    _audit(
+        actor=actor,
+        action="rerandomise",
+        obj=experiment,
+        changes={"seed": [old_seed, new_seed], "phase": [phase.number - 1, phase.number]},
+    )
+    config_version.bump()
+    return experiment
+
+
+# --------------------------------------------------------------------------- forced assignments
+
+
+@dataclass(frozen=True)
+class ForcedInput:
+    """A QA pin: ``unit_id`` (the id the experiment hashes) always gets ``variant_key``."""
+
+    unit_id: str
+    variant_key: str
+    note: str = ""
+
+
+@transaction.atomic
+def forced_assignments_replace(
+    *, experiment: Experiment, pins: Sequence[ForcedInput], actor: str
+) -> list[ForcedAssignment]:
+    """Make the experiment's QA pins equal ``pins``. Forced units are excluded from analysis
+    (their exposures carry reason ``forced``). No-op when nothing changes. Raises ValidationError
+    for an unknown variant, an empty or duplicated unit id."""
+    variants = {v.key: v for v in experiment.variants.all()}
+    errors: dict[str, list[str]] = {}
+    units = [p.unit_id.strip() for p in pins]
+    if any(not u for u in units):
+        _add(errors, "unit_id", "A pinned unit id cannot be empty.")
+    if len(set(units)) != len(units):
+        _add(errors, "unit_id", "A unit id can be pinned only once per experiment.")
+    for p in pins:
+        if p.variant_key not in variants:
+            _add(errors, "variant", f"Unknown variant {p.variant_key!r}.")
+    if errors:
+        raise ValidationError(errors)
+    existing = {f.unit_id: f for f in experiment.forced.select_related("variant")}
+    before = {u: f.variant.key for u, f in existing.items()}
+    after = {u: p.variant_key for u, p in zip(units, pins, strict=True)}
+    notes_changed = any(existing[u].note != p.note for u, p in zip(units, pins, strict=True) if u in existing)
+    if before == after and not notes_changed:
+        return list(existing.values())
+    ForcedAssignment.objects.filter(experiment=experiment).exclude(unit_id__in=units).delete()
+    out = []
+    for unit, p in zip(units, pins, strict=True):
+        pin, _ = ForcedAssignment.objects.update_or_create(
+            experiment=experiment, unit_id=unit, defaults={"variant": variants[p.variant_key], "note": p.note}
+        )
+        out.append(pin)
+    diff = {
+        u: [before.get(u), after.get(u)]
+        for u in sorted(set(before) | set(after))
+        if before.get(u) != after.get(u)
+    }
+    _audit(actor=actor, action="forced_assignments", obj=experiment, changes={"forced": diff})
+    config_version.bump()
+    return out
+
+
+# --------------------------------------------------------------------------- layers
+
+
+@transaction.atomic
+def layer_save(*, layer: Layer, actor: str) -> Layer:
+    """Create or edit a layer (namespace). Its key salts the layer hash, so it cannot change once
+    an experiment uses the layer. Raises ValidationError (field errors)."""
+    before = Layer.objects.filter(pk=layer.pk).values("key", "description").first() if layer.pk else None
+    if before and before["key"] != layer.key and Experiment.objects.filter(layer_id=layer.pk).exists():
+        raise ValidationError({"key": "A layer's key cannot change once experiments use it."})
+    _full_clean(layer)
+    layer.save()
+    after = {"key": layer.key, "description": layer.description}
+    diff = {k: [before[k] if before else None, v] for k, v in after.items() if not before or before[k] != v}
+    if diff:
+        _audit(actor=actor, action="update" if before else "create", obj=layer, changes=diff)
+        config_version.bump()
+    return layer
+
+
+# --------------------------------------------------------------------------- platform
+
+
+@transaction.atomic
+def platform_config_update(
+    *, actor: str, holdout_share: float | None = None, holdout_seed: str | None = None
+) -> PlatformConfig:
+    """Change the global holdout (share of users, 0–0.5, that no experiment touches; its seed).
+
+    Changing either reshuffles which users are held out across every experiment. Raises
+    ValidationError on a non-finite or out-of-range share or an empty seed.
+    """
+    config_version.bump()  # creates the singleton row when missing
+    platform = PlatformConfig.objects.select_for_update().get(pk=1)
+    errors: dict[str, list[str]] = {}
+    if holdout_share is not None and (
+        not is_finite_number(holdout_share) or not 0 <= holdout_share <= MAX_HOLDOUT_SHARE
+    ):
+        _add(errors, "holdout_share", "The holdout share must be a finite number between 0 and 0.5.")
+    if holdout_seed is not None and not holdout_seed.strip():
+        _add(errors, "holdout_seed", "The holdout seed cannot be empty.")
+    if errors:
+        raise ValidationError(errors)
+    diff = {}
+    for name, value in (("holdout_share", holdout_share), ("holdout_seed", holdout_seed)):
+        if value is not None and getattr(platform, name) != value:
+            diff[name] = [getattr(platform, name), value]
+            setattr(platform, name, value)
+    if diff:
+        _full_clean(platform)
+        platform.save(update_fields=list(diff))
+        _audit(actor=actor, action="update", obj=platform, changes=diff)
+    return platform
+
+
+@transaction.atomic
+def sticky_cache_reset(*, actor: str) -> PlatformConfig:
+    """Rotate the sticky-cache namespace so every cached sticky assignment is ignored (after
+    restoring the database from a backup). Exposures in the database are untouched."""
+    from .models import new_sticky_namespace
+
+    config_version.bump()
+    platform = PlatformConfig.objects.select_for_update().get(pk=1)
+    before = platform.sticky_namespace
+    platform.sticky_namespace = new_sticky_namespace()
+    platform.save(update_fields=["sticky_namespace"])
+    _audit(
+        actor=actor,
+        action="sticky_cache_reset",
+        obj=platform,
+        changes={"sticky_namespace": [before, platform.sticky_namespace]},
+    )
+    return platform
+
+
+# --------------------------------------------------------------------------- exposures
+
+
 def exposure_record(
     *, experiment_id: int, phase: int, unit_id: str, variant_key: str, reason: str
 ) -> Exposure:
-    """Record a unit's first exposure in a phase (idempotent; the first variant wins and stays sticky)."""
+    """Record a unit's first exposure in a phase (idempotent; the first variant wins and stays
+    sticky). After commit, the stored variant is written to the Redis sticky cache (QA-forced
+    exposures are not: removing a pin returns the unit to normal hashing)."""
     try:
         with transaction.atomic():
             exposure, _ = Exposure.objects.get_or_create(
@@ -218,4 +706,15 @@ def exposure_record(
             )
     except IntegrityError:  # a concurrent writer won the race: theirs is the sticky variant
         exposure = Exposure.objects.get(experiment_id=experiment_id, phase=phase, unit_id=unit_id)
+    if exposure.reason != "forced":
+        namespace = assignment_state().sticky_namespace
+        transaction.on_commit(
+            lambda: sticky.remember(
+                namespace,
+                unit_id=exposure.unit_id,
+                experiment_id=exposure.experiment_id,
+                phase=exposure.phase,
+                variant_key=exposure.variant_key,
+            )
+        )
     return exposure

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "muse_experiments",
     "routing",
+    "routing.transcripts",
     "analytics",
 ]
 
@@ -118,11 +119,19 @@ REDIS_URL = env.str("REDIS_URL", default="")
 if REDIS_URL:
     CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
     CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=REDIS_URL)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # Seconds before an unacknowledged task (its worker died) is redelivered. Keep every task
+    # countdown/ETA below it, or the task would be delivered twice.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_S", default=3600),
+        # how often a worker looks for unacknowledged messages past the timeout (kombu: every
+        # interval * throttle seconds)
+        "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL_S", default=10),
+        "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
+    }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed", "results"):
+    for _sub in ("queue", "processed", "results", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = None
     CELERY_BROKER_TRANSPORT = "muse_experiments.embedded:AtomicFilesystemTransport"
@@ -131,6 +140,7 @@ else:
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
         "polling_interval": 0.02,
     }
@@ -146,6 +156,20 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "completions"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Every task goes to the queue of its purpose (muse_experiments.queues.Queue).
+CELERY_TASK_ROUTES = {
+    "routing.*": {"queue": "completions"},
+    "analytics.*": {"queue": "analytics"},
+    "maintenance.*": {"queue": "maintenance"},
+}
+# Periodic maintenance (synced into django-celery-beat's tables by `celery beat`).
+CELERY_BEAT_SCHEDULE = {
+    "reap-expired-completion-jobs": {
+        "task": "maintenance.reap_expired_completion_jobs",
+        "schedule": env.float("COMPLETION_REAP_INTERVAL_S", default=30.0),  # see below
+        "options": {"queue": "maintenance", "expires": 60},
+    },
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- REST API ------------------------------------------------------------------------------
@@ -155,8 +179,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "muse_experiments.api_schema.MuseAutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["muse_experiments.api_base.BoundedJSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": ["muse_experiments.throttling.ApiKeyRateThrottle"],
     "EXCEPTION_HANDLER": "muse_experiments.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
@@ -171,8 +196,41 @@ SPECTACULAR_SETTINGS = {
 # --- Platform ------------------------------------------------------------------------------
 # How long POST /api/v1/completions waits for the worker before answering 202 with a job URL.
 COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
+# Seconds a session's encrypted provider reasoning stays in the server-side store after its last
+# turn (routing.reasoning_store; Redis when REDIS_URL is set, else in-process).
+REASONING_SESSION_TTL_S = env.int("REASONING_SESSION_TTL_S", default=3600)
+# Redis for that store (default REDIS_URL; empty = in-process, single-process deployments only).
+# A dedicated instance without persistence (no RDB/AOF) keeps the blobs off disk.
+REASONING_STORE_URL = env.str("REASONING_STORE_URL", default=REDIS_URL)
+# A running job's lease (s), renewed by its worker every third of it; a lapsed lease means the
+# worker died and the job is failed ("worker_lost") by the next redelivery or the reaper.
+COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)
+# How often (s) workers (and beat) fail running jobs whose lease lapsed.
+COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)
+# How long a streamed job's events stay in its Redis stream (s), for late subscribers.
+COMPLETION_STREAM_TTL_S = env.int("COMPLETION_STREAM_TTL_S", default=3600)
+# How long a drop-in (OpenAI/Anthropic-compatible) non-streaming call waits before a 504.
+DROPIN_WAIT_S = env.float("DROPIN_WAIT_S", default=300.0)
 # How often (s) a process re-checks the configuration version; bounds propagation time.
 CONFIG_REFRESH_INTERVAL_S = env.float("CONFIG_REFRESH_INTERVAL_S", default=0.5)
+
+# --- Routing resilience (routing/retry.py, circuit.py, killswitch.py) -------------------------
+# Retries per endpoint after the first attempt, for retryable failures (429, 5xx, 529, timeouts,
+# resets, malformed responses). Backoff: full jitter, uniform(0, min(cap, base * 2**retry)) ms.
+ROUTING_MAX_RETRIES = env.int("ROUTING_MAX_RETRIES", default=2)
+ROUTING_BACKOFF_BASE_MS = env.float("ROUTING_BACKOFF_BASE_MS", default=200.0)
+ROUTING_BACKOFF_CAP_MS = env.float("ROUTING_BACKOFF_CAP_MS", default=5000.0)
+# An upstream's retry-after is honoured up to this many seconds (then we wait the cap).
+ROUTING_RETRY_AFTER_CAP_S = env.float("ROUTING_RETRY_AFTER_CAP_S", default=10.0)
+# Circuit breaker per endpoint: open after N failures within the window; after the cooldown one
+# probe call is let through (half-open); its success closes the circuit, its failure re-opens it.
+ROUTING_CIRCUIT_FAILURES = env.int("ROUTING_CIRCUIT_FAILURES", default=5)
+ROUTING_CIRCUIT_WINDOW_S = env.float("ROUTING_CIRCUIT_WINDOW_S", default=30.0)
+ROUTING_CIRCUIT_COOLDOWN_S = env.float("ROUTING_CIRCUIT_COOLDOWN_S", default=30.0)
+# A concurrency slot held by a crashed process expires after this many seconds.
+ROUTING_CONCURRENCY_LEASE_S = env.float("ROUTING_CONCURRENCY_LEASE_S", default=330.0)
+# Emergency override: true turns every external provider off regardless of the database.
+MUSE_KILL_EXTERNAL = env.bool("MUSE_KILL_EXTERNAL", default=False)
 
 LOGGING = {
     "version": 1,
@@ -180,5 +238,13 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        # The SDKs log whole request bodies at DEBUG (Anthropic: "Request options", with thinking
+        # signatures): never below INFO, so encrypted reasoning cannot reach the logs. Do not set
+        # ANTHROPIC_LOG/OPENAI_LOG=debug in production either.
+        "anthropic": {"level": "INFO"},
+        "openai": {"level": "INFO"},
+    },
 }

@@ -3,10 +3,17 @@ from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from analytics.apis import EventsCreateApi, ResultsApi
+from analytics.apis import EventsCreateApi, ResultsApi, ResultsComputeApi
 from analytics.views import results_index, results_page
-from muse_experiments.apis import ExperimentDetailApi, ExperimentListApi
+from muse_experiments.apis import AssignmentPreviewApi, ExperimentDetailApi, ExperimentListApi
 from routing.apis import CompletionCreateApi, CompletionDetailApi
+from routing.apis_ops import KillSwitchListApi
+from routing.transcripts.apis import (
+    SessionEndApi,
+    TrainingExportApi,
+    TrainingIngestApi,
+    TrainingOptOutApi,
+)
 
 
 def healthz(request):
@@ -16,10 +23,21 @@ def healthz(request):
 api_v1 = [
     path("completions", CompletionCreateApi.as_view(), name="completion-create"),
     path("completions/<uuid:job_id>", CompletionDetailApi.as_view(), name="completion-detail"),
+    path("sessions/<str:session_id>/end", SessionEndApi.as_view(), name="session-end"),
+    path("users/<str:user_id>/training-opt-out", TrainingOptOutApi.as_view(), name="training-opt-out"),
+    path("training/export", TrainingExportApi.as_view(), name="training-export"),
+    path("training/ingest", TrainingIngestApi.as_view(), name="training-ingest"),
     path("events", EventsCreateApi.as_view(), name="events-create"),
     path("experiments", ExperimentListApi.as_view(), name="experiment-list"),
+    path("experiments/preview-assignment", AssignmentPreviewApi.as_view(), name="assignment-preview"),
     path("experiments/<slug:key>", ExperimentDetailApi.as_view(), name="experiment-detail"),
     path("experiments/<slug:key>/results", ResultsApi.as_view(), name="experiment-results"),
+    path(
+        "experiments/<slug:key>/results/compute",
+        ResultsComputeApi.as_view(),
+        name="experiment-results-compute",
+    ),
+    path("ops/kill-switches", KillSwitchListApi.as_view(), name="ops-kill-switches"),
 ]
 
 urlpatterns = [
@@ -30,4 +48,5 @@ urlpatterns = [
     path("results/<slug:key>/", results_page, name="results-page"),
     path("healthz", healthz),
     path("api/v1/", include(api_v1)),
+    path("v1/", include("routing.dropin.urls")),  # OpenAI/Anthropic SDK drop-ins
 ]

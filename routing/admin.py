@@ -1,36 +1,139 @@
-"""Admin for the model catalogue and the call log."""
+"""Admin for the model catalogue, kill switches and the call log.
 
+Catalogue edits and kill-switch changes go through :mod:`routing.ops_services` (audited, and the
+configuration version is bumped so every process sees them within about a second). The catalogue
+shows only the *name* of each credential's environment variable, never a value.
+"""
+
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
-from .models import Attempt, CallRecord, ModelEndpoint, Provider
+from .models import Attempt, CallRecord, KillScope, KillSwitch, ModelEndpoint, Provider
+from .ops_services import catalogue_entry_save, kill_switch_set, kill_switch_validate
+
+
+class AuditedCatalogueAdmin(admin.ModelAdmin):
+    """Saves through :func:`catalogue_entry_save`; deleting is not offered (disable instead)."""
+
+    def save_model(self, request, obj, form, change):
+        catalogue_entry_save(obj=obj, actor=request.user.get_username(), changed=form.changed_data)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(AuditedCatalogueAdmin):
     list_display = ("key", "kind", "base_url", "credential_env", "api_version", "enabled")
     list_filter = ("kind", "enabled")
 
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name == "base_url":
+            kwargs["assume_scheme"] = "https"
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
 
 @admin.register(ModelEndpoint)
-class ModelEndpointAdmin(admin.ModelAdmin):
+class ModelEndpointAdmin(AuditedCatalogueAdmin):
     list_display = (
         "public_id",
         "version_label",
         "provider",
         "upstream_model",
         "api_style",
+        "timeout_s",
+        "max_concurrency",
         "enabled",
         "is_platform_default",
     )
     list_filter = ("provider", "api_style", "enabled")
     search_fields = ("public_id", "version_label", "upstream_model")
+    fieldsets = (
+        (None, {"fields": ("public_id", "version_label", "provider", "upstream_model", "api_style")}),
+        ("Capabilities", {"fields": ("supports_tools", "supports_reasoning", "supports_streaming")}),
+        (
+            "Prices (USD per million tokens)",
+            {
+                "fields": (
+                    "price_input_per_mtok",
+                    "price_cached_input_per_mtok",
+                    "price_cache_write_per_mtok",
+                    "price_output_per_mtok",
+                )
+            },
+        ),
+        ("Operation", {"fields": ("timeout_s", "max_concurrency", "enabled", "is_platform_default")}),
+    )
+
+
+class KillSwitchForm(forms.ModelForm):
+    """Scope, target, on/off and a required reason; the target is checked against the catalogue
+    and experiments (form errors, nothing saved, on a bad target)."""
+
+    class Meta:
+        model = KillSwitch
+        fields = ("scope", "target", "active", "reason")
+        help_texts = {
+            "target": "Empty for all_external; provider key; endpoint public id; experiment key; "
+            "or <experiment key>/<variant key>.",
+            "reason": "Why (recorded in the audit log).",
+        }
+
+    def clean(self):
+        data = super().clean()
+        if "scope" in data:
+            try:
+                data["target"] = kill_switch_validate(scope=data["scope"], target=data.get("target", ""))
+            except ValidationError as exc:
+                for name, errors in exc.message_dict.items():
+                    self.add_error(name if name in self.fields else None, errors)
+        return data
+
+
+@admin.register(KillSwitch)
+class KillSwitchAdmin(admin.ModelAdmin):
+    form = KillSwitchForm
+    list_display = ("scope", "target", "active", "reason", "updated_by", "updated_at")
+    list_filter = ("scope", "active")
+    search_fields = ("target", "reason", "updated_by")
+    readonly_fields = ("updated_by", "updated_at", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        # Scope and target identify a switch; to switch something else, add a new one.
+        return (*self.readonly_fields, "scope", "target") if obj else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        switch = kill_switch_set(
+            scope=obj.scope,
+            target=obj.target,
+            active=obj.active,
+            reason=form.cleaned_data["reason"],
+            actor=request.user.get_username(),
+        )
+        obj.pk = switch.pk
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # switches are turned off, not deleted, so the history stays readable
+
+    def get_changeform_initial_data(self, request):
+        return {"scope": KillScope.ALL_EXTERNAL, **super().get_changeform_initial_data(request)}
 
 
 class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    readonly_fields = ("number", "endpoint", "outcome", "status_code", "latency_ms", "upstream_request_id")
+    readonly_fields = (
+        "number",
+        "endpoint",
+        "outcome",
+        "status_code",
+        "latency_ms",
+        "backoff_ms",
+        "retry_after_s",
+        "upstream_request_id",
+    )
 
 
 @admin.register(CallRecord)
@@ -39,6 +142,7 @@ class CallRecordAdmin(admin.ModelAdmin):
         "created_at",
         "experiment_key",
         "variant_key",
+        "assigned_endpoint",
         "served_endpoint",
         "reason",
         "status",

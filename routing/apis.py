@@ -1,11 +1,18 @@
-"""REST API for routed completions: ``POST /api/v1/completions`` and ``GET /api/v1/completions/{id}``."""
+"""REST API for routed completions: ``POST /api/v1/completions`` and ``GET /api/v1/completions/{id}``.
+
+``POST`` is synchronous by default (waits up to ``COMPLETION_SYNC_WAIT_S`` for the worker, then
+answers 202 with a ``Location``); ``async=true`` answers 202 at once; ``stream=true`` answers with
+Server-Sent Events (see :mod:`routing.streaming` for the event list). A job is visible only to the
+API key that created it (staff sessions see all).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from django.conf import settings
-from django.db import transaction
-from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from django.http import Http404
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -13,9 +20,9 @@ from rest_framework.views import APIView
 from muse_experiments.api_base import AttributesField, StrictSerializer
 from muse_experiments.auth import ApiClient, HasScope
 
-from .dispatch import enqueue_completion, wait_for_job
+from .dispatch import submit_completion, wait_for_job
 from .models import CompletionJob, JobStatus
-from .services import completion_job_create
+from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response
 
 
 class ToolCallSerializer(StrictSerializer):
@@ -95,38 +102,66 @@ class CompletionCreateApi(APIView):
             )
             return fields
 
-        def validate_stream(self, value):
-            if value:
-                raise serializers.ValidationError("Streaming is not available on this endpoint yet.")
-            return value
+        def validate(self, attrs):
+            if attrs.get("stream") and attrs.get("async"):
+                raise serializers.ValidationError({"stream": ["stream and async cannot both be true."]})
+            return attrs
 
     @extend_schema(
         request=InputSerializer,
         responses={
-            200: CompletionOutputSerializer,
+            200: OpenApiResponse(
+                CompletionOutputSerializer,
+                description="Finished (succeeded or failed). With stream=true: text/event-stream of "
+                "job, text_delta, tool_call_delta, then done or error events.",
+            ),
             202: OpenApiResponse(
                 CompletionOutputSerializer, description="Still running: poll the Location URL."
             ),
             400: OpenApiResponse(description="Field errors"),
+            413: OpenApiResponse(description="Body too large"),
+            429: OpenApiResponse(description="Rate limited; see Retry-After"),
         },
+        examples=[
+            OpenApiExample(
+                "tool result turn",
+                request_only=True,
+                value={
+                    "session_id": "s-1",
+                    "user_id": "u-1",
+                    "subagent": "coder",
+                    "messages": [
+                        {"role": "user", "content": "weather in Paris?"},
+                        {
+                            "role": "assistant",
+                            "content": "",
+                            "tool_calls": [
+                                {"id": "call_1", "name": "weather", "arguments": {"city": "Paris"}}
+                            ],
+                        },
+                        {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},
+                    ],
+                },
+            )
+        ],
     )
     def post(self, request):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         d = data.validated_data
         api_key = request.user.key if isinstance(request.user, ApiClient) else None
-        with transaction.atomic():
-            job, created = completion_job_create(
-                api_key=api_key,
-                session_id=d["session_id"],
-                user_id=d["user_id"],
-                subagent=d["subagent"],
-                attributes=d["attributes"],
-                request={"messages": d["messages"], "tools": d["tools"]},
-                idempotency_key=d["idempotency_key"],
-            )
-            if created:
-                enqueue_completion(job)
+        job, created = submit_completion(
+            api_key=api_key,
+            session_id=d["session_id"],
+            user_id=d["user_id"],
+            subagent=d["subagent"],
+            attributes=d["attributes"],
+            request={"messages": d["messages"], "tools": d["tools"]},
+            idempotency_key=d["idempotency_key"],
+            stream=d["stream"],
+        )
+        if d["stream"]:
+            return sse_response(_api_stream(job, created))
         if not d["async"] and job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
             job = wait_for_job(job, timeout_s=settings.COMPLETION_SYNC_WAIT_S)
         finished = job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
@@ -149,5 +184,20 @@ class CompletionDetailApi(APIView):
         responses={200: CompletionOutputSerializer, 404: OpenApiResponse(description="No such job")}
     )
     def get(self, request, job_id):
-        job = get_object_or_404(CompletionJob, pk=job_id)
+        jobs = CompletionJob.objects.all()
+        if isinstance(request.user, ApiClient):  # a key sees only its own jobs; staff see all
+            jobs = jobs.filter(api_key=request.user.key)
+        job = jobs.filter(pk=job_id).first()
+        if job is None:
+            raise Http404("No such job.")
         return Response(CompletionOutputSerializer(job_payload(job)).data)
+
+
+def _api_stream(job: CompletionJob, created: bool) -> Iterator[bytes]:
+    """Our own SSE dialect: ``event: <type>`` + ``data: <json>`` per :mod:`routing.streaming` event."""
+    yield sse("job", {"type": "job", "id": str(job.id), "status": job.status})
+    for event in job_events(job_id=str(job.id), created=created):
+        if event["type"] == "keepalive":
+            yield KEEPALIVE_FRAME
+            continue
+        yield sse(event["type"], event)

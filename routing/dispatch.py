@@ -7,6 +7,8 @@ with Redis; the result directory on the embedded default) instead of polling the
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.db import transaction
@@ -14,6 +16,7 @@ from django.db import transaction
 from muse_experiments.queues import Queue
 
 from .models import CompletionJob
+from .services import completion_job_create
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,40 @@ def enqueue_completion(job: CompletionJob) -> None:
     transaction.on_commit(
         lambda: run_completion.apply_async(args=[job_id], task_id=job_id, queue=Queue.COMPLETIONS)
     )
+
+
+def submit_completion(
+    *,
+    api_key: Any,
+    session_id: str,
+    user_id: str,
+    subagent: str,
+    attributes: Mapping[str, Any],
+    request: Mapping[str, Any],
+    idempotency_key: str = "",
+    stream: bool = False,
+) -> tuple[CompletionJob, bool]:
+    """Create the job (or find it by idempotency key) and hand it to a worker. Returns ``(job, created)``.
+
+    A streamed job goes to a worker only when deltas can travel through Redis; without Redis the
+    web request runs it itself (``routing.streaming.job_events``).
+    """
+    from .streaming import uses_redis
+
+    with transaction.atomic():
+        job, created = completion_job_create(
+            api_key=api_key,
+            session_id=session_id,
+            user_id=user_id,
+            subagent=subagent,
+            attributes=attributes,
+            request=request,
+            idempotency_key=idempotency_key,
+            stream=stream,
+        )
+        if created and (not stream or uses_redis()):
+            enqueue_completion(job)
+    return job, created
 
 
 def wait_for_job(job: CompletionJob, *, timeout_s: float) -> CompletionJob:

@@ -89,9 +89,19 @@ class ModelEndpoint(models.Model):
     price_output_per_mtok = models.DecimalField(
         max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
     )
-    timeout_s = models.FloatField(default=60.0, validators=[MinValueValidator(0.1)])
-    max_concurrency = models.PositiveIntegerField(default=64)
-    enabled = models.BooleanField(default=True)
+    timeout_s = models.FloatField(
+        default=60.0,
+        validators=[MinValueValidator(0.1)],
+        help_text="Per-attempt request timeout in seconds (passed to the SDK).",
+    )
+    max_concurrency = models.PositiveIntegerField(
+        default=64,
+        validators=[MinValueValidator(1)],
+        help_text="Most calls in flight to this endpoint across all processes; over it, calls fall back.",
+    )
+    enabled = models.BooleanField(
+        default=True, help_text="Off: never called (calls fall back, reason 'killed')."
+    )
     is_platform_default = models.BooleanField(
         default=False, help_text="Serves units outside every experiment."
     )
@@ -136,8 +146,20 @@ class CompletionJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Streaming and delivery bookkeeping (see routing.services.completion_job_claim and routing.tasks).
+    stream = models.BooleanField(default=False, help_text="Deltas are published to the job's Redis stream.")
+    deliveries = models.PositiveIntegerField(
+        default=0, help_text="How many times a worker picked the task up (redeliveries count)."
+    )
+    lease_expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A running job whose lease has expired belongs to a dead worker; it is failed, never re-run.",
+    )
+    worker = models.CharField(max_length=200, blank=True, help_text="Worker holding the lease.")
 
     class Meta:
+        indexes = [models.Index(fields=["status", "lease_expires_at"], name="job_status_lease")]
         constraints = [
             models.UniqueConstraint(
                 fields=["api_key", "idempotency_key"],
@@ -205,9 +227,49 @@ class Attempt(models.Model):
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     latency_ms = models.FloatField()
     upstream_request_id = models.CharField(max_length=200, blank=True)
+    backoff_ms = models.FloatField(
+        default=0, help_text="Wait before this attempt (backoff or capped retry-after), ms."
+    )
+    retry_after_s = models.FloatField(
+        null=True, blank=True, help_text="retry-after the upstream sent with this failure, s."
+    )
 
     class Meta:
         ordering = ["number"]
 
     def __str__(self) -> str:
         return f"#{self.number} {self.endpoint}: {self.outcome}"
+
+
+class KillScope(models.TextChoices):
+    ALL_EXTERNAL = "all_external", "All external providers"
+    PROVIDER = "provider", "One provider (target: provider key)"
+    ENDPOINT = "endpoint", "One model endpoint (target: public id)"
+    EXPERIMENT = "experiment", "One experiment (target: experiment key; traffic goes to control)"
+    VARIANT = "variant", "One variant (target: <experiment key>/<variant key>; units go to control)"
+
+
+class KillSwitch(models.Model):
+    """An operator's off switch. Written only through :func:`routing.services.kill_switch_set`
+    (audited, bumps the configuration version); read through :func:`routing.killswitch.kill_state`.
+
+    ``target`` is empty for ``all_external``; otherwise a provider key, an endpoint public id, an
+    experiment key, or ``<experiment key>/<variant key>``. One row per (scope, target): toggling
+    flips ``active`` and keeps the last reason and who/when.
+    """
+
+    scope = models.CharField(max_length=20, choices=KillScope.choices)
+    target = models.CharField(max_length=300, blank=True)
+    active = models.BooleanField(default=True)
+    reason = models.CharField(max_length=500)
+    updated_by = models.CharField(max_length=200)
+    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["scope", "target"]
+        constraints = [models.UniqueConstraint(fields=["scope", "target"], name="one_kill_switch_per_target")]
+
+    def __str__(self) -> str:
+        state = "ON" if self.active else "off"
+        return f"kill {self.scope}{':' + self.target if self.target else ''} [{state}]"

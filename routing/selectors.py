@@ -8,12 +8,13 @@ from decimal import Decimal
 
 from muse_experiments.config_version import VersionedSnapshot
 
-from .models import ModelEndpoint
+from .models import KillSwitch, ModelEndpoint
 
 
 @dataclass(frozen=True)
 class EndpointInfo:
-    """A catalogue entry as routing needs it. Prices in USD per million tokens; timeout in s."""
+    """A catalogue entry as routing needs it. Prices in USD per million tokens; timeout in s;
+    ``max_concurrency``: most calls in flight across all processes."""
 
     public_id: str
     version_label: str
@@ -29,6 +30,7 @@ class EndpointInfo:
     price_cache_write: Decimal
     price_output: Decimal
     timeout_s: float
+    max_concurrency: int
     supports_tools: bool
     supports_reasoning: bool
     supports_streaming: bool
@@ -68,6 +70,7 @@ def build_catalogue() -> Catalogue:
             price_cache_write=e.price_cache_write_per_mtok,
             price_output=e.price_output_per_mtok,
             timeout_s=e.timeout_s,
+            max_concurrency=e.max_concurrency,
             supports_tools=e.supports_tools,
             supports_reasoning=e.supports_reasoning,
             supports_streaming=e.supports_streaming,
@@ -86,3 +89,8 @@ _catalogue = VersionedSnapshot(build_catalogue)
 def catalogue() -> Catalogue:
     """The current catalogue (no database query between configuration-version checks)."""
     return _catalogue.get()
+
+
+def kill_switch_list() -> list[KillSwitch]:
+    """Every kill switch (active or not), by scope then target."""
+    return list(KillSwitch.objects.order_by("scope", "target"))

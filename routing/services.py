@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -68,9 +72,12 @@ def completion_job_create(
     attributes: Mapping[str, Any],
     request: Mapping[str, Any],
     idempotency_key: str = "",
+    stream: bool = False,
 ) -> tuple[CompletionJob, bool]:
     """Create a queued job, or return the existing one for the same idempotency key.
 
+    ``request`` is ``{"messages": [...], "tools": [...]}`` plus, for a caller that pins a model,
+    ``"model": <endpoint public id>``. ``stream`` makes the worker publish deltas (routing.streaming).
     Returns ``(job, created)``. The caller enqueues the worker task on commit when ``created``.
     """
     if idempotency_key:
@@ -87,27 +94,108 @@ def completion_job_create(
                 subagent=subagent,
                 attributes=dict(attributes),
                 request=dict(request),
+                stream=stream,
             )
     except IntegrityError:  # a concurrent request with the same idempotency key won
         return CompletionJob.objects.get(api_key=api_key, idempotency_key=idempotency_key), False
     return job, True
 
 
-def completion_job_claim(*, job_id) -> CompletionJob | None:
-    """Move a queued job to running, under a row lock. Returns None if another worker has it or it
-    is finished, so a redelivered task never runs a job twice."""
+#: Error stored on a job whose worker died during the upstream call (see :func:`completion_job_claim`).
+WORKER_LOST = "worker_lost: the worker died during the upstream call; not retried, so the provider is never called twice for one attempt"
+
+
+def worker_identity() -> str:
+    """``host:pid`` of this process: who holds a job's lease."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def completion_job_claim(*, job_id, worker: str | None = None) -> CompletionJob | None:
+    """Take a job for this worker, under a row lock. Returns the running job, or None to do nothing.
+
+    * ``queued`` → ``running``: ``deliveries`` + 1, a lease of ``settings.COMPLETION_LEASE_S``
+      seconds (renewed by :class:`routing.leases.LeaseKeeper` while the worker lives). Committing
+      this *before* any upstream call is the attempt's intent record.
+    * ``running`` with a live lease (a redelivery while the first worker still works): None.
+    * ``running`` with an expired lease (the first worker died mid-call): the attempt may or may
+      not have reached the provider, so the job is marked failed with :data:`WORKER_LOST` and not
+      re-run — a redelivered task never calls the provider twice for the same attempt.
+    * finished or missing: None.
+    """
+    now = timezone.now()
     with transaction.atomic():
         job = CompletionJob.objects.select_for_update().filter(pk=job_id).first()
-        if job is None or job.status != JobStatus.QUEUED:
+        if job is None:
             return None
-        job.status = JobStatus.RUNNING
-        job.started_at = timezone.now()
-        job.save(update_fields=["status", "started_at"])
-        return job
+        if job.status == JobStatus.QUEUED:
+            job.status = JobStatus.RUNNING
+            job.started_at = now
+            job.deliveries += 1
+            job.lease_expires_at = now + timedelta(seconds=settings.COMPLETION_LEASE_S)
+            job.worker = (worker or worker_identity())[:200]
+            job.save(update_fields=["status", "started_at", "deliveries", "lease_expires_at", "worker"])
+            return job
+        if (
+            job.status == JobStatus.RUNNING
+            and job.lease_expires_at is not None
+            and job.lease_expires_at <= now
+        ):
+            job.deliveries += 1
+            job.status = JobStatus.FAILED
+            job.error = WORKER_LOST
+            job.finished_at = now
+            job.save(update_fields=["deliveries", "status", "error", "finished_at"])
+            _announce_failure([job])
+        return None
 
 
-def completion_job_fail(*, job_id, reason: str) -> None:
-    """Mark a job failed unless it already finished (Celery failure hook)."""
-    CompletionJob.objects.filter(pk=job_id, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).update(
-        status=JobStatus.FAILED, error=reason[:2000], finished_at=timezone.now()
+def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
+    """Extend the leases of running jobs this worker holds by ``COMPLETION_LEASE_S`` from now."""
+    return CompletionJob.objects.filter(pk__in=list(job_ids), status=JobStatus.RUNNING, worker=worker).update(
+        lease_expires_at=timezone.now() + timedelta(seconds=settings.COMPLETION_LEASE_S)
     )
+
+
+def completion_jobs_reap_expired(*, now=None) -> int:
+    """Fail running jobs whose lease expired (their worker died). Returns how many were failed.
+
+    The maintenance task runs this periodically, so no job stays ``running`` forever even when its
+    task message is never redelivered (the embedded broker does not redeliver).
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        jobs = list(
+            CompletionJob.objects.select_for_update(skip_locked=True).filter(
+                status=JobStatus.RUNNING, lease_expires_at__lt=now
+            )
+        )
+        for job in jobs:
+            job.status, job.error, job.finished_at = JobStatus.FAILED, WORKER_LOST, now
+        CompletionJob.objects.bulk_update(jobs, ["status", "error", "finished_at"])
+        _announce_failure(jobs)
+    return len(jobs)
+
+
+def _announce_failure(jobs) -> None:
+    """After commit, tell streaming listeners of these jobs that they failed."""
+    streamed = [(str(j.id), j.error) for j in jobs if j.stream]
+    if streamed:
+        from .streaming import publish_failure  # streaming imports the router, which imports us
+
+        transaction.on_commit(lambda: [publish_failure(job_id=i, message=e) for i, e in streamed])
+
+
+def completion_job_fail(*, job_id, reason: str) -> bool:
+    """Mark a job failed unless it already finished (Celery failure hook). Returns True if it was."""
+    with transaction.atomic():
+        job = (
+            CompletionJob.objects.select_for_update()
+            .filter(pk=job_id, status__in=[JobStatus.QUEUED, JobStatus.RUNNING])
+            .first()
+        )
+        if job is None:
+            return False
+        job.status, job.error, job.finished_at = JobStatus.FAILED, reason[:2000], timezone.now()
+        job.save(update_fields=["status", "error", "finished_at"])
+        _announce_failure([job])
+    return True

@@ -1,13 +1,29 @@
-"""Completion tasks: take a job id, call one service, safe to run twice."""
+"""Completion tasks: take a job id, call one service, safe to run twice.
+
+Delivery guarantees (Redis broker, ``acks_late`` + ``reject_on_worker_lost``): a task message is
+acknowledged only after the task returns, so a worker that dies mid-task leaves it unacknowledged
+and Redis redelivers it after the visibility timeout (``CELERY_VISIBILITY_TIMEOUT_S``). The job's
+lease (``routing.services.completion_job_claim``, kept alive by ``routing.leases``) decides what a
+redelivery does: a queued job runs; a job whose live worker still holds it is left alone; a job
+whose worker died mid-call is failed ``worker_lost`` — never re-run, so the provider is never
+called twice for the same attempt. Jobs whose task is never redelivered (the embedded broker) are
+failed by :func:`reap_expired_completion_jobs` (beat, and every worker's lease keeper).
+
+Time limits apply with the prefork pool; with ``--pool threads`` Celery cannot enforce them, and
+each upstream call is bounded by its endpoint's ``timeout_s`` instead. No task uses a countdown.
+"""
 
 from __future__ import annotations
 
 from celery import Task, shared_task
+from celery.signals import worker_ready
 
 from muse_experiments.queues import Queue
 
+from .leases import keeper
+from .models import CompletionJob
 from .router import execute_job
-from .services import completion_job_fail
+from .services import completion_job_fail, completion_jobs_reap_expired
 
 
 class CompletionTask(Task):
@@ -29,5 +45,34 @@ class CompletionTask(Task):
     time_limit=330,
 )
 def run_completion(job_id: str) -> str:
-    """Route and run one completion job. Returns the job's final status."""
-    return execute_job(job_id=job_id)
+    """Route and run one completion job (streamed jobs publish their deltas). Returns its final status."""
+    from .streaming import publish_job_events  # imports the router; keep worker start-up light
+
+    with keeper.hold(job_id):
+        job = CompletionJob.objects.filter(pk=job_id).values("stream", "request").first()
+        if job is None:
+            return "missing"
+        if job["stream"]:
+            return publish_job_events(job_id=job_id)
+        if job["request"].get("model"):  # pinned by a drop-in caller: no experiment decides
+            from .streaming import run_pinned_job
+
+            return run_pinned_job(job_id=job_id)
+        return execute_job(job_id=job_id)
+
+
+@shared_task(
+    name="maintenance.reap_expired_completion_jobs",
+    queue=Queue.MAINTENANCE,
+    soft_time_limit=50,
+    time_limit=60,
+)
+def reap_expired_completion_jobs() -> int:
+    """Fail running jobs whose worker died (lease expired). Returns how many were failed."""
+    return completion_jobs_reap_expired()
+
+
+@worker_ready.connect
+def _start_lease_keeper(**_kwargs) -> None:
+    """Every worker renews its leases and reaps expired jobs, with or without ``celery beat``."""
+    keeper.start(reap=True)

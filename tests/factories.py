@@ -40,6 +40,22 @@ def make_experiment(
     return services.experiment_start(experiment=experiment, actor="test") if start else experiment
 
 
+def variant_inputs(arms: list[tuple[str, str, float]], **overrides_by_key) -> list[services.VariantInput]:
+    """``VariantInput``s for ``(key, endpoint public id, weight)`` arms; the first is control,
+    ``overrides_by_key`` maps a variant key to its routing overrides."""
+    endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in arms])}
+    return [
+        services.VariantInput(
+            key=k,
+            weight=w,
+            endpoint=endpoints[pid],
+            is_control=(i == 0),
+            overrides=overrides_by_key.get(k, {}),
+        )
+        for i, (k, pid, w) in enumerate(arms)
+    ]
+
+
 def api_key(scopes: list[str] | None = None) -> str:
     """A raw API key with the given scopes (all by default)."""
     _, raw = api_key_create(name="test", scopes=scopes or ALL_SCOPES)

@@ -122,3 +122,20 @@ def endpoint_factory(fake):
         return make_endpoint(fake, name, **overrides)
 
     return factory
+
+
+@pytest.fixture(autouse=True)
+def _fresh_routing_protection(request):
+    """Each test starts with closed circuits and free concurrency slots (state lives in Redis or
+    in this process and would otherwise leak between tests)."""
+    from django.apps import apps
+
+    if not apps.ready:  # Django-free provider tests
+        yield
+        return
+    from routing.circuit import breaker
+    from routing.concurrency import limiter
+
+    breaker().reset()
+    limiter.reset()
+    yield

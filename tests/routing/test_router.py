@@ -21,6 +21,13 @@ def catalogue(upstreams):
     return seed_catalogue(upstreams.url)
 
 
+@pytest.fixture(autouse=True)
+def fast_backoff(settings):
+    """Backoff waits of at most a few ms (the policy itself is tested in test_retry.py)."""
+    settings.ROUTING_BACKOFF_BASE_MS = 1.0
+    settings.ROUTING_BACKOFF_CAP_MS = 5.0
+
+
 def job(session_id="s-1", user_id="u-1", **request):
     created, _ = completion_job_create(
         api_key=None,
@@ -85,7 +92,8 @@ def test_each_provider_kind_serves_its_variant_and_the_call_is_recorded(
     assert (exposure.unit_id, exposure.variant_key) == ("s-1", "treatment")
 
 
-def test_a_failing_variant_falls_back_to_control_with_one_call_each(catalogue, upstreams):
+def test_a_failing_variant_falls_back_to_control_with_one_call_each(catalogue, upstreams, settings):
+    settings.ROUTING_MAX_RETRIES = 0
     make_experiment(arms=[("control", avocado_id(14), 0.0), ("treatment", "azure/muse-special", 1.0)])
     upstreams.set_scenario("muse-special", failure="server_error")
     j = run(job())

@@ -1,0 +1,163 @@
+"""The built-in metric definitions, seeded by migration ``0004_builtin_metrics`` and re-created by
+:func:`seed_builtin_metrics` whenever results are computed and one is missing (e.g. after a
+database flush), so analysis never depends on a data migration having run on this database.
+
+Each entry is the field values of a :class:`analytics.models.MetricDefinition`; ratio metrics
+name their numerator and denominator, which must come earlier in the list. Analysts edit them
+(direction, capping, CUPED) in the admin afterwards.
+"""
+
+from __future__ import annotations
+
+BUILTIN_METRICS: list[dict] = [
+    # Per-call building blocks (also useful on their own: e.g. calls per session).
+    {
+        "name": "calls",
+        "label": "Calls per unit",
+        "source": "call",
+        "call_value": "calls",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": True,
+    },
+    {
+        "name": "errors",
+        "label": "Failed calls per unit",
+        "source": "call",
+        "call_value": "error",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": False,
+    },
+    {
+        "name": "fallbacks",
+        "label": "Fallback-served calls per unit",
+        "source": "call",
+        "call_value": "fallback",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": False,
+    },
+    {
+        "name": "calls_with_tool_calls",
+        "label": "Calls returning a tool call, per unit",
+        "source": "call",
+        "call_value": "has_tool_call",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": True,
+    },
+    # The issue's built-ins.
+    {
+        "name": "latency_ms",
+        "label": "Latency (ms, mean of a unit's succeeded calls)",
+        "source": "call",
+        "call_value": "latency_ms",
+        "aggregation": "mean",
+        "metric_type": "mean",
+        "higher_is_better": False,
+    },
+    {
+        "name": "cost_usd",
+        "label": "Cost per unit (USD)",
+        "source": "call",
+        "call_value": "cost_usd",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": False,
+    },
+    {
+        "name": "input_tokens",
+        "label": "Input tokens per unit",
+        "source": "call",
+        "call_value": "input_tokens",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": False,
+    },
+    {
+        "name": "output_tokens",
+        "label": "Output tokens per unit",
+        "source": "call",
+        "call_value": "output_tokens",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": False,
+    },
+    {
+        "name": "reasoning_tokens",
+        "label": "Reasoning tokens per unit",
+        "source": "call",
+        "call_value": "reasoning_tokens",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": False,
+    },
+    {
+        "name": "error_rate",
+        "label": "Error rate (failed calls / calls)",
+        "metric_type": "ratio",
+        "numerator": "errors",
+        "denominator": "calls",
+        "higher_is_better": False,
+    },
+    {
+        "name": "fallback_rate",
+        "label": "Fallback rate (fallback-served calls / calls)",
+        "metric_type": "ratio",
+        "numerator": "fallbacks",
+        "denominator": "calls",
+        "higher_is_better": False,
+    },
+    {
+        "name": "tool_call_rate",
+        "label": "Tool-call rate (calls with a tool call / calls)",
+        "metric_type": "ratio",
+        "numerator": "calls_with_tool_calls",
+        "denominator": "calls",
+        "higher_is_better": True,
+    },
+    {
+        "name": "task_success",
+        "label": "Task success (any task_success event > 0)",
+        "source": "event",
+        "event_name": "task_success",
+        "aggregation": "any",
+        "metric_type": "proportion",
+        "higher_is_better": True,
+    },
+    {
+        "name": "rating",
+        "label": "Rating (mean of a unit's ratings)",
+        "source": "event",
+        "event_name": "rating",
+        "aggregation": "mean",
+        "metric_type": "mean",
+        "higher_is_better": True,
+    },
+]
+
+
+def seed_builtin_metrics(metric_model) -> int:
+    """Create every missing built-in definition (existing rows, possibly edited, are kept).
+
+    ``metric_model`` is the MetricDefinition class (a historical model inside a migration).
+    Returns the number of rows created.
+    """
+    existing = dict(
+        metric_model.objects.filter(name__in=[m["name"] for m in BUILTIN_METRICS]).values_list("name", "pk")
+    )
+    if len(existing) == len(BUILTIN_METRICS):
+        return 0
+    created = 0
+    by_name = {name: metric_model(pk=pk) for name, pk in existing.items()}
+    for spec in BUILTIN_METRICS:
+        fields = dict(spec)
+        name = fields.pop("name")
+        for part in ("numerator", "denominator"):
+            if part in fields:
+                fields[part] = by_name[fields[part]]
+        if name not in by_name:
+            by_name[name] = metric_model.objects.create(name=name, is_builtin=True, **fields)
+            created += 1
+    return created

@@ -1,0 +1,122 @@
+"""Per-API-key rate limits: ``ApiKey.rate_limit_per_minute`` requests per sliding minute.
+
+Sliding-window counter (the approximation Cloudflare and others use): counts per fixed minute
+window, and the estimate for "the last 60 s" is::
+
+    estimate = previous_window_count * (1 - elapsed_fraction) + current_window_count
+
+A request is admitted when ``estimate < limit`` after counting it; a refused request is not
+counted. When refused, ``wait`` (seconds, DRF sends it as ``Retry-After``) is the time until the
+estimate falls below the limit.
+
+Storage: Redis (``INCR``/``EXPIRE`` on ``muse:rl:<key prefix>:<window>``, shared by every process)
+when ``REDIS_URL`` is set; otherwise Django's cache, which on the embedded default is per process
+(a laptop runs one web process). Staff sessions (admin, dashboards) are not limited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.throttling import BaseThrottle
+
+from .auth import ApiClient
+
+WINDOW_S = 60
+
+
+def _counter_key(key_id: str, window: int) -> str:
+    return f"muse:rl:{key_id}:{window}"
+
+
+class _RedisCounter:
+    def __init__(self) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(settings.REDIS_URL)
+
+    def hit(self, key: str, previous: str) -> tuple[int, int]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.incr(key)
+        pipe.expire(key, 2 * WINDOW_S + 5)
+        pipe.get(previous)
+        current, _, prev = pipe.execute()
+        return int(current), int(prev or 0)
+
+    def undo(self, key: str) -> None:
+        self.client.decr(key)
+
+
+class _CacheCounter:
+    def hit(self, key: str, previous: str) -> tuple[int, int]:
+        cache.add(key, 0, timeout=2 * WINDOW_S + 5)
+        try:
+            current = cache.incr(key)
+        except ValueError:  # expired between add and incr
+            cache.set(key, 1, timeout=2 * WINDOW_S + 5)
+            current = 1
+        return current, int(cache.get(previous) or 0)
+
+    def undo(self, key: str) -> None:
+        with contextlib.suppress(ValueError):  # expired meanwhile: nothing to undo
+            cache.decr(key)
+
+
+_counters: dict[str, object] = {}
+
+
+def _counter():
+    name = settings.REDIS_URL or "cache"
+    if name not in _counters:
+        _counters[name] = _RedisCounter() if settings.REDIS_URL else _CacheCounter()
+    return _counters[name]
+
+
+def sliding_wait_s(*, limit: int, current: int, previous: int, elapsed_fraction: float) -> float:
+    """Seconds until one more request fits: ``previous * (1 - f) + current + 1 <= limit``.
+
+    ``current``/``previous``: admitted requests in this and the previous window; ``f`` the elapsed
+    fraction of this window. If it cannot fit in this window, the next window's start turns
+    ``current`` into the previous count.
+    """
+    f = elapsed_fraction
+    if previous * (1 - f) + current + 1 <= limit:
+        return 0.0
+    if current + 1 <= limit:  # fits later in this window, as the previous window's weight fades
+        return (1 - (limit - current - 1) / previous - f) * WINDOW_S
+    g = max(0.0, 1 - (limit - 1) / current) if limit >= 1 else 1.0
+    return (1 - f + g) * WINDOW_S
+
+
+class ApiKeyRateThrottle(BaseThrottle):
+    """DRF throttle: each API key gets ``rate_limit_per_minute`` requests per sliding minute."""
+
+    def __init__(self) -> None:
+        self.wait_s: float | None = None
+
+    def allow_request(self, request, view) -> bool:
+        user = getattr(request, "user", None)
+        if not isinstance(user, ApiClient):
+            return True
+        key = user.key
+        limit = key.rate_limit_per_minute
+        now = time.time()
+        window = int(now // WINDOW_S)
+        elapsed = (now % WINDOW_S) / WINDOW_S
+        counter = _counter()
+        current_key = _counter_key(key.prefix, window)
+        current, previous = counter.hit(current_key, _counter_key(key.prefix, window - 1))
+        if previous * (1 - elapsed) + current <= limit:
+            return True
+        counter.undo(current_key)
+        self.wait_s = sliding_wait_s(
+            limit=limit, current=current - 1, previous=previous, elapsed_fraction=elapsed
+        )
+        return False
+
+    def wait(self) -> float | None:
+        return None if self.wait_s is None else max(1.0, math.ceil(self.wait_s))

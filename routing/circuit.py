@@ -1,0 +1,261 @@
+"""Circuit breaker per model endpoint, shared by every process through Redis.
+
+States (per endpoint public id)::
+
+    closed ──N failures within window──▶ open ──cooldown elapsed──▶ half-open
+      ▲                                   ▲                            │ one probe call
+      └──────────── probe succeeds ───────┼──────── probe fails ───────┘
+
+* ``failures`` (``ROUTING_CIRCUIT_FAILURES``), ``window`` (``ROUTING_CIRCUIT_WINDOW_S``) and
+  ``cooldown`` (``ROUTING_CIRCUIT_COOLDOWN_S``) come from settings at each call.
+* A *failure* is an attempt that ended in a retryable upstream error (429, 5xx, 529, timeout,
+  reset, malformed body, in-stream error) or an authentication failure; a 4xx caused by the
+  request itself says nothing about the endpoint and is not counted.
+* Half-open lets exactly one probe through (``allow`` returns :data:`PROBE` to one caller); other
+  callers are refused until the probe reports. A probe whose process died is forgotten after its
+  lease (the endpoint timeout + 5 s), so the circuit can never stick in half-open.
+
+With ``REDIS_URL`` the state lives in Redis (atomic Lua scripts; keys ``muse:cb:<endpoint>:*``);
+without it, in this process. **Fail open**: if Redis cannot be reached the breaker allows every
+call (and stops asking Redis for :data:`REDIS_RETRY_S`), because a broken breaker must never take
+healthy traffic down. (The kill switch, by contrast, fails closed: see :mod:`routing.killswitch`.)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from muse_experiments.config_version import redis_client
+
+log = logging.getLogger(__name__)
+
+#: ``allow`` results.
+CLOSED, OPEN, PROBE = "closed", "open", "probe"
+KEY_PREFIX = "muse:cb:"
+#: After a Redis error, skip Redis (allow everything) for this many seconds.
+REDIS_RETRY_S = 5.0
+
+_ALLOW = """
+local opened = redis.call('HGET', KEYS[1], 'opened_at')
+if not opened then return 0 end
+local now = tonumber(ARGV[1])
+if now < tonumber(opened) + tonumber(ARGV[2]) then return 1 end
+local probe = redis.call('HGET', KEYS[1], 'probe_until')
+if probe and tonumber(probe) > now then return 1 end
+redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[3]))
+return 2
+"""
+_FAILURE = """
+local now = tonumber(ARGV[1])
+if ARGV[5] == '1' then
+  redis.call('HSET', KEYS[1], 'opened_at', now)
+  redis.call('HDEL', KEYS[1], 'probe_until')
+  return 2
+end
+if redis.call('HEXISTS', KEYS[1], 'opened_at') == 1 then return 1 end
+redis.call('ZADD', KEYS[2], now, ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], 'opened_at', now)
+  redis.call('DEL', KEYS[2])
+  return 2
+end
+redis.call('PEXPIRE', KEYS[2], math.ceil(tonumber(ARGV[2])))
+return 0
+"""
+_SUCCESS = """
+if ARGV[1] == '1' then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    """``failures`` in ``window_s`` seconds open the circuit for ``cooldown_s`` seconds."""
+
+    failures: int
+    window_s: float
+    cooldown_s: float
+
+    @classmethod
+    def from_settings(cls) -> BreakerSettings:
+        return cls(
+            failures=max(1, int(settings.ROUTING_CIRCUIT_FAILURES)),
+            window_s=float(settings.ROUTING_CIRCUIT_WINDOW_S),
+            cooldown_s=float(settings.ROUTING_CIRCUIT_COOLDOWN_S),
+        )
+
+
+class RedisCircuitBreaker:
+    """The cluster-wide breaker. All methods fail open on Redis errors (see module docstring)."""
+
+    def __init__(self) -> None:
+        self._skip_until = 0.0
+        self._scripts: dict[str, object] = {}
+
+    def _script(self, client, name: str, source: str):
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = client.register_script(source)
+        return script
+
+    def _run(self, name: str, source: str, keys: list[str], args: list[object]) -> int | None:
+        if time.monotonic() < self._skip_until:
+            return None
+        client = redis_client()
+        if client is None:
+            return None
+        try:
+            return int(self._script(client, name, source)(keys=keys, args=args, client=client))
+        except Exception as exc:  # noqa: BLE001 - any Redis failure: fail open
+            self._skip_until = time.monotonic() + REDIS_RETRY_S
+            log.warning("circuit breaker: Redis unavailable (%s); allowing calls", type(exc).__name__)
+            return None
+
+    def allow(self, endpoint_id: str, *, probe_lease_s: float = 65.0) -> str:
+        """:data:`CLOSED` (call), :data:`PROBE` (call; you are the half-open probe) or :data:`OPEN`."""
+        cfg = BreakerSettings.from_settings()
+        code = self._run(
+            "allow",
+            _ALLOW,
+            [KEY_PREFIX + endpoint_id + ":state"],
+            [_now_ms(), cfg.cooldown_s * 1000.0, probe_lease_s * 1000.0],
+        )
+        return {None: CLOSED, 0: CLOSED, 1: OPEN, 2: PROBE}[code]
+
+    def record_failure(self, endpoint_id: str, *, probe: bool = False) -> bool:
+        """Count a failure; returns True when this failure opened (or re-opened) the circuit."""
+        cfg = BreakerSettings.from_settings()
+        code = self._run(
+            "failure",
+            _FAILURE,
+            [KEY_PREFIX + endpoint_id + ":state", KEY_PREFIX + endpoint_id + ":failures"],
+            [_now_ms(), cfg.window_s * 1000.0, cfg.failures, uuid.uuid4().hex, "1" if probe else "0"],
+        )
+        return code == 2
+
+    def record_success(self, endpoint_id: str, *, probe: bool = False) -> None:
+        """A successful call. A probe's success closes the circuit and forgets past failures."""
+        self._run(
+            "success",
+            _SUCCESS,
+            [KEY_PREFIX + endpoint_id + ":state", KEY_PREFIX + endpoint_id + ":failures"],
+            ["1" if probe else "0"],
+        )
+
+    def state(self, endpoint_id: str) -> str:
+        """``closed`` | ``open`` | ``half_open`` (read-only; ``closed`` when Redis is unreachable)."""
+        client = redis_client()
+        try:
+            values = client.hmget(KEY_PREFIX + endpoint_id + ":state", "opened_at", "probe_until")
+        except Exception:  # noqa: BLE001
+            return "closed"
+        return _state_of(values[0], values[1], BreakerSettings.from_settings().cooldown_s)
+
+    def reset(self) -> None:
+        """Forget every endpoint's state (tests, operators after an incident)."""
+        self._skip_until = 0.0
+        client = redis_client()
+        keys = list(client.scan_iter(match=KEY_PREFIX + "*", count=500))
+        if keys:
+            client.delete(*keys)
+
+
+@dataclass
+class _LocalState:
+    failures: deque[float] = field(default_factory=deque)
+    opened_at: float | None = None
+    probe_until: float | None = None
+
+
+class InProcessCircuitBreaker:
+    """The same state machine for one process (no Redis configured). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, _LocalState] = {}
+
+    def allow(self, endpoint_id: str, *, probe_lease_s: float = 65.0) -> str:
+        cfg = BreakerSettings.from_settings()
+        now = time.time()
+        with self._lock:
+            st = self._states.get(endpoint_id)
+            if st is None or st.opened_at is None:
+                return CLOSED
+            if now < st.opened_at + cfg.cooldown_s:
+                return OPEN
+            if st.probe_until is not None and st.probe_until > now:
+                return OPEN
+            st.probe_until = now + probe_lease_s
+            return PROBE
+
+    def record_failure(self, endpoint_id: str, *, probe: bool = False) -> bool:
+        cfg = BreakerSettings.from_settings()
+        now = time.time()
+        with self._lock:
+            st = self._states.setdefault(endpoint_id, _LocalState())
+            if probe:
+                st.opened_at, st.probe_until = now, None
+                return True
+            if st.opened_at is not None:
+                return False
+            st.failures.append(now)
+            while st.failures and st.failures[0] <= now - cfg.window_s:
+                st.failures.popleft()
+            if len(st.failures) >= cfg.failures:
+                st.opened_at = now
+                st.failures.clear()
+                return True
+            return False
+
+    def record_success(self, endpoint_id: str, *, probe: bool = False) -> None:
+        if probe:
+            with self._lock:
+                self._states.pop(endpoint_id, None)
+
+    def state(self, endpoint_id: str) -> str:
+        with self._lock:
+            st = self._states.get(endpoint_id)
+            if st is None:
+                return "closed"
+            return _state_of(
+                None if st.opened_at is None else st.opened_at * 1000.0,
+                None if st.probe_until is None else st.probe_until * 1000.0,
+                BreakerSettings.from_settings().cooldown_s,
+            )
+
+    def reset(self) -> None:
+        with self._lock:
+            self._states.clear()
+
+
+def _now_ms() -> float:
+    return time.time() * 1000.0
+
+
+def _state_of(opened_at, probe_until, cooldown_s: float) -> str:
+    if opened_at is None:
+        return "closed"
+    now = _now_ms()
+    if now < float(opened_at) + cooldown_s * 1000.0:
+        return "open"
+    return "half_open"
+
+
+_redis_breaker = RedisCircuitBreaker()
+_local_breaker = InProcessCircuitBreaker()
+
+
+def breaker() -> RedisCircuitBreaker | InProcessCircuitBreaker:
+    """The breaker for this process: Redis-backed when ``REDIS_URL`` is set, else in-process."""
+    return _redis_breaker if settings.REDIS_URL else _local_breaker

@@ -1,0 +1,125 @@
+"""Cap on concurrent calls per model endpoint (``ModelEndpoint.max_concurrency``).
+
+With ``REDIS_URL``: a cluster-wide semaphore, one Redis sorted set per endpoint
+(``muse:conc:<endpoint>``) whose members are slot tokens scored by their lease expiry (ms), so a
+slot held by a crashed process frees itself after ``ROUTING_CONCURRENCY_LEASE_S``. Without Redis:
+a counter in this process.
+
+Acquisition never waits: when the endpoint is full the call falls back to the next candidate at
+once (Attempt outcome ``concurrency_limited``, routing reason ``circuit_open`` — the endpoint was
+protected and not called). Like the circuit breaker it **fails open**: if Redis is unreachable the
+slot is granted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from django.conf import settings
+
+from muse_experiments.config_version import redis_client
+
+log = logging.getLogger(__name__)
+KEY_PREFIX = "muse:conc:"
+REDIS_RETRY_S = 5.0
+
+_ACQUIRE = """
+local now = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
+  return 1
+end
+return 0
+"""
+
+
+class Slot:
+    """A held concurrency slot; call :meth:`release` exactly once (extra calls are no-ops)."""
+
+    def __init__(self, release) -> None:
+        self._release = release
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+class ConcurrencyLimiter:
+    """``acquire(endpoint_id, limit) -> Slot | None`` (None: the endpoint is at its limit)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._local: dict[str, int] = {}
+        self._skip_redis_until = 0.0
+        self._script = None
+
+    def acquire(self, endpoint_id: str, limit: int) -> Slot | None:
+        client = redis_client()
+        if client is None:
+            return self._acquire_local(endpoint_id, limit)
+        if time.monotonic() < self._skip_redis_until:
+            return Slot(None)
+        key = KEY_PREFIX + endpoint_id
+        token = uuid.uuid4().hex
+        lease_ms = float(settings.ROUTING_CONCURRENCY_LEASE_S) * 1000.0
+        try:
+            if self._script is None:
+                self._script = client.register_script(_ACQUIRE)
+            granted = int(
+                self._script(keys=[key], args=[time.time() * 1000.0, lease_ms, limit, token], client=client)
+            )
+        except Exception as exc:  # noqa: BLE001 - fail open
+            self._skip_redis_until = time.monotonic() + REDIS_RETRY_S
+            log.warning("concurrency limiter: Redis unavailable (%s); not limiting", type(exc).__name__)
+            return Slot(None)
+        if not granted:
+            return None
+
+        def release() -> None:
+            try:
+                client.zrem(key, token)
+            except Exception:  # noqa: BLE001 - the lease expires on its own
+                log.warning("concurrency limiter: could not release a slot of %s", endpoint_id)
+
+        return Slot(release)
+
+    def _acquire_local(self, endpoint_id: str, limit: int) -> Slot | None:
+        with self._lock:
+            held = self._local.get(endpoint_id, 0)
+            if held >= limit:
+                return None
+            self._local[endpoint_id] = held + 1
+
+        def release() -> None:
+            with self._lock:
+                self._local[endpoint_id] = max(0, self._local.get(endpoint_id, 1) - 1)
+
+        return Slot(release)
+
+    def in_flight(self, endpoint_id: str) -> int:
+        """Slots currently held for the endpoint (expired leases excluded)."""
+        client = redis_client()
+        if client is None:
+            with self._lock:
+                return self._local.get(endpoint_id, 0)
+        return int(client.zcount(KEY_PREFIX + endpoint_id, time.time() * 1000.0, "+inf"))
+
+    def reset(self) -> None:
+        """Forget all slots (tests)."""
+        self._skip_redis_until = 0.0
+        with self._lock:
+            self._local.clear()
+        client = redis_client()
+        if client is not None:
+            keys = list(client.scan_iter(match=KEY_PREFIX + "*", count=500))
+            if keys:
+                client.delete(*keys)
+
+
+limiter = ConcurrencyLimiter()

@@ -1,0 +1,325 @@
+"""Anthropic-compatible drop-in: ``POST /v1/messages`` (streaming included).
+
+Bodies are built with the ``anthropic`` SDK's pydantic types (``Message``,
+``RawMessageStartEvent`` …). Streams use the Messages event sequence the SDK parses:
+``message_start``, per content block ``content_block_start`` / ``content_block_delta``
+(``text_delta`` or ``input_json_delta``) / ``content_block_stop``, ``message_delta`` (stop reason,
+output tokens), ``message_stop``; failures end with an ``error`` event. Thinking blocks are never
+returned; thinking blocks a client sends back in history are dropped.
+
+Usage: Anthropic's ``input_tokens`` excludes cache reads and writes, so it is our normalised
+``input_tokens - cached_input_tokens - cache_write_tokens``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from anthropic.types import (
+    Message,
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawContentBlockStopEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStopEvent,
+)
+from rest_framework.response import Response
+
+from ..models import CompletionJob
+from ..streaming import sse, sse_response
+from .common import (
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    DropinError,
+    DropinView,
+    as_list,
+    as_object,
+    as_str,
+    check_known,
+    finished_job,
+    muse_headers,
+    parse_arguments,
+    require,
+    resolve_model,
+    stream_frames,
+    submit,
+    tool_spec,
+    usage_numbers,
+)
+
+ANTHROPIC_ERROR_TYPES = {
+    "invalid_request": "invalid_request_error",
+    "not_found": "not_found_error",
+    "authentication": "authentication_error",
+    "permission": "permission_error",
+    "rate_limit": "rate_limit_error",
+    "request_too_large": "request_too_large",
+    "timeout": "timeout_error",
+    "upstream": "api_error",
+}
+STOP_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+MESSAGES_PARAMS = frozenset(
+    {
+        "model", "max_tokens", "messages", "system", "tools", "tool_choice", "stream", "metadata",
+        "temperature", "top_p", "top_k", "stop_sequences", "thinking", "service_tier", "container",
+        "context_management", "output_config",
+    }
+)  # fmt: skip
+
+
+def anthropic_error(*, kind: str, message: str) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}`` as the Anthropic API answers errors."""
+    return {
+        "type": "error",
+        "error": {"type": ANTHROPIC_ERROR_TYPES.get(kind, "api_error"), "message": message},
+    }
+
+
+def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": as_str(content, param)}]
+    return [as_object(b, f"{param}[{i}]") for i, b in enumerate(as_list(content, param, max_len=1000))]
+
+
+def _block_text(content: Any, param: str) -> str:
+    texts = []
+    for i, b in enumerate(_blocks(content, param) if content is not None else []):
+        require(
+            b.get("type") == "text",
+            f"Block type {b.get('type')!r} is not supported here; send text.",
+            f"{param}[{i}].type",
+        )
+        texts.append(as_str(b.get("text", ""), f"{param}[{i}].text"))
+    return "".join(texts)
+
+
+def messages_in(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Anthropic ``system`` + ``messages`` → our stored messages (tool_result blocks → tool messages)."""
+    out: list[dict[str, Any]] = []
+    if body.get("system") is not None:
+        out.append({"role": "system", "content": _block_text(body["system"], "system")})
+    for i, m in enumerate(as_list(body.get("messages"), "messages", max_len=MAX_MESSAGES, allow_empty=False)):
+        p = f"messages[{i}]"
+        m = as_object(m, p)
+        role = m.get("role")
+        require(role in ("user", "assistant"), f"Invalid role {role!r}.", f"{p}.role")
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for j, b in enumerate(_blocks(m.get("content"), f"{p}.content")):
+            q = f"{p}.content[{j}]"
+            kind = b.get("type")
+            if kind == "text":
+                texts.append(as_str(b.get("text", ""), f"{q}.text"))
+            elif kind == "tool_use" and role == "assistant":
+                calls.append(
+                    {
+                        "id": as_str(b.get("id"), f"{q}.id", max_len=200, allow_empty=False),
+                        "name": as_str(b.get("name"), f"{q}.name", max_len=200, allow_empty=False),
+                        "arguments": parse_arguments(b.get("input", {}), f"{q}.input"),
+                    }
+                )
+            elif kind == "tool_result" and role == "user":
+                content = b.get("content")
+                text = content if isinstance(content, str) else _block_text(content, f"{q}.content")
+                results.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": as_str(
+                            b.get("tool_use_id"), f"{q}.tool_use_id", max_len=200, allow_empty=False
+                        ),
+                        "content": text,
+                    }
+                )
+            elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+                continue  # never forwarded: we did not hand it out
+            else:
+                raise DropinError(
+                    f"Content block type {kind!r} is not supported in a {role} message.", param=f"{q}.type"
+                )
+        if role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+        else:
+            out.extend(results)
+            if texts or not results:
+                out.append({"role": "user", "content": "".join(texts)})
+    return out
+
+
+def tools_in(raw: Any) -> list[dict[str, Any]]:
+    tools = []
+    for i, t in enumerate(as_list(raw or [], "tools", max_len=MAX_TOOLS)):
+        t = as_object(t, f"tools[{i}]")
+        require(
+            t.get("type") in (None, "custom"), "Only custom (client) tools are supported.", f"tools[{i}].type"
+        )
+        tools.append(tool_spec(t.get("name"), t.get("description"), t.get("input_schema"), f"tools[{i}]"))
+    return tools
+
+
+def anthropic_usage(result: dict[str, Any]) -> dict[str, int]:
+    u = usage_numbers(result)
+    return {
+        "input_tokens": max(0, u["input_tokens"] - u["cached_input_tokens"] - u["cache_write_tokens"]),
+        "output_tokens": u["output_tokens"],
+        "cache_read_input_tokens": u["cached_input_tokens"],
+        "cache_creation_input_tokens": u["cache_write_tokens"],
+    }
+
+
+def _stop_reason(result: dict[str, Any]) -> str:
+    return (
+        "tool_use" if result.get("tool_calls") else STOP_REASONS.get(result.get("finish_reason"), "end_turn")
+    )
+
+
+def message_object(job: CompletionJob) -> dict[str, Any]:
+    """The finished job as an Anthropic ``message``."""
+    r = job.result or {}
+    content: list[dict[str, Any]] = []
+    if r.get("text"):
+        content.append({"type": "text", "text": r["text"]})
+    for c in r.get("tool_calls", []):
+        content.append({"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]})
+    message = Message(
+        id=f"msg_{job.id.hex}",
+        type="message",
+        role="assistant",
+        model=r.get("served_model") or "",
+        content=content,
+        stop_reason=_stop_reason(r),
+        stop_sequence=None,
+        usage=anthropic_usage(r),
+    )
+    return message.model_dump(mode="json", exclude_none=True)
+
+
+def _ev(model) -> bytes:
+    data = model.model_dump(mode="json", exclude_none=True)
+    return sse(data["type"], data)
+
+
+def message_frames(events: Iterator[dict], *, job: CompletionJob, model: str) -> Iterator[bytes]:
+    """Our events → the Messages streaming event sequence (one content block open at a time)."""
+    start = Message(
+        id=f"msg_{job.id.hex}", type="message", role="assistant", model=model, content=[],
+        stop_reason=None, stop_sequence=None, usage={"input_tokens": 0, "output_tokens": 0},
+    )  # fmt: skip
+    yield _ev(RawMessageStartEvent(type="message_start", message=start))
+    yield sse("ping", {"type": "ping"})
+    index = -1
+    open_kind: str | None = None
+    open_call: int | None = None
+
+    def close() -> Iterator[bytes]:
+        nonlocal open_kind
+        if open_kind is not None:
+            yield _ev(RawContentBlockStopEvent(type="content_block_stop", index=index))
+            open_kind = None
+
+    for event in events:
+        kind = event["type"]
+        if kind == "text_delta":
+            if open_kind != "text":
+                yield from close()
+                index += 1
+                open_kind = "text"
+                yield _ev(
+                    RawContentBlockStartEvent(
+                        type="content_block_start", index=index, content_block={"type": "text", "text": ""}
+                    )
+                )
+            yield _ev(
+                RawContentBlockDeltaEvent(
+                    type="content_block_delta",
+                    index=index,
+                    delta={"type": "text_delta", "text": event["text"]},
+                )
+            )
+        elif kind == "tool_call_delta":
+            if open_kind != "tool_use" or open_call != event["index"]:
+                yield from close()
+                index += 1
+                open_kind, open_call = "tool_use", event["index"]
+                block = {
+                    "type": "tool_use",
+                    "id": event.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
+                    "name": event.get("name") or "",
+                    "input": {},
+                }
+                yield _ev(
+                    RawContentBlockStartEvent(type="content_block_start", index=index, content_block=block)
+                )
+            if event.get("arguments_delta"):
+                yield _ev(
+                    RawContentBlockDeltaEvent(
+                        type="content_block_delta", index=index,
+                        delta={"type": "input_json_delta", "partial_json": event["arguments_delta"]},
+                    )
+                )  # fmt: skip
+        elif kind == "done":
+            yield from close()
+            r = event["result"] or {}
+            yield _ev(
+                RawMessageDeltaEvent(
+                    type="message_delta",
+                    delta={"stop_reason": _stop_reason(r), "stop_sequence": None},
+                    usage=anthropic_usage(r),
+                )
+            )
+            yield _ev(RawMessageStopEvent(type="message_stop"))
+            return
+        elif kind == "error":
+            yield sse(
+                "error",
+                anthropic_error(kind="upstream", message=f"The completion failed: {event.get('error')}"),
+            )
+            return
+
+
+class MessagesApi(DropinView):
+    """``POST /v1/messages`` in the Anthropic wire format (streaming included)."""
+
+    def error_body(self, *, status: int, kind: str, message: str, param: str | None) -> dict:
+        return anthropic_error(kind=kind, message=message if not param else f"{param}: {message}")
+
+    def post(self, request):
+        body = self.body(request)
+        check_known(body, MESSAGES_PARAMS)
+        model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
+        pinned = resolve_model(model_name)
+        max_tokens = body.get("max_tokens")
+        require(
+            isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1,
+            "max_tokens: Field required (a positive integer).",
+            "max_tokens",
+        )
+        stream = body.get("stream") or False
+        require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")
+        metadata = body.get("metadata")
+        job, created = submit(
+            request,
+            messages=messages_in(body),
+            tools=tools_in(body.get("tools")),
+            model=pinned,
+            stream=stream,
+            metadata=metadata if isinstance(metadata, dict) else None,
+        )
+        if stream:
+            frames = stream_frames(job, created, lambda ev: message_frames(ev, job=job, model=model_name))
+            response = sse_response(frames)
+            response["x-muse-job-id"] = str(job.id)
+            return response
+        job = finished_job(job)
+        return Response(message_object(job), headers=muse_headers(job))

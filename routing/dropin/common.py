@@ -1,0 +1,279 @@
+"""What the drop-in endpoints share: identity, model resolution, job submission, errors, views.
+
+* Auth: the SDKs' own headers (``Authorization: Bearer <muse key>`` — openai and anthropic>=2 —
+  or ``x-api-key``), handled by :class:`muse_experiments.auth.ApiKeyAuthentication`; scope
+  ``completions``; the per-key rate limit applies (429 + ``retry-after``, which the SDKs honour).
+* Model: an alias in :data:`routing.streaming.ROUTING_ALIASES` (``muse-default``) lets the running
+  experiments decide; an endpoint public id (``avocado/<hex>``, ``azure/muse-special``) pins it
+  (reason ``forced``, no experiment). Anything else is a 404 ``model_not_found``.
+* Identity: ``X-Muse-Session-Id`` / ``X-Muse-User-Id`` headers, else the body's ``user``
+  (OpenAI) or ``metadata.user_id`` (Anthropic / OpenAI metadata) for the user, and
+  ``metadata.session_id`` for the session. Missing session → the user id; both missing → a
+  fresh id per request (each call its own unit). ``X-Muse-Subagent`` names the subagent;
+  ``Idempotency-Key`` makes a retry return the same job.
+* Sampling parameters (temperature, max tokens, tool_choice …) are accepted for compatibility
+  and ignored: the experiment variant decides them. Unknown parameters are a 400.
+* Jobs run through the same job + worker path as ``POST /api/v1/completions``.
+* Responses carry ``x-muse-job-id``, ``x-muse-served-model``, ``x-muse-experiment`` and
+  ``x-muse-variant`` headers; failures carry ``x-should-retry: false`` (routing already retried
+  and fell back), so the SDKs do not re-submit them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from muse_experiments.api_base import RequestTooLarge
+from muse_experiments.auth import ApiClient, HasScope
+
+from ..dispatch import submit_completion, wait_for_job
+from ..models import CompletionJob, JobStatus
+from ..selectors import catalogue
+from ..streaming import KEEPALIVE_FRAME, ROUTING_ALIASES, job_events
+
+MAX_MESSAGES = 1000
+MAX_TOOLS = 128
+
+
+class DropinError(Exception):
+    """A client error rendered in the provider's error shape. ``kind``: invalid_request |
+    not_found | timeout | upstream."""
+
+    STATUS = {"invalid_request": 400, "not_found": 404, "timeout": 504, "upstream": 502}
+
+    def __init__(self, message: str, *, kind: str = "invalid_request", param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.param = param
+        self.status = self.STATUS[kind]
+
+
+def require(condition: bool, message: str, param: str | None = None) -> None:
+    if not condition:
+        raise DropinError(message, param=param)
+
+
+def check_known(body: Mapping[str, Any], known: frozenset[str]) -> None:
+    """400 for parameters this endpoint does not know (as OpenAI answers them)."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise DropinError(f"Unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
+
+
+def as_object(value: Any, param: str) -> dict[str, Any]:
+    require(isinstance(value, dict), f"'{param}' must be an object.", param)
+    return value
+
+
+def as_list(value: Any, param: str, *, max_len: int, allow_empty: bool = True) -> list[Any]:
+    require(isinstance(value, list), f"'{param}' must be an array.", param)
+    require(allow_empty or bool(value), f"'{param}' must not be empty.", param)
+    require(len(value) <= max_len, f"'{param}' has more than {max_len} items.", param)
+    return value
+
+
+def as_str(value: Any, param: str, *, max_len: int = 200_000, allow_empty: bool = True) -> str:
+    require(isinstance(value, str), f"'{param}' must be a string.", param)
+    require(len(value) <= max_len, f"'{param}' is longer than {max_len} characters.", param)
+    require(allow_empty or bool(value), f"'{param}' must not be empty.", param)
+    return value
+
+
+def parse_arguments(raw: Any, param: str) -> dict[str, Any]:
+    """Tool-call arguments sent back by a client: a JSON object (string or already decoded)."""
+    if isinstance(raw, dict):
+        return raw
+    text = as_str(raw, param)
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        raise DropinError(f"'{param}' is not valid JSON.", param=param) from None
+    require(isinstance(value, dict), f"'{param}' must encode a JSON object.", param)
+    return value
+
+
+def tool_spec(name: Any, description: Any, parameters: Any, param: str) -> dict[str, Any]:
+    """Our stored tool shape, validated like ``POST /api/v1/completions`` does."""
+    name = as_str(name, f"{param}.name", max_len=64, allow_empty=False)
+    require(
+        all(c.isalnum() or c in "_-" for c in name) and name.isascii(),
+        "Tool names may contain only a-z, A-Z, 0-9, _ and -.",
+        f"{param}.name",
+    )
+    description = "" if description is None else as_str(description, f"{param}.description", max_len=4000)
+    parameters = {} if parameters is None else as_object(parameters, f"{param}.parameters")
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+def resolve_model(model: Any) -> str | None:
+    """``None`` for a routing alias (experiments decide); the endpoint id for a pinned model."""
+    model = as_str(model, "model", max_len=200, allow_empty=False)
+    if model in ROUTING_ALIASES:
+        return None
+    if catalogue().get(model) is None:
+        raise DropinError(
+            f"The model '{model}' does not exist. Use one of {sorted(ROUTING_ALIASES)} or a catalogue model id.",
+            kind="not_found",
+            param="model",
+        )
+    return model
+
+
+def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, str]:
+    """``(session_id, user_id)`` from the X-Muse headers, else the body (see module docstring)."""
+    meta = metadata if isinstance(metadata, dict) else {}
+    user_id = request.headers.get("X-Muse-User-Id") or (user if isinstance(user, str) else "") or ""
+    user_id = user_id or (meta.get("user_id") if isinstance(meta.get("user_id"), str) else "")
+    session_id = request.headers.get("X-Muse-Session-Id") or (
+        meta.get("session_id") if isinstance(meta.get("session_id"), str) else ""
+    )
+    session_id = session_id or user_id or f"anon-{uuid.uuid4().hex}"
+    user_id = user_id or session_id
+    require(len(session_id) <= 200, "The session id is longer than 200 characters.", "X-Muse-Session-Id")
+    require(len(user_id) <= 200, "The user id is longer than 200 characters.", "X-Muse-User-Id")
+    return session_id, user_id
+
+
+def submit(
+    request,
+    *,
+    messages: list[dict],
+    tools: list[dict],
+    model: str | None,
+    stream: bool,
+    user=None,
+    metadata=None,
+) -> tuple[CompletionJob, bool]:
+    """Create and dispatch the job for a drop-in call. Returns ``(job, created)``."""
+    require(bool(messages), "At least one message is required.", "messages")
+    session_id, user_id = identity(request, user=user, metadata=metadata)
+    body: dict[str, Any] = {"messages": messages, "tools": tools}
+    if model:
+        body["model"] = model
+    return submit_completion(
+        api_key=request.user.key if isinstance(request.user, ApiClient) else None,
+        session_id=session_id,
+        user_id=user_id,
+        subagent=(request.headers.get("X-Muse-Subagent") or "")[:200],
+        attributes={},
+        request=body,
+        idempotency_key=(request.headers.get("Idempotency-Key") or "")[:200],
+        stream=stream,
+    )
+
+
+def finished_job(job: CompletionJob) -> CompletionJob:
+    """Wait (``DROPIN_WAIT_S``) for a non-streamed job; raise DropinError if it failed or timed out."""
+    if job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+        job = wait_for_job(job, timeout_s=settings.DROPIN_WAIT_S)
+    if job.status == JobStatus.SUCCEEDED:
+        return job
+    if job.status == JobStatus.FAILED:
+        raise DropinError(f"The completion failed: {job.error}", kind="upstream")
+    raise DropinError(f"The completion is still running (job {job.id}).", kind="timeout")
+
+
+def muse_headers(job: CompletionJob) -> dict[str, str]:
+    result = job.result or {}
+    headers = {"x-muse-job-id": str(job.id)}
+    for name, key in (
+        ("x-muse-served-model", "served_model"),
+        ("x-muse-experiment", "experiment"),
+        ("x-muse-variant", "variant"),
+    ):
+        if result.get(key):
+            headers[name] = str(result[key])
+    return headers
+
+
+def stream_frames(
+    job: CompletionJob, created: bool, formatter: Callable[[Iterator[dict]], Iterator[bytes]]
+) -> Iterator[bytes]:
+    """SSE frames: the job's events through a provider formatter; keepalives become comments."""
+    keepalive_pending = False
+
+    def events() -> Iterator[dict]:
+        nonlocal keepalive_pending
+        for event in job_events(job_id=str(job.id), created=created, start_timeout_s=settings.DROPIN_WAIT_S):
+            if event["type"] == "keepalive":
+                keepalive_pending = True
+                continue
+            yield event
+
+    for frame in formatter(events()):
+        if keepalive_pending:
+            keepalive_pending = False
+            yield KEEPALIVE_FRAME
+        yield frame
+
+
+def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:
+    """Token counts of a job result (normalised: input includes cache reads and writes)."""
+    u = (result or {}).get("usage") or {}
+    return {
+        k: int(u.get(k) or 0)
+        for k in (
+            "input_tokens",
+            "cached_input_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+            "reasoning_tokens",
+        )
+    }
+
+
+class DropinView(APIView):
+    """Base view: completions scope, provider-shaped errors, left out of our OpenAPI schema."""
+
+    permission_classes = [HasScope]
+    required_scope = "completions"
+    schema = None  # vendor wire formats, documented by the vendors
+
+    def error_body(self, *, status: int, kind: str, message: str, param: str | None) -> dict:
+        raise NotImplementedError
+
+    def error_response(self, *, status: int, kind: str, message: str, param: str | None = None) -> Response:
+        response = Response(
+            self.error_body(status=status, kind=kind, message=message, param=param), status=status
+        )
+        if status >= 500:
+            response["x-should-retry"] = "false"
+        return response
+
+    def handle_exception(self, exc):
+        if isinstance(exc, DropinError):
+            return self.error_response(status=exc.status, kind=exc.kind, message=exc.message, param=exc.param)
+        if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+            return self.error_response(status=401, kind="authentication", message=str(exc.detail))
+        if isinstance(exc, exceptions.PermissionDenied):
+            return self.error_response(status=403, kind="permission", message=str(exc.detail))
+        if isinstance(exc, exceptions.Throttled):
+            response = self.error_response(status=429, kind="rate_limit", message=str(exc.detail))
+            if exc.wait is not None:
+                response["retry-after"] = str(int(exc.wait))
+            return response
+        if isinstance(exc, (RequestTooLarge, RequestDataTooBig)):
+            return self.error_response(
+                status=413, kind="request_too_large", message="Request body too large."
+            )
+        if isinstance(exc, (exceptions.ParseError, exceptions.UnsupportedMediaType)):
+            return self.error_response(status=400, kind="invalid_request", message=str(exc.detail))
+        if isinstance(exc, exceptions.MethodNotAllowed):
+            return self.error_response(status=405, kind="invalid_request", message=str(exc.detail))
+        return super().handle_exception(exc)
+
+    def body(self, request) -> dict[str, Any]:
+        data = request.data
+        if not isinstance(data, dict):
+            raise DropinError("The request body must be a JSON object.")
+        return data

@@ -1,0 +1,113 @@
+"""Operator writes: kill switches and admin edits of the model catalogue.
+
+Each function is keyword-only, runs in one transaction, records an
+:class:`~muse_experiments.models.AuditEntry` (who, what, why) and bumps the cluster configuration
+version, so every web and worker process picks the change up within about a second. Invalid input
+raises :class:`django.core.exceptions.ValidationError` with field errors and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from muse_experiments import config_version
+from muse_experiments.models import AuditEntry
+from muse_experiments.selectors import experiment_by_key
+
+from .models import KillScope, KillSwitch, ModelEndpoint, Provider
+
+REASON_MAX = 500
+
+
+def _audit(*, actor: str, action: str, obj: Any, changes: Mapping[str, Any] | None = None) -> None:
+    AuditEntry.objects.create(
+        actor=actor or "system",
+        action=action,
+        object_type=type(obj).__name__,
+        object_id=str(obj.pk),
+        changes=dict(changes or {}),
+    )
+
+
+@transaction.atomic
+def catalogue_entry_save(*, obj: Provider | ModelEndpoint, actor: str, changed: Sequence[str] = ()) -> None:
+    """Save an admin-edited provider or endpoint, audit the changed fields (names and new values;
+    the catalogue holds no secrets), and bump the configuration version. Raises ValidationError."""
+    obj.full_clean()
+    created = obj.pk is None
+    obj.save()
+    changes = {name: str(getattr(obj, name, "")) for name in changed}
+    _audit(actor=actor, action="create" if created else "update", obj=obj, changes=changes)
+    config_version.bump()
+
+
+def kill_switch_validate(*, scope: str, target: str) -> str:
+    """Check a kill switch's scope and target; returns the normalised (stripped) target.
+
+    Targets: ``all_external`` none; ``provider`` an existing provider key; ``endpoint`` an existing
+    endpoint public id; ``experiment`` an existing experiment key; ``variant``
+    ``<experiment key>/<variant key>`` naming an existing variant. Raises ValidationError keyed by
+    ``scope`` / ``target``.
+    """
+    target = (target or "").strip()
+    if scope not in KillScope.values:
+        raise ValidationError(
+            {"scope": f"Unknown scope {scope!r}; use one of {', '.join(KillScope.values)}."}
+        )
+    if scope == KillScope.ALL_EXTERNAL:
+        if target:
+            raise ValidationError({"target": "Leave the target empty for all_external."})
+        return ""
+    if not target:
+        raise ValidationError({"target": f"A {scope} kill switch needs a target."})
+    exists = {
+        KillScope.PROVIDER: lambda: Provider.objects.filter(key=target).exists(),
+        KillScope.ENDPOINT: lambda: ModelEndpoint.objects.filter(public_id=target).exists(),
+        KillScope.EXPERIMENT: lambda: experiment_by_key(target) is not None,
+        KillScope.VARIANT: lambda: _variant_exists(target),
+    }[scope]()
+    if not exists:
+        hint = " (use <experiment key>/<variant key>)" if scope == KillScope.VARIANT else ""
+        raise ValidationError({"target": f"No {scope} {target!r}{hint}."})
+    return target
+
+
+def _variant_exists(target: str) -> bool:
+    experiment_key, _, variant_key = target.partition("/")
+    experiment = experiment_by_key(experiment_key) if variant_key else None
+    return experiment is not None and any(v.key == variant_key for v in experiment.variants.all())
+
+
+@transaction.atomic
+def kill_switch_set(*, scope: str, target: str = "", active: bool, reason: str, actor: str) -> KillSwitch:
+    """Turn a kill switch on (``active=True``) or off, audited, effective cluster-wide within ~1 s.
+
+    ``reason`` (why; required, at most 500 characters) and ``actor`` (who) are stored on the switch
+    and in an AuditEntry (action ``kill_switch_on`` / ``kill_switch_off``). One row per
+    (scope, target), locked while it changes so concurrent toggles serialise. Raises ValidationError
+    with field errors (``scope``, ``target``, ``reason``) on bad input; nothing is written then.
+    """
+    target = kill_switch_validate(scope=scope, target=target)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why the switch is being changed."})
+    if len(reason) > REASON_MAX:
+        raise ValidationError({"reason": f"At most {REASON_MAX} characters."})
+    switch = KillSwitch.objects.select_for_update().filter(scope=scope, target=target).first()
+    before = switch.active if switch else None
+    if switch is None:
+        switch = KillSwitch(scope=scope, target=target)
+    switch.active, switch.reason, switch.updated_by = active, reason, actor or "system"
+    switch.save()
+    _audit(
+        actor=actor,
+        action="kill_switch_on" if active else "kill_switch_off",
+        obj=switch,
+        changes={"scope": scope, "target": target, "active": [before, active], "reason": reason},
+    )
+    config_version.bump()
+    return switch

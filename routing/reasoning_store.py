@@ -1,0 +1,282 @@
+"""Server-side session store for encrypted provider reasoning (multi-turn continuity without leakage).
+
+Providers that reason (OpenAI/Azure Responses with ``store=false``, Anthropic with thinking) need
+their reasoning items passed back *exactly* on the next turn of a tool-using session. Those items
+(:class:`~routing.providers.types.ReasoningState`) must never reach the database, transcripts,
+logs, API responses or error messages, so they live here only:
+
+* with ``REASONING_STORE_URL`` (default: ``REDIS_URL``) set: a Redis list per session, key ``muse:reasoning:<sha256(session)>``,
+  expiring ``REASONING_SESSION_TTL_S`` seconds (default 3600) after the last save; each element
+  is one state as JSON. A second key ``muse:reasoning-pin:<…>`` holds the public id of the
+  endpoint that produced the latest state (session affinity), with the same TTL.
+* without it (the embedded laptop default): an in-process dictionary with the same TTL
+  semantics. It is per process: a deployment with several web/worker processes MUST set
+  ``REDIS_URL``, or a session's next turn (served by another worker) finds no reasoning.
+  Prefer a Redis without persistence (no RDB/AOF) so the blobs never touch a disk.
+
+Functions (stable signatures; the router calls them):
+
+* :func:`reasoning_load` -- before the provider call: the states bound to *this* endpoint
+  fingerprint (endpoint + credential); states from any other endpoint/credential are dropped
+  (counted in one log line, content never logged) and never forwarded.
+* :func:`reasoning_save` -- after a successful call: append the result's state (``None`` only
+  refreshes the TTL). At most :data:`MAX_STATES` states are kept per session (oldest dropped).
+* :func:`session_end` -- delete everything of a session (``POST /api/v1/sessions/{id}/end``).
+* :func:`session_pinned_endpoint` -- the endpoint public id that produced the session's newest
+  reasoning, or ``None``. Encrypted reasoning only works on the upstream and credential that
+  issued it, so the router should try this endpoint first for the session's next call (when it
+  is still enabled and allowed for the unit); if it falls back elsewhere, ``reasoning_load``
+  returns nothing for the fallback endpoint.
+
+Store failures (Redis down) are logged without content and degrade to "no reasoning": the call
+still goes out, without the previous turn's reasoning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+
+from django.conf import settings
+
+from routing.providers.types import EndpointConfig, ReasoningState
+
+log = logging.getLogger(__name__)
+
+#: States kept per session (a long tool loop keeps only the newest).
+MAX_STATES = 64
+DEFAULT_TTL_S = 3600
+KEY_PREFIX = "muse:reasoning:"
+PIN_PREFIX = "muse:reasoning-pin:"
+
+
+def _ttl_s() -> int:
+    return int(getattr(settings, "REASONING_SESSION_TTL_S", DEFAULT_TTL_S))
+
+
+def _session_hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def state_to_json(state: ReasoningState) -> str:
+    """Serialise a state for the store only (never for logs or responses)."""
+    return json.dumps(
+        {
+            "endpoint_fingerprint": state.endpoint_fingerprint,
+            "provider_kind": state.provider_kind,
+            "api_style": state.api_style,
+            "items": [dict(item) for item in state.items],
+            "tool_call_ids": list(state.tool_call_ids),
+            "native_ids": dict(state.native_ids),
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def state_from_json(text: str | bytes) -> ReasoningState:
+    data = json.loads(text)
+    return ReasoningState(
+        endpoint_fingerprint=data["endpoint_fingerprint"],
+        provider_kind=data["provider_kind"],
+        api_style=data["api_style"],
+        items=tuple(data["items"]),
+        tool_call_ids=tuple(data.get("tool_call_ids") or ()),
+        native_ids=dict(data.get("native_ids") or {}),
+    )
+
+
+class _LocalStore:
+    """In-process TTL store: session hash -> (expires at, [state json], pinned endpoint)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, tuple[float, list[str], str | None]] = {}
+
+    def _purge(self, now: float) -> None:
+        for key in [k for k, (exp, _, _) in self._data.items() if exp <= now]:
+            del self._data[key]
+
+    def load(self, key: str) -> list[str]:
+        with self._lock:
+            self._purge(time.monotonic())
+            entry = self._data.get(key)
+            return list(entry[1]) if entry else []
+
+    def pinned(self, key: str) -> str | None:
+        with self._lock:
+            self._purge(time.monotonic())
+            entry = self._data.get(key)
+            return entry[2] if entry else None
+
+    def save(self, key: str, item: str | None, endpoint_id: str | None, ttl_s: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._purge(now)
+            _, items, pin = self._data.get(key, (0.0, [], None))
+            if item is not None:
+                items = [*items, item][-MAX_STATES:]
+                pin = endpoint_id or pin
+            if items or pin:
+                self._data[key] = (now + ttl_s, items, pin)
+
+    def delete(self, key: str) -> int:
+        with self._lock:
+            entry = self._data.pop(key, None)
+            return len(entry[1]) if entry else 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+class _RedisStore:
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.url = url
+        self.client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+    def load(self, key: str) -> list[bytes]:
+        return self.client.lrange(KEY_PREFIX + key, 0, -1)
+
+    def pinned(self, key: str) -> str | None:
+        value = self.client.get(PIN_PREFIX + key)
+        return value.decode() if value else None
+
+    def save(self, key: str, item: str | None, endpoint_id: str | None, ttl_s: int) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        if item is not None:
+            pipe.rpush(KEY_PREFIX + key, item)
+            pipe.ltrim(KEY_PREFIX + key, -MAX_STATES, -1)
+            if endpoint_id:
+                pipe.set(PIN_PREFIX + key, endpoint_id)
+        pipe.expire(KEY_PREFIX + key, ttl_s)
+        pipe.expire(PIN_PREFIX + key, ttl_s)
+        pipe.execute()
+
+    def delete(self, key: str) -> int:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.llen(KEY_PREFIX + key)
+        pipe.delete(KEY_PREFIX + key, PIN_PREFIX + key)
+        n, _ = pipe.execute()
+        return int(n)
+
+
+_local = _LocalStore()
+_redis: dict[str, _RedisStore] = {}
+_redis_lock = threading.Lock()
+
+
+def _store_url() -> str:
+    url = getattr(settings, "REASONING_STORE_URL", None)
+    return getattr(settings, "REDIS_URL", "") if url is None else url
+
+
+def _store() -> _LocalStore | _RedisStore:
+    url = _store_url()
+    if not url:
+        return _local
+    with _redis_lock:
+        store = _redis.get(url)
+        if store is None:
+            store = _redis[url] = _RedisStore(url)
+        return store
+
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.RedisError, OSError)
+
+
+def reasoning_load(*, session_id: str, endpoint: EndpointConfig) -> tuple[ReasoningState, ...]:
+    """The session's stored reasoning states that ``endpoint`` (same fingerprint and API style)
+    may receive, oldest first. Other states are dropped and counted in a log line (no content).
+
+    Returns ``()`` for an unknown/expired session or when the store is unavailable.
+    """
+    if not session_id:
+        return ()
+    try:
+        raw = _store().load(_session_hash(session_id))
+    except _store_errors() as exc:
+        log.warning(
+            "reasoning store unavailable on load (%s); continuing without reasoning", type(exc).__name__
+        )
+        return ()
+    usable: list[ReasoningState] = []
+    dropped = 0
+    for text in raw:
+        try:
+            state = state_from_json(text)
+        except (ValueError, KeyError, TypeError):
+            dropped += 1
+            continue
+        if state.matches(endpoint):
+            usable.append(state)
+        else:
+            dropped += 1
+    if dropped:
+        log.info(
+            "reasoning store: %d state(s) of another endpoint/credential not forwarded to %s",
+            dropped,
+            endpoint.public_id,
+        )
+    return tuple(usable)
+
+
+def reasoning_save(*, session_id: str, state: ReasoningState | None, endpoint_id: str | None = None) -> None:
+    """Append ``state`` (a result's ``reasoning_state``) to the session and renew its TTL.
+
+    ``state=None`` (the turn produced no reasoning) only renews the TTL. ``endpoint_id`` (the
+    serving endpoint's public id) becomes the session's pinned endpoint, see
+    :func:`session_pinned_endpoint`. Store failures are logged without content, never raised.
+    """
+    if not session_id:
+        return
+    item = state_to_json(state) if state is not None else None
+    try:
+        _store().save(_session_hash(session_id), item, endpoint_id if state is not None else None, _ttl_s())
+    except _store_errors() as exc:
+        log.warning("reasoning store unavailable on save (%s); reasoning not kept", type(exc).__name__)
+
+
+class ReasoningStoreUnavailable(Exception):
+    """The configured store (Redis) could not be reached. The message never holds content."""
+
+
+def session_end(*, session_id: str) -> int:
+    """Delete the session's reasoning and pin. Returns how many states were deleted (0 if none).
+
+    Raises :class:`ReasoningStoreUnavailable` when Redis is configured but unreachable.
+    """
+    try:
+        return _store().delete(_session_hash(session_id))
+    except _store_errors() as exc:
+        raise ReasoningStoreUnavailable(f"reasoning store unavailable ({type(exc).__name__})") from None
+
+
+def session_pinned_endpoint(session_id: str) -> str | None:
+    """Public id of the endpoint that produced the session's newest stored reasoning, or ``None``.
+
+    The router should prefer it for the session's next call, so the reasoning can be replayed.
+    """
+    try:
+        return _store().pinned(_session_hash(session_id))
+    except _store_errors() as exc:
+        log.warning("reasoning store unavailable on pin lookup (%s)", type(exc).__name__)
+        return None
+
+
+def store_backend() -> str:
+    """``"redis"`` or ``"local"`` (in-process; single-process deployments only)."""
+    return "redis" if isinstance(_store(), _RedisStore) else "local"
+
+
+def local_store_clear() -> None:
+    """Empty the in-process store (used between tests; no effect on Redis)."""
+    _local.clear()

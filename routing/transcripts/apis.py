@@ -1,0 +1,221 @@
+"""REST API: session end, training opt-out, training export (streamed JSONL), ingestion gate.
+
+* ``POST /api/v1/sessions/{session_id}/end`` (scope ``completions``) -- forget the session's
+  server-side reasoning now instead of at TTL expiry.
+* ``GET|POST|DELETE /api/v1/users/{user_id}/training-opt-out`` (scope ``training``).
+* ``POST /api/v1/training/export`` (scope ``training:export``) -- JSONL stream; last line is
+  ``{"manifest": {...}}``.
+* ``POST /api/v1/training/ingest`` (scope ``training:ingest``) -- the gate; per-record verdicts.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from muse_experiments.api_base import StrictSerializer
+from muse_experiments.auth import ApiClient, HasScope
+from routing.reasoning_store import ReasoningStoreUnavailable, session_end
+
+from .export import TrainingExport
+from .selectors import user_opted_out
+from .services import training_opt_in, training_opt_out, training_records_ingest
+
+log = logging.getLogger(__name__)
+
+MAX_INGEST_BATCH = 1000
+
+
+def actor_of(request) -> str:
+    user = request.user
+    if isinstance(user, ApiClient):
+        return f"api-key:{user.key.name}"
+    return getattr(user, "username", "") or "unknown"
+
+
+class SessionEndApi(APIView):
+    """End a session: delete its server-side reasoning state (and endpoint pin) at once."""
+
+    permission_classes = [HasScope]
+    required_scope = "completions"
+
+    class OutputSerializer(serializers.Serializer):
+        session_id = serializers.CharField()
+        deleted_states = serializers.IntegerField(help_text="Reasoning states deleted.")
+
+    @extend_schema(
+        request=None, responses={200: OutputSerializer, 503: OpenApiResponse(description="Store down")}
+    )
+    def post(self, request, session_id: str):
+        if len(session_id) > 200:
+            return Response(
+                {
+                    "error": {
+                        "code": "invalid",
+                        "message": "Invalid request.",
+                        "fields": {"session_id": ["Too long."]},
+                    }
+                },
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        try:
+            deleted = session_end(session_id=session_id)
+        except ReasoningStoreUnavailable as exc:
+            log.warning("session end failed: %s", exc)
+            return Response(
+                {"error": {"code": "unavailable", "message": "Session store unavailable; retry."}},
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            )
+        return Response(self.OutputSerializer({"session_id": session_id, "deleted_states": deleted}).data)
+
+
+class TrainingOptOutApi(APIView):
+    """A user's training opt-out: ``GET`` status, ``POST`` opt out, ``DELETE`` opt back in.
+
+    Opting out makes every not-yet-exported turn of the user ineligible; the export also
+    re-checks opt-outs when it runs.
+    """
+
+    permission_classes = [HasScope]
+    required_scope = "training"
+
+    class OutputSerializer(serializers.Serializer):
+        user_id = serializers.CharField()
+        opted_out = serializers.BooleanField()
+        turns_changed = serializers.IntegerField(
+            help_text="Unexported turns whose eligibility changed (0 for GET)."
+        )
+
+    def _check(self, user_id: str):
+        if not user_id or len(user_id) > 200:
+            return Response(
+                {
+                    "error": {
+                        "code": "invalid",
+                        "message": "Invalid request.",
+                        "fields": {"user_id": ["1-200 characters."]},
+                    }
+                },
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        return None
+
+    @extend_schema(responses=OutputSerializer)
+    def get(self, request, user_id: str):
+        if bad := self._check(user_id):
+            return bad
+        data = {"user_id": user_id, "opted_out": user_opted_out(user_id), "turns_changed": 0}
+        return Response(self.OutputSerializer(data).data)
+
+    @extend_schema(request=None, responses=OutputSerializer)
+    def post(self, request, user_id: str):
+        if bad := self._check(user_id):
+            return bad
+        _, n = training_opt_out(user_id=user_id, actor=actor_of(request))
+        return Response(
+            self.OutputSerializer({"user_id": user_id, "opted_out": True, "turns_changed": n}).data
+        )
+
+    @extend_schema(responses=OutputSerializer)
+    def delete(self, request, user_id: str):
+        if bad := self._check(user_id):
+            return bad
+        n = training_opt_in(user_id=user_id, actor=actor_of(request))
+        return Response(
+            self.OutputSerializer({"user_id": user_id, "opted_out": False, "turns_changed": n}).data
+        )
+
+
+class TrainingExportApi(APIView):
+    """Stream eligible transcript turns as JSONL (``application/x-ndjson``), then a manifest line.
+
+    Turns streamed are marked exported when the stream completes (an interrupted download marks
+    nothing). ``dry_run`` streams without marking.
+    """
+
+    permission_classes = [HasScope]
+    required_scope = "training:export"
+
+    class InputSerializer(StrictSerializer):
+        since = serializers.DateTimeField(required=False, allow_null=True, default=None)
+        until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+        model_version = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+        dry_run = serializers.BooleanField(required=False, default=False)
+
+        def validate(self, attrs):
+            if attrs["since"] and attrs["until"] and attrs["since"] >= attrs["until"]:
+                raise serializers.ValidationError({"until": ["Must be after since."]})
+            return attrs
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={200: OpenApiResponse(OpenApiTypes.STR, description='JSONL records, then {"manifest": …}')},
+    )
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        d = data.validated_data
+        export = TrainingExport(since=d["since"], until=d["until"], model_version=d["model_version"])
+        response = StreamingHttpResponse(
+            export.lines(mark_exported=not d["dry_run"]), content_type="application/x-ndjson"
+        )
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class TrainingIngestApi(APIView):
+    """The ingestion gate: validate a batch of training records, store the clean ones unchanged.
+
+    Rejected: encrypted reasoning anywhere, external provenance, opted-out user, invalid or
+    oversized record, ``record_id`` repeated in the batch or already stored with other content.
+    Idempotent by ``record_id``. Always 200 for a well-formed batch; see per-record ``status``.
+    """
+
+    permission_classes = [HasScope]
+    required_scope = "training:ingest"
+
+    class InputSerializer(StrictSerializer):
+        records = serializers.ListField(
+            child=serializers.JSONField(), allow_empty=False, max_length=MAX_INGEST_BATCH
+        )
+
+    class ResultSerializer(serializers.Serializer):
+        index = serializers.IntegerField()
+        record_id = serializers.CharField(allow_null=True)
+        status = serializers.ChoiceField(choices=["accepted", "duplicate", "rejected"])
+        reasons = serializers.ListField(child=serializers.CharField())
+        detail = serializers.CharField(allow_blank=True)
+
+    class OutputSerializer(serializers.Serializer):
+        received = serializers.IntegerField()
+        accepted = serializers.IntegerField()
+        duplicates = serializers.IntegerField()
+        rejected = serializers.IntegerField()
+        rejected_by_reason = serializers.DictField(child=serializers.IntegerField())
+        results = serializers.ListField(child=serializers.DictField())
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={200: OutputSerializer, 400: OpenApiResponse(description="Field errors")},
+    )
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        outcome = training_records_ingest(records=data.validated_data["records"])
+        results = [
+            {
+                "index": v.index,
+                "record_id": v.record_id,
+                "status": s,
+                "reasons": [str(r) for r in v.reasons],
+                "detail": v.detail,
+            }
+            for v, s in outcome.statuses
+        ]
+        return Response({**outcome.counts, "results": results})

@@ -1,0 +1,259 @@
+"""Transcript, opt-out and training-ingestion writes.
+
+* :func:`transcript_record_turn` -- called by the router inside its record transaction.
+* :func:`training_opt_out` / :func:`training_opt_in` -- a user's training consent.
+* :func:`training_records_ingest` -- the ingestion gate's write side.
+
+Training export (which marks turns exported) is in :mod:`routing.transcripts.export`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from routing.selectors import catalogue
+
+from .gate import GateReport, RecordVerdict, RejectReason, gate_check, strip_encrypted_reasoning
+from .models import GateCounter, Provenance, TrainingOptOut, TrainingRecord, Transcript, TranscriptTurn
+from .selectors import opted_out_users
+
+log = logging.getLogger(__name__)
+
+
+def provenance_for(provider_kind: str) -> str:
+    """``native`` for the Avocado inference service, ``external`` for every other provider kind."""
+    return Provenance.NATIVE if provider_kind == "native" else Provenance.EXTERNAL
+
+
+def transcript_record_turn(
+    *,
+    job: Any,
+    served_endpoint_public_id: str,
+    provider_kind: str,
+    result_public: Mapping[str, Any] | None,
+    experiment_key: str | None,
+    variant_key: str | None,
+) -> TranscriptTurn | None:
+    """Append the turn a finished job produced to its session's transcript.
+
+    ``job``: the :class:`routing.models.CompletionJob` (``id``, ``session_id``, ``user_id``,
+    ``request`` with ``messages``/``tools``). ``result_public``: the result's
+    ``to_public_dict()`` (``text``, ``tool_calls``, ``finish_reason``, ``usage``); ``None``
+    (a failed job) records nothing. ``provider_kind``: the serving endpoint's provider kind,
+    which sets the provenance.
+
+    Everything stored is scanned for encrypted reasoning first and stripped if any is found
+    (counted in ``reasoning_removed``, logged without content; such a turn is never exported).
+    Idempotent per job: a second call for the same job returns the existing turn. Runs in the
+    caller's transaction (opens a savepoint-free atomic block of its own otherwise).
+    Returns the turn, or ``None`` when there was no result.
+    """
+    if result_public is None:
+        return None
+    existing = TranscriptTurn.objects.filter(job_id=job.id).first()
+    if existing is not None:
+        return existing
+    request = job.request or {}
+    stored = {
+        "input_messages": list(request.get("messages") or []),
+        "tools": list(request.get("tools") or []),
+        "output_text": result_public.get("text") or "",
+        "tool_calls": list(result_public.get("tool_calls") or []),
+        "usage": dict(result_public.get("usage") or {}),
+    }
+    clean, removed = strip_encrypted_reasoning(stored)
+    if removed:
+        log.warning(
+            "transcript turn of job %s: removed %d encrypted-reasoning carrier(s) before storing",
+            job.id,
+            removed,
+        )
+    info = catalogue().get(served_endpoint_public_id)
+    provenance = provenance_for(provider_kind)
+    with transaction.atomic():
+        transcript, _ = Transcript.objects.get_or_create(
+            session_id=job.session_id, defaults={"user_id": job.user_id}
+        )
+        transcript = Transcript.objects.select_for_update().get(pk=transcript.pk)
+        number = transcript.turns.count() + 1
+        opted_out = TrainingOptOut.objects.filter(user_id=job.user_id).exists()
+        turn = TranscriptTurn.objects.create(
+            transcript=transcript,
+            number=number,
+            job_id=job.id,
+            user_id=job.user_id,
+            input_messages=clean["input_messages"],
+            tools=clean["tools"],
+            output_text=clean["output_text"],
+            tool_calls=clean["tool_calls"],
+            finish_reason=str(result_public.get("finish_reason") or "")[:20],
+            usage=clean["usage"],
+            served_model=served_endpoint_public_id,
+            model_version=info.version_label if info else "",
+            provider_kind=provider_kind,
+            provenance=provenance,
+            experiment_key=experiment_key or "",
+            variant_key=variant_key or "",
+            training_eligible=provenance == Provenance.NATIVE and not opted_out and not removed,
+            reasoning_removed=removed,
+        )
+        transcript.save(update_fields=["updated_at"])
+    return turn
+
+
+@transaction.atomic
+def training_opt_out(*, user_id: str, actor: str) -> tuple[TrainingOptOut, int]:
+    """Opt ``user_id`` out of training. Idempotent.
+
+    Every turn of the user not yet exported becomes ineligible. Returns ``(opt_out, n_turns)``
+    where ``n_turns`` is how many unexported turns were marked ineligible.
+    """
+    opt_out, _ = TrainingOptOut.objects.get_or_create(user_id=user_id, defaults={"actor": actor})
+    n = TranscriptTurn.objects.filter(
+        user_id=user_id, exported_at__isnull=True, training_eligible=True
+    ).update(training_eligible=False)
+    log.info(
+        "user %s opted out of training by %s (%d unexported turns made ineligible)",
+        user_id,
+        actor or "system",
+        n,
+    )
+    return opt_out, n
+
+
+@transaction.atomic
+def training_opt_in(*, user_id: str, actor: str) -> int:
+    """Withdraw ``user_id``'s opt-out. Idempotent.
+
+    Their unexported native turns without removed reasoning become eligible again. Returns
+    how many turns became eligible.
+    """
+    TrainingOptOut.objects.filter(user_id=user_id).delete()
+    n = TranscriptTurn.objects.filter(
+        user_id=user_id,
+        exported_at__isnull=True,
+        provenance=Provenance.NATIVE,
+        reasoning_removed=0,
+        training_eligible=False,
+    ).update(training_eligible=True)
+    log.info(
+        "user %s opted back in to training by %s (%d turns eligible again)", user_id, actor or "system", n
+    )
+    return n
+
+
+def gate_counters_add(counts: Mapping[str, int]) -> None:
+    """Add ``counts`` (outcome name -> n) to the gate's running totals (atomic increments)."""
+    for name, n in counts.items():
+        if not n:
+            continue
+        updated = GateCounter.objects.filter(name=name).update(count=F("count") + n)
+        if not updated:
+            try:
+                with transaction.atomic():
+                    GateCounter.objects.create(name=name, count=n)
+            except IntegrityError:  # created concurrently
+                GateCounter.objects.filter(name=name).update(count=F("count") + n)
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    """Per-record status (``accepted``, ``duplicate`` or ``rejected``) with reasons, and totals."""
+
+    report: GateReport
+    statuses: tuple[tuple[RecordVerdict, str], ...]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        statuses = [s for _, s in self.statuses]
+        rejected_by_reason: dict[str, int] = {}
+        for verdict, _ in self.statuses:
+            for reason in verdict.reasons:
+                rejected_by_reason[reason] = rejected_by_reason.get(reason, 0) + 1
+        return {
+            "received": len(statuses),
+            "accepted": statuses.count("accepted"),
+            "duplicates": statuses.count("duplicate"),
+            "rejected": statuses.count("rejected"),
+            "rejected_by_reason": dict(sorted(rejected_by_reason.items())),
+        }
+
+
+def training_records_ingest(*, records: Iterable[Any]) -> IngestOutcome:
+    """Run a batch through the gate and store the accepted records unchanged.
+
+    Rejected records are not stored. A ``record_id`` already stored with the same content is a
+    ``duplicate`` (accepted, not stored twice); with different content it is rejected
+    (``record_id_conflict``). Counts are added to :class:`GateCounter`. One transaction.
+    """
+    records = list(records)
+    user_ids = {r["user_id"] for r in records if isinstance(r, Mapping) and isinstance(r.get("user_id"), str)}
+    report = gate_check(records, opted_out_users=opted_out_users(user_ids))
+    accepted = {v.index: (v, text) for v, _, text in report.accepted}
+    with transaction.atomic():
+        stored = dict(
+            TrainingRecord.objects.filter(
+                record_id__in=[v.record_id for v, _ in accepted.values()]
+            ).values_list("record_id", "sha256")
+        )
+        statuses: list[tuple[RecordVerdict, str]] = []
+        new: list[TrainingRecord] = []
+        for verdict in report.verdicts:
+            if verdict.index not in accepted:
+                statuses.append((verdict, "rejected"))
+                continue
+            _, text = accepted[verdict.index]
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            if verdict.record_id in stored:
+                if stored[verdict.record_id] == digest:
+                    statuses.append((verdict, "duplicate"))
+                else:
+                    conflict = RecordVerdict(
+                        verdict.index,
+                        verdict.record_id,
+                        ("record_id_conflict",),
+                        "a different record with this record_id was already accepted",
+                    )
+                    statuses.append((conflict, "rejected"))
+                continue
+            user_id = records[verdict.index]["user_id"]
+            new.append(TrainingRecord(record_id=verdict.record_id, user_id=user_id, body=text, sha256=digest))
+            statuses.append((verdict, "accepted"))
+        TrainingRecord.objects.bulk_create(new, ignore_conflicts=True)
+        outcome = IngestOutcome(report=report, statuses=tuple(statuses))
+        counts = outcome.counts
+        gate_counters_add(
+            {
+                "accepted": counts["accepted"],
+                "duplicate": counts["duplicates"],
+                **{f"rejected:{k}": n for k, n in counts["rejected_by_reason"].items()},
+            }
+        )
+    log.info(
+        "training ingest: %d received, %d accepted, %d duplicates, %d rejected %s",
+        counts["received"],
+        counts["accepted"],
+        counts["duplicates"],
+        counts["rejected"],
+        counts["rejected_by_reason"],
+    )
+    return outcome
+
+
+__all__ = [
+    "IngestOutcome",
+    "RejectReason",
+    "gate_counters_add",
+    "provenance_for",
+    "training_opt_in",
+    "training_opt_out",
+    "training_records_ingest",
+    "transcript_record_turn",
+]

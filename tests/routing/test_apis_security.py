@@ -1,0 +1,122 @@
+"""Keys, scopes, ownership, rate limits and size limits of the completions API (in process)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from rest_framework.test import APIClient
+
+from muse_experiments.auth import api_key_create, api_key_revoke, digest_key
+from muse_experiments.models import ApiKey
+from muse_experiments.throttling import sliding_wait_s
+from routing.models import CompletionJob
+from routing.services import completion_job_create
+
+pytestmark = pytest.mark.django_db
+
+VALID = {"session_id": "s-1", "user_id": "u-1", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def client_for(raw: str) -> APIClient:
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return c
+
+
+def test_a_key_sees_only_its_own_jobs():
+    mine, my_raw = api_key_create(name="mine", scopes=["completions"])
+    theirs, _ = api_key_create(name="theirs", scopes=["completions"])
+    job, _ = completion_job_create(
+        api_key=theirs, session_id="s", user_id="u", subagent="", attributes={}, request={"messages": []}
+    )
+    own, _ = completion_job_create(
+        api_key=mine, session_id="s", user_id="u", subagent="", attributes={}, request={"messages": []}
+    )
+    client = client_for(my_raw)
+    assert client.get(f"/api/v1/completions/{job.id}").status_code == 404
+    response = client.get(f"/api/v1/completions/{own.id}")
+    assert response.status_code == 200
+    assert response.json()["id"] == str(own.id)
+
+
+def test_the_create_api_key_command_prints_a_working_key_once_and_stores_only_its_digest():
+    out, err = StringIO(), StringIO()
+    call_command("create_api_key", "--name", "ci", "--scopes", "completions,events", stdout=out, stderr=err)
+    raw = out.getvalue().strip()
+    key = ApiKey.objects.get(name="ci")
+    assert raw.startswith(f"muse_{key.prefix}_")
+    assert key.digest == digest_key(raw) and raw not in key.digest
+    assert key.scopes == ["completions", "events"]
+    assert raw not in err.getvalue()
+    assert client_for(raw).get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 404
+    with pytest.raises(CommandError, match="Unknown scopes"):
+        call_command(
+            "create_api_key", "--name", "x", "--scopes", "admin", stdout=StringIO(), stderr=StringIO()
+        )
+
+
+def test_a_revoked_key_is_refused():
+    key, raw = api_key_create(name="k", scopes=["completions"])
+    api_key_revoke(key=key)
+    assert client_for(raw).get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 401
+
+
+def test_a_key_over_its_rate_limit_gets_429_with_retry_after():
+    _, raw = api_key_create(name="slow", scopes=["completions"], rate_limit_per_minute=3)
+    client = client_for(raw)
+    statuses = [client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code for _ in range(4)]
+    assert statuses == [404, 404, 404, 429]
+    refused = client.get(f"/api/v1/completions/{uuid.uuid4()}")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "throttled"
+    assert 1 <= int(refused["Retry-After"]) <= 121
+
+
+def test_the_sliding_window_wait_is_when_one_more_request_fits():
+    # 10 per minute, 6 in the previous window, 4 in this one, 25% into it: 6*0.75+4 = 8.5 (+1 fits)
+    assert sliding_wait_s(limit=10, current=4, previous=6, elapsed_fraction=0.25) == 0
+    # 10 in the previous window, 5 now, 20% in: fits when 10*(1-f)+6 <= 10 → f = 0.6 → 24 s
+    assert sliding_wait_s(limit=10, current=5, previous=10, elapsed_fraction=0.2) == pytest.approx(24.0)
+    # full this window: next window at 48 s, then 10*(1-g)+1 <= 10 → g = 0.1 → +6 s
+    assert sliding_wait_s(limit=10, current=10, previous=0, elapsed_fraction=0.2) == pytest.approx(54.0)
+
+
+def test_an_oversize_body_is_a_413_with_a_clear_error(settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    _, raw = api_key_create(name="k", scopes=["completions"])
+    body = {**VALID, "messages": [{"role": "user", "content": "x" * 5000}]}
+    response = client_for(raw).post("/api/v1/completions", body, format="json")
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert not CompletionJob.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[1, 2]",
+        '{"session_id": 5, "user_id": [], "messages": {}}',
+        json.dumps({**VALID, "stream": True, "async": True}),
+        json.dumps(
+            {
+                **VALID,
+                "messages": [
+                    {"role": "assistant", "tool_calls": [{"id": "c", "name": "n", "arguments": "x"}]}
+                ],
+            }
+        ),
+        json.dumps({**VALID, "attributes": {f"a{i}": i for i in range(65)}}),
+        '{"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "x"}], "attributes": {"x": Infinity}}',
+    ],
+)
+def test_malformed_completion_requests_are_400s_with_field_errors(body):
+    _, raw = api_key_create(name="k", scopes=["completions"])
+    response = client_for(raw).generic("POST", "/api/v1/completions", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] in ("invalid", "parse_error")
+    assert not CompletionJob.objects.exists()

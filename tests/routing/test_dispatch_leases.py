@@ -1,0 +1,60 @@
+"""Job leases: a redelivered task never re-runs an attempt; expired leases are reaped."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from routing.models import CompletionJob, JobStatus
+from routing.services import (
+    WORKER_LOST,
+    completion_job_claim,
+    completion_job_create,
+    completion_jobs_reap_expired,
+    completion_jobs_renew_leases,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def new_job() -> CompletionJob:
+    job, _ = completion_job_create(
+        api_key=None, session_id="s", user_id="u", subagent="", attributes={}, request={"messages": []}
+    )
+    return job
+
+
+def test_claiming_records_the_attempt_and_a_redelivery_during_a_live_lease_does_nothing():
+    job = new_job()
+    claimed = completion_job_claim(job_id=job.id, worker="w1:1")
+    assert claimed is not None and claimed.status == JobStatus.RUNNING
+    assert (claimed.deliveries, claimed.worker) == (1, "w1:1")
+    assert claimed.lease_expires_at > timezone.now()
+    assert completion_job_claim(job_id=job.id, worker="w2:2") is None
+    job.refresh_from_db()
+    assert (job.status, job.deliveries, job.worker) == (JobStatus.RUNNING, 1, "w1:1")
+
+
+def test_a_redelivery_after_the_lease_lapsed_fails_the_job_instead_of_calling_again():
+    job = new_job()
+    completion_job_claim(job_id=job.id, worker="w1:1")
+    CompletionJob.objects.filter(pk=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert completion_job_claim(job_id=job.id, worker="w2:2") is None
+    job.refresh_from_db()
+    assert (job.status, job.error, job.deliveries) == (JobStatus.FAILED, WORKER_LOST, 2)
+    assert completion_job_claim(job_id=job.id, worker="w3:3") is None  # finished: nothing more
+
+
+def test_renewal_keeps_only_the_holders_leases_alive_and_the_reaper_fails_lapsed_ones():
+    live, dead, queued = new_job(), new_job(), new_job()
+    completion_job_claim(job_id=live.id, worker="alive:1")
+    completion_job_claim(job_id=dead.id, worker="dead:2")
+    past = timezone.now() - timedelta(seconds=5)
+    CompletionJob.objects.filter(pk__in=[live.id, dead.id]).update(lease_expires_at=past)
+    assert completion_jobs_renew_leases(job_ids=[live.id, dead.id], worker="alive:1") == 1
+    assert completion_jobs_reap_expired() == 1
+    statuses = dict(CompletionJob.objects.values_list("id", "status"))
+    assert statuses == {live.id: JobStatus.RUNNING, dead.id: JobStatus.FAILED, queued.id: JobStatus.QUEUED}
+    assert CompletionJob.objects.get(pk=dead.id).error == WORKER_LOST

@@ -1,0 +1,319 @@
+"""Kill switches: every scope re-routes real calls, the env override, fail-closed, the ops API and
+the admin toggle, each change audited."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError
+
+from muse_experiments import services as experiment_services
+from muse_experiments.config_version import invalidate_all
+from muse_experiments.models import AuditEntry, Exposure
+from routing import killswitch
+from routing.catalogue import avocado_id
+from routing.killswitch import kill_state
+from routing.models import CallRecord, KillSwitch, ModelEndpoint
+from routing.ops_services import kill_switch_set
+from tests.factories import api_key, make_experiment, seed_catalogue
+from tests.routing.test_router import job, run
+
+pytestmark = pytest.mark.django_db
+
+CONTROL = avocado_id(14)
+DEFAULT = avocado_id(15)
+AZURE = "azure/muse-special"
+CLAUDE = "anthropic/claude-sonnet-5-5"
+
+
+@pytest.fixture
+def catalogue(upstreams):
+    return seed_catalogue(upstreams.url)
+
+
+def kill(scope, target="", active=True, reason="incident 42"):
+    switch = kill_switch_set(scope=scope, target=target, active=active, reason=reason, actor="oncall@muse")
+    invalidate_all()  # the test transaction never commits, so no cross-process version bump fires
+    return switch
+
+
+def outcome(j):
+    record = CallRecord.objects.get(job=j)
+    return (record.variant_key, record.assigned_endpoint, record.served_endpoint, record.reason)
+
+
+@pytest.mark.parametrize(
+    ("scope", "target", "endpoint", "upstream_model"),
+    [
+        ("all_external", "", AZURE, "muse-special"),
+        ("all_external", "", CLAUDE, "claude-sonnet-5-5"),
+        ("provider", "azure", AZURE, "muse-special"),
+        ("provider", "anthropic", CLAUDE, "claude-sonnet-5-5"),
+        ("endpoint", AZURE, AZURE, "muse-special"),
+    ],
+)
+def test_a_killed_endpoint_is_never_called_and_its_units_are_served_by_control(
+    catalogue, upstreams, scope, target, endpoint, upstream_model
+):
+    make_experiment(arms=[("control", CONTROL, 0.0), ("treatment", endpoint, 1.0)])
+    kill(scope, target)
+    j = run(job())
+    assert outcome(j) == ("treatment", endpoint, CONTROL, "killed")
+    assert upstreams.call_count(model=upstream_model) == 0
+    assert upstreams.call_count(model="avocado-v14") == 1
+    assert [(a.endpoint, a.outcome) for a in CallRecord.objects.get(job=j).attempts.all()] == [
+        (endpoint, "killed"),
+        (CONTROL, "ok"),
+    ]
+    exposure = Exposure.objects.get()  # assignment is unchanged: analytics still sees treatment
+    assert exposure.variant_key == "treatment"
+
+
+def test_killing_one_provider_leaves_the_others_running(catalogue, upstreams):
+    make_experiment(arms=[("control", CONTROL, 0.0), ("treatment", CLAUDE, 1.0)])
+    kill("provider", "azure")
+    assert outcome(run(job())) == ("treatment", CLAUDE, CLAUDE, "assigned")
+
+
+def test_turning_a_switch_off_restores_traffic(catalogue, upstreams):
+    make_experiment(arms=[("control", CONTROL, 0.0), ("treatment", AZURE, 1.0)])
+    kill("endpoint", AZURE)
+    assert outcome(run(job(session_id="s-1")))[3] == "killed"
+    kill("endpoint", AZURE, active=False, reason="recovered")
+    assert outcome(run(job(session_id="s-2"))) == ("treatment", AZURE, AZURE, "assigned")
+    assert upstreams.call_count(model="muse-special") == 1
+
+
+def test_killing_an_experiment_sends_its_traffic_to_control(catalogue, upstreams):
+    experiment = make_experiment(arms=[("control", CONTROL, 0.5), ("treatment", avocado_id(2), 0.5)])
+    kill("experiment", experiment.key)
+    outcomes = {outcome(run(job(session_id=f"s-{i}", user_id=f"u-{i}"))) for i in range(12)}
+    assert outcomes == {
+        ("control", CONTROL, CONTROL, "assigned"),
+        ("treatment", avocado_id(2), CONTROL, "killed"),
+    }
+    assert upstreams.call_count(model="avocado-v2") == 0
+    assert set(Exposure.objects.values_list("variant_key", flat=True)) == {"control", "treatment"}
+
+
+def test_killing_a_variant_sends_only_that_variant_to_control(catalogue, upstreams):
+    experiment = make_experiment(
+        arms=[("control", CONTROL, 0.34), ("b", avocado_id(2), 0.33), ("c", avocado_id(3), 0.33)]
+    )
+    kill("variant", f"{experiment.key}/b")
+    outcomes = {outcome(run(job(session_id=f"s-{i}", user_id=f"u-{i}"))) for i in range(20)}
+    assert outcomes == {
+        ("control", CONTROL, CONTROL, "assigned"),
+        ("b", avocado_id(2), CONTROL, "killed"),
+        ("c", avocado_id(3), avocado_id(3), "assigned"),
+    }
+    assert upstreams.call_count(model="avocado-v2") == 0
+
+
+def test_a_killed_variant_on_the_control_endpoint_is_served_with_the_control_settings(catalogue, upstreams):
+    """Same endpoint, different overrides: the kill must switch the request to control's."""
+    endpoint = ModelEndpoint.objects.get(public_id=CONTROL)
+    experiment = experiment_services.experiment_create(
+        key="prompt",
+        name="prompt",
+        actor="test",
+        variants=[
+            experiment_services.VariantInput(key="control", weight=0.0, endpoint=endpoint, is_control=True),
+            experiment_services.VariantInput(
+                key="hot", weight=1.0, endpoint=endpoint, overrides={"temperature": 1.5}
+            ),
+        ],
+    )
+    experiment_services.experiment_start(experiment=experiment, actor="test")
+    run(job(session_id="s-1"))
+    assert upstreams.calls(model="avocado-v14")[0]["body"]["temperature"] == 1.5
+    kill("variant", "prompt/hot")
+    j = run(job(session_id="s-2"))
+    assert outcome(j) == ("hot", CONTROL, CONTROL, "killed")
+    assert "temperature" not in upstreams.calls(model="avocado-v14")[1]["body"]
+
+
+def test_killing_the_control_variant_sends_control_units_to_the_platform_default(catalogue, upstreams):
+    experiment = make_experiment(arms=[("control", CONTROL, 1.0), ("treatment", avocado_id(2), 0.0)])
+    kill("variant", f"{experiment.key}/control")
+    assert outcome(run(job())) == ("control", CONTROL, DEFAULT, "killed")
+    assert upstreams.call_count(model="avocado-v14") == 0
+
+
+def test_the_environment_override_turns_external_providers_off_without_any_row(
+    catalogue, upstreams, settings
+):
+    settings.MUSE_KILL_EXTERNAL = True
+    make_experiment(arms=[("control", CONTROL, 0.0), ("treatment", AZURE, 1.0)])
+    assert KillSwitch.objects.count() == 0
+    state = kill_state()
+    assert state.forced_by_env and state.external_off
+    assert outcome(run(job())) == ("treatment", AZURE, CONTROL, "killed")
+    assert upstreams.call_count(model="muse-special") == 0
+
+
+def test_when_the_switch_state_cannot_be_read_external_providers_are_off(catalogue, upstreams, monkeypatch):
+    make_experiment(arms=[("control", CONTROL, 0.0), ("treatment", AZURE, 1.0)])
+
+    def database_down():
+        raise DatabaseError("could not connect to server")
+
+    monkeypatch.setattr(killswitch, "build_kill_state", database_down)
+    state = kill_state()
+    assert state.unreadable
+    assert state.endpoint_killed(public_id=AZURE, provider_key="azure", is_external=True)
+    assert not state.endpoint_killed(public_id=CONTROL, provider_key="avocado", is_external=False)
+    assert outcome(run(job())) == ("treatment", AZURE, CONTROL, "killed")
+    assert upstreams.call_count(model="muse-special") == 0
+
+
+def test_a_failed_refresh_fails_closed_even_with_a_good_snapshot_cached(catalogue, settings, monkeypatch):
+    from muse_experiments import config_version
+
+    settings.CONFIG_REFRESH_INTERVAL_S = 0
+    assert not kill_state().unreadable  # a good snapshot is cached
+
+    def version_unreadable():
+        raise DatabaseError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(config_version, "current", version_unreadable)
+    assert kill_state().unreadable
+
+
+def test_a_queued_job_obeys_a_switch_flipped_after_it_was_enqueued(catalogue, upstreams):
+    make_experiment(arms=[("control", CONTROL, 0.0), ("treatment", AZURE, 1.0)])
+    queued = job()
+    assert not kill_state().external_off  # this process has a warm, switch-free snapshot
+    kill("all_external")
+    assert outcome(run(queued)) == ("treatment", AZURE, CONTROL, "killed")
+
+
+# --- the service ---------------------------------------------------------------------------
+
+
+def test_every_change_is_audited_with_who_and_why(catalogue):
+    kill("provider", "azure", reason="5xx storm")
+    kill("provider", "azure", active=False, reason="recovered")
+    entries = list(AuditEntry.objects.filter(object_type="KillSwitch").order_by("at", "pk"))
+    assert [(e.actor, e.action, e.changes["reason"], e.changes["active"]) for e in entries] == [
+        ("oncall@muse", "kill_switch_on", "5xx storm", [None, True]),
+        ("oncall@muse", "kill_switch_off", "recovered", [True, False]),
+    ]
+    assert KillSwitch.objects.get().updated_by == "oncall@muse"
+
+
+@pytest.mark.parametrize(
+    ("scope", "target", "reason", "field"),
+    [
+        ("galaxy", "", "x", "scope"),
+        ("all_external", "azure", "x", "target"),
+        ("provider", "", "x", "target"),
+        ("provider", "nope", "x", "target"),
+        ("endpoint", "azure/nope", "x", "target"),
+        ("experiment", "nope", "x", "target"),
+        ("variant", "exp", "x", "target"),
+        ("provider", "azure", "  ", "reason"),
+    ],
+)
+def test_bad_input_is_refused_with_a_field_error_and_nothing_is_written(
+    catalogue, scope, target, reason, field
+):
+    with pytest.raises(ValidationError) as exc:
+        kill_switch_set(scope=scope, target=target, active=True, reason=reason, actor="x")
+    assert field in exc.value.message_dict
+    assert KillSwitch.objects.count() == 0
+    assert not AuditEntry.objects.filter(object_type="KillSwitch").exists()
+
+
+# --- the ops API -----------------------------------------------------------------------------
+
+
+def test_the_ops_api_turns_a_switch_on_and_lists_it(catalogue, client):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {api_key(['ops'])}"}
+    response = client.post(
+        "/api/v1/ops/kill-switches",
+        {"scope": "endpoint", "target": AZURE, "active": True, "reason": "bad outputs"},
+        content_type="application/json",
+        **headers,
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["active"] is True
+    assert response.json()["updated_by"].startswith("api-key:test")
+    invalidate_all()
+    listed = client.get("/api/v1/ops/kill-switches", **headers).json()
+    assert [(s["scope"], s["target"], s["active"]) for s in listed["switches"]] == [("endpoint", AZURE, True)]
+    assert listed["effective"] == {"external_off": False, "forced_by_env": False, "unreadable": False}
+    assert AuditEntry.objects.filter(action="kill_switch_on", changes__target=AZURE).exists()
+
+
+def test_the_ops_api_answers_field_errors_for_bad_input(catalogue, client):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {api_key(['ops'])}"}
+    response = client.post(
+        "/api/v1/ops/kill-switches",
+        {"scope": "provider", "target": "nope", "active": True, "reason": "x"},
+        content_type="application/json",
+        **headers,
+    )
+    assert response.status_code == 400
+    assert "target" in response.json()["error"]["fields"]
+    response = client.post(
+        "/api/v1/ops/kill-switches",
+        {"scope": "planet", "active": "maybe"},
+        content_type="application/json",
+        **headers,
+    )
+    assert response.status_code == 400
+    assert set(response.json()["error"]["fields"]) == {"scope", "active", "reason"}
+    assert KillSwitch.objects.count() == 0
+
+
+def test_the_ops_api_requires_the_ops_scope(catalogue, client):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {api_key(['completions'])}"}
+    assert client.get("/api/v1/ops/kill-switches", **headers).status_code == 403
+    response = client.post(
+        "/api/v1/ops/kill-switches",
+        {"scope": "all_external", "active": True, "reason": "x"},
+        content_type="application/json",
+        **headers,
+    )
+    assert response.status_code == 403
+    assert KillSwitch.objects.count() == 0
+
+
+# --- the admin -------------------------------------------------------------------------------
+
+
+def test_the_admin_toggles_a_switch_and_audits_the_user(catalogue, admin_client):
+    response = admin_client.post(
+        "/admin/routing/killswitch/add/",
+        {"scope": "provider", "target": "anthropic", "active": "on", "reason": "quota exhausted"},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    switch = KillSwitch.objects.get()
+    assert (switch.scope, switch.target, switch.active, switch.updated_by) == (
+        "provider",
+        "anthropic",
+        True,
+        "admin",
+    )
+    response = admin_client.post(
+        f"/admin/routing/killswitch/{switch.pk}/change/", {"reason": "quota restored"}
+    )  # "active" unchecked = off
+    assert response.status_code == 302
+    switch.refresh_from_db()
+    assert (switch.active, switch.reason) == (False, "quota restored")
+    assert list(
+        AuditEntry.objects.filter(object_type="KillSwitch")
+        .order_by("at", "pk")
+        .values_list("actor", "action")
+    ) == [("admin", "kill_switch_on"), ("admin", "kill_switch_off")]
+
+
+def test_the_admin_shows_a_form_error_for_an_unknown_target(catalogue, admin_client):
+    response = admin_client.post(
+        "/admin/routing/killswitch/add/",
+        {"scope": "endpoint", "target": "azure/nope", "active": "on", "reason": "x"},
+    )
+    assert response.status_code == 200
+    assert "No endpoint" in response.content.decode()
+    assert KillSwitch.objects.count() == 0

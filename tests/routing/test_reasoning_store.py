@@ -1,0 +1,190 @@
+"""The server-side reasoning store: exact round trip, endpoint binding, TTL, session end, no leaks."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from routing import reasoning_store
+from routing.providers.types import EndpointConfig, ReasoningState
+from routing.reasoning_store import (
+    MAX_STATES,
+    ReasoningStoreUnavailable,
+    reasoning_load,
+    reasoning_save,
+    session_end,
+    session_pinned_endpoint,
+    store_backend,
+)
+
+BLOB = "gAAAAABcanary" + "Zm9vYmFy" * 20
+
+
+def endpoint(
+    public_id: str = "azure/muse-special", credential: str = "key-a", upstream_model: str = "muse-special"
+) -> EndpointConfig:
+    return EndpointConfig(
+        public_id=public_id,
+        provider_kind="azure_openai",
+        base_url="https://res.openai.azure.com",
+        upstream_model=upstream_model,
+        api_style="responses",
+        api_version="2025-04-01-preview",
+        credential=credential,
+    )
+
+
+def state(ep: EndpointConfig, n: int = 0) -> ReasoningState:
+    return ReasoningState(
+        endpoint_fingerprint=ep.fingerprint,
+        provider_kind=ep.provider_kind,
+        api_style=ep.api_style,
+        items=({"id": f"rs_{n}", "type": "reasoning", "summary": [], "encrypted_content": f"{BLOB}{n}"},),
+        tool_call_ids=(f"call_{n}",),
+        native_ids={f"call_{n}": f"fc_{n}"},
+    )
+
+
+@pytest.fixture
+def local_store(settings):
+    settings.REASONING_STORE_URL = ""
+    reasoning_store.local_store_clear()
+    yield
+    reasoning_store.local_store_clear()
+
+
+@pytest.fixture
+def redis_store(redis_url, settings):
+    import redis
+
+    settings.REASONING_STORE_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+
+    def clean():
+        for key in client.scan_iter("muse:reasoning*"):
+            client.delete(key)
+
+    clean()
+    yield client
+    clean()
+
+
+def test_states_round_trip_exactly_and_in_order(local_store):
+    ep = endpoint()
+    saved = [state(ep, n) for n in range(3)]
+    for s in saved:
+        reasoning_save(session_id="s1", state=s, endpoint_id=ep.public_id)
+    loaded = reasoning_load(session_id="s1", endpoint=ep)
+    assert [dict(i) for s in loaded for i in s.items] == [dict(i) for s in saved for i in s.items]
+    assert [(s.tool_call_ids, dict(s.native_ids)) for s in loaded] == [
+        (s.tool_call_ids, dict(s.native_ids)) for s in saved
+    ]
+    assert reasoning_load(session_id="other", endpoint=ep) == ()
+
+
+def test_states_of_another_endpoint_or_credential_are_not_returned_and_only_counted_in_logs(
+    local_store, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    producer = endpoint()
+    reasoning_save(session_id="s1", state=state(producer), endpoint_id=producer.public_id)
+    other_key = endpoint(credential="key-b")
+    assert other_key.fingerprint != producer.fingerprint
+    assert reasoning_load(session_id="s1", endpoint=other_key) == ()
+    assert reasoning_load(session_id="s1", endpoint=endpoint("azure/other", upstream_model="other")) == ()
+    assert "1 state(s) of another endpoint/credential not forwarded to azure/muse-special" in caplog.text
+    assert BLOB not in caplog.text
+    assert len(reasoning_load(session_id="s1", endpoint=producer)) == 1
+
+
+def test_none_state_keeps_what_is_stored(local_store):
+    ep = endpoint()
+    reasoning_save(session_id="s1", state=state(ep), endpoint_id=ep.public_id)
+    reasoning_save(session_id="s1", state=None, endpoint_id="avocado/x")
+    assert len(reasoning_load(session_id="s1", endpoint=ep)) == 1
+    assert session_pinned_endpoint("s1") == "azure/muse-special"
+
+
+def test_only_the_newest_states_are_kept(local_store):
+    ep = endpoint()
+    for n in range(MAX_STATES + 5):
+        reasoning_save(session_id="s1", state=state(ep, n))
+    loaded = reasoning_load(session_id="s1", endpoint=ep)
+    assert len(loaded) == MAX_STATES
+    assert loaded[0].tool_call_ids == ("call_5",)
+
+
+def test_session_end_deletes_states_and_pin(local_store):
+    ep = endpoint()
+    reasoning_save(session_id="s1", state=state(ep), endpoint_id=ep.public_id)
+    assert session_end(session_id="s1") == 1
+    assert reasoning_load(session_id="s1", endpoint=ep) == ()
+    assert session_pinned_endpoint("s1") is None
+    assert session_end(session_id="s1") == 0
+
+
+def test_in_process_store_expires_after_the_ttl(local_store, settings):
+    settings.REASONING_SESSION_TTL_S = 1
+    ep = endpoint()
+    reasoning_save(session_id="s1", state=state(ep), endpoint_id=ep.public_id)
+    assert store_backend() == "local"
+    deadline = time.monotonic() + 10
+    while reasoning_load(session_id="s1", endpoint=ep) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert reasoning_load(session_id="s1", endpoint=ep) == ()
+    assert session_pinned_endpoint("s1") is None
+
+
+def test_state_repr_and_store_log_lines_never_show_the_blob(local_store, caplog):
+    caplog.set_level(logging.DEBUG)
+    ep = endpoint()
+    s = state(ep)
+    reasoning_save(session_id="s1", state=s, endpoint_id=ep.public_id)
+    reasoning_load(session_id="s1", endpoint=endpoint(credential="other"))
+    assert BLOB not in repr(s) and BLOB not in caplog.text
+
+
+@pytest.mark.redis
+def test_redis_store_round_trips_with_a_ttl_and_session_end_leaves_nothing(redis_store, settings):
+    settings.REASONING_SESSION_TTL_S = 120
+    ep = endpoint()
+    assert store_backend() == "redis"
+    reasoning_save(session_id="s-redis", state=state(ep, 1), endpoint_id=ep.public_id)
+    reasoning_save(session_id="s-redis", state=state(ep, 2), endpoint_id=ep.public_id)
+    keys = sorted(k.decode() for k in redis_store.scan_iter("muse:reasoning*"))
+    assert len(keys) == 2 and "s-redis" not in "".join(keys)  # the session id is hashed
+    for key in keys:
+        assert 0 < redis_store.ttl(key) <= 120
+    loaded = reasoning_load(session_id="s-redis", endpoint=ep)
+    assert [s.items[0]["encrypted_content"] for s in loaded] == [f"{BLOB}1", f"{BLOB}2"]
+    assert session_pinned_endpoint("s-redis") == "azure/muse-special"
+
+    assert session_end(session_id="s-redis") == 2
+    assert list(redis_store.scan_iter("muse:reasoning*")) == []
+
+
+@pytest.mark.redis
+def test_redis_store_forgets_a_session_after_its_ttl(redis_store, settings):
+    settings.REASONING_SESSION_TTL_S = 1
+    ep = endpoint()
+    reasoning_save(session_id="s-ttl", state=state(ep), endpoint_id=ep.public_id)
+    assert reasoning_load(session_id="s-ttl", endpoint=ep)
+    deadline = time.monotonic() + 10
+    while list(redis_store.scan_iter("muse:reasoning*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(redis_store.scan_iter("muse:reasoning*")) == []
+    assert reasoning_load(session_id="s-ttl", endpoint=ep) == ()
+
+
+def test_an_unreachable_redis_degrades_to_no_reasoning_without_leaking(settings, caplog):
+    settings.REASONING_STORE_URL = "redis://127.0.0.1:1/0"
+    ep = endpoint()
+    reasoning_save(session_id="s1", state=state(ep), endpoint_id=ep.public_id)
+    assert reasoning_load(session_id="s1", endpoint=ep) == ()
+    assert session_pinned_endpoint("s1") is None
+    with pytest.raises(ReasoningStoreUnavailable) as exc:
+        session_end(session_id="s1")
+    assert "unavailable" in str(exc.value)
+    assert BLOB not in caplog.text

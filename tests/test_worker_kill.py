@@ -1,0 +1,146 @@
+"""A worker SIGKILLed in the middle of an upstream call: nothing is called twice, nothing stays running.
+
+Real Redis broker, real worker processes, simulated upstream with a long latency so the call is in
+flight when the worker dies. Worker A holds job one (in flight) while job two waits in the queue;
+A's whole process group is SIGKILLed; worker B starts. Expected (``routing.tasks`` docstring):
+
+* job two is completed exactly once by worker B;
+* job one — whose attempt may have reached the provider — is failed ``worker_lost`` (by the
+  redelivered task finding the lapsed lease, or by the reaper), never re-run: exactly one upstream
+  call carries it, even after its task message is redelivered to B.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+
+from routing.models import CompletionJob, JobStatus
+from routing.services import WORKER_LOST
+from tests.conftest import CREDENTIAL_ENV, REPO, database_url_for_subprocess
+from tests.factories import api_key, seed_catalogue
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+FAST_RECOVERY = {
+    "COMPLETION_LEASE_S": "2",
+    "COMPLETION_REAP_INTERVAL_S": "1",
+    "CELERY_VISIBILITY_TIMEOUT_S": "3",
+    "CELERY_UNACKED_RESTORE_INTERVAL_S": "1",
+    "CELERY_UNACKED_RESTORE_THROTTLE": "1",
+}
+
+
+def start_worker(name: str, log_path: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        **CREDENTIAL_ENV,
+        **FAST_RECOVERY,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "MUSE_VAR_DIR": str(settings.VAR_DIR),
+        "DJANGO_DEBUG": "true",
+        "REDIS_URL": settings.REDIS_URL,
+    }
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "muse_experiments", "worker",
+                "-Q", "completions,maintenance", "--pool", "threads", "--concurrency", "1",
+                "-l", "info", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "-n", f"{name}-{os.getpid()}@%h",
+            ],
+            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    wait_for(lambda: b"ready." in log_path.read_bytes() or proc.poll() is not None, 60, f"{name} start")
+    assert proc.poll() is None, log_path.read_text()[-3000:]
+    return proc
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def calls_carrying(upstreams, marker: str) -> int:
+    return sum(
+        1
+        for c in upstreams.calls(model="avocado-v15")
+        if any(marker in str(m.get("content")) for m in c["body"].get("messages", []))
+    )
+
+
+def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_completes_the_queued_one(
+    live_server, upstreams, redis_url, tmp_path
+):
+    seed_catalogue(upstreams.url)
+    upstreams.set_scenario("avocado-v15", latency_ms=60_000)  # in flight until the kill
+    headers = {"Authorization": f"Bearer {api_key()}"}
+    worker_a = start_worker("a", tmp_path / "a.log")
+    worker_b = None
+    try:
+        with httpx.Client(base_url=live_server.url, headers=headers, timeout=30) as client:
+            ids = []
+            for marker in ("job-one", "job-two"):
+                r = client.post(
+                    "/api/v1/completions",
+                    json={
+                        "session_id": marker,
+                        "user_id": "u",
+                        "messages": [{"role": "user", "content": marker}],
+                        "async": True,
+                    },
+                )
+                assert r.status_code == 202, r.text
+                ids.append(r.json()["id"])
+                if marker == "job-one":
+                    wait_for(lambda: calls_carrying(upstreams, "job-one") == 1, 30, "job one in flight")
+        one, two = ids
+        assert CompletionJob.objects.get(pk=one).status == JobStatus.RUNNING
+        assert CompletionJob.objects.get(pk=two).status == JobStatus.QUEUED
+
+        stop(worker_a, signal.SIGKILL)
+        upstreams.set_scenario("avocado-v15", latency_ms=0)
+        worker_b = start_worker("b", tmp_path / "b.log")
+
+        def finished(job_id):
+            return CompletionJob.objects.get(pk=job_id).status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+        wait_for(lambda: finished(one) and finished(two), 60, "both jobs to finish")
+        # job one's unacknowledged message comes back to B after the visibility timeout; B must
+        # not call the provider for it again
+        b_log = tmp_path / "b.log"
+        wait_for(lambda: f"run_completion[{one}] succeeded".encode() in b_log.read_bytes(), 60, "redelivery")
+    finally:
+        stop(worker_a, signal.SIGKILL)
+        if worker_b is not None:
+            stop(worker_b)
+
+    job_one, job_two = CompletionJob.objects.get(pk=one), CompletionJob.objects.get(pk=two)
+    assert (job_one.status, job_one.error) == (JobStatus.FAILED, WORKER_LOST)
+    assert job_one.deliveries in (1, 2)  # 2 when the redelivery (not the reaper) failed it
+    assert job_two.status == JobStatus.SUCCEEDED
+    assert job_two.result["text"].startswith("avocado-v15 reply to: job-two")
+    assert calls_carrying(upstreams, "job-one") == 1
+    assert calls_carrying(upstreams, "job-two") == 1
+    assert not CompletionJob.objects.filter(status=JobStatus.RUNNING).exists()

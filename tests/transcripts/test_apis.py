@@ -1,0 +1,157 @@
+"""APIs: training opt-out, session end, and the ingestion gate endpoint."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from routing import reasoning_store
+from routing.providers.types import ReasoningState
+from routing.transcripts.gate import record_json
+from routing.transcripts.models import GateCounter, TrainingOptOut, TrainingRecord
+from routing.transcripts.selectors import gate_totals
+from tests.transcripts.conftest import AVOCADO, record_turn, scoped_client
+from tests.transcripts.test_gate import TRICKY, record
+
+pytestmark = pytest.mark.django_db
+
+
+def test_opt_out_api_opts_out_and_back_in_and_updates_unexported_turns(catalogue_seeded):
+    record_turn("s1", "u1", AVOCADO)
+    record_turn("s1", "u1", AVOCADO)
+    client = scoped_client("training")
+    response = client.post("/api/v1/users/u1/training-opt-out")
+    assert response.status_code == 200
+    assert response.json() == {"user_id": "u1", "opted_out": True, "turns_changed": 2}
+    assert client.post("/api/v1/users/u1/training-opt-out").json()["turns_changed"] == 0  # idempotent
+    assert client.get("/api/v1/users/u1/training-opt-out").json()["opted_out"] is True
+    assert TrainingOptOut.objects.get(user_id="u1").actor == "api-key:test"
+    response = client.delete("/api/v1/users/u1/training-opt-out")
+    assert response.json() == {"user_id": "u1", "opted_out": False, "turns_changed": 2}
+    assert not TrainingOptOut.objects.exists()
+
+
+def test_opt_out_api_needs_the_training_scope(db):
+    assert scoped_client("completions").post("/api/v1/users/u1/training-opt-out").status_code == 403
+
+
+def test_session_end_api_deletes_the_sessions_reasoning(db, settings):
+    settings.REASONING_STORE_URL = ""
+    reasoning_store.local_store_clear()
+    state = ReasoningState(
+        "fp", "azure_openai", "responses", ({"type": "reasoning", "encrypted_content": "gAAAAAx"},)
+    )
+    reasoning_store.reasoning_save(session_id="s-end", state=state, endpoint_id="azure/muse-special")
+    client = scoped_client("completions")
+    response = client.post("/api/v1/sessions/s-end/end")
+    assert response.status_code == 200
+    assert response.json() == {"session_id": "s-end", "deleted_states": 1}
+    assert reasoning_store.session_pinned_endpoint("s-end") is None
+    assert client.post("/api/v1/sessions/s-end/end").json()["deleted_states"] == 0
+
+
+def test_session_end_api_answers_503_without_details_when_redis_is_down(db, settings):
+    settings.REASONING_STORE_URL = "redis://127.0.0.1:1/0"
+    response = scoped_client("completions").post("/api/v1/sessions/s1/end")
+    assert response.status_code == 503
+    assert response.json() == {
+        "error": {"code": "unavailable", "message": "Session store unavailable; retry."}
+    }
+
+
+def ingest(client, records):
+    return client.post("/api/v1/training/ingest", {"records": records}, format="json")
+
+
+def test_ingest_stores_clean_avocado_records_unchanged_and_is_idempotent(db):
+    client = scoped_client("training:ingest")
+    clean = [record(i) for i in range(3)]
+    response = ingest(client, clean)
+    assert response.status_code == 200
+    body = response.json()
+    assert {k: body[k] for k in ("received", "accepted", "duplicates", "rejected")} == {
+        "received": 3,
+        "accepted": 3,
+        "duplicates": 0,
+        "rejected": 0,
+    }
+    for original in clean:
+        stored = TrainingRecord.objects.get(record_id=original["record_id"])
+        assert stored.body == record_json(original)  # byte-equal canonical JSON, keys in sent order
+        assert json.loads(stored.body) == original
+    again = ingest(client, clean).json()
+    assert again["accepted"] == 0 and again["duplicates"] == 3
+    assert [r["status"] for r in again["results"]] == ["duplicate"] * 3
+    changed = ingest(client, [{**clean[0], "output": {"text": "different"}}]).json()
+    assert changed["results"][0]["reasons"] == ["record_id_conflict"]
+    assert TrainingRecord.objects.count() == 3
+
+
+def test_ingest_rejects_the_tricky_corpus_and_stores_nothing_of_it(db):
+    client = scoped_client("training:ingest")
+    TrainingOptOut.objects.create(user_id="u-out")
+    tricky = [TRICKY[name]() for name in sorted(TRICKY) if "huge" not in name and "deep" not in name]
+    batch = [
+        record(1000),
+        *tricky,
+        record(1001, provenance="external", provider_kind="anthropic"),
+        record(1002, user_id="u-out"),
+        ["not", "a", "record"],
+        record(1003),
+    ]
+    body = ingest(client, batch).json()
+    assert body["received"] == len(batch)
+    assert body["accepted"] == 2 and body["rejected"] == len(batch) - 2
+    assert body["rejected_by_reason"] == {
+        "contains_encrypted_reasoning": len(tricky),
+        "external_provider": 1,
+        "invalid_record": 1,
+        "opted_out": 1,
+    }
+    assert body["results"][len(tricky) + 3] == {
+        "index": len(tricky) + 3,
+        "record_id": None,
+        "status": "rejected",
+        "reasons": ["invalid_record"],
+        "detail": "record must be a JSON object, not list",
+    }
+    assert sorted(TrainingRecord.objects.values_list("record_id", flat=True)) == ["rec-1000", "rec-1003"]
+    stored = "".join(TrainingRecord.objects.values_list("body", flat=True))
+    assert "gAAAAA" not in stored and "signature" not in stored
+    totals = gate_totals()
+    assert totals["accepted"] == 2
+    assert totals["rejected:contains_encrypted_reasoning"] == len(tricky)
+    assert totals["rejected:opted_out"] == 1
+    ingest(client, [record(1000)])
+    assert GateCounter.objects.get(name="duplicate").count == 1
+
+
+def test_ingest_response_never_echoes_rejected_content(db):
+    client = scoped_client("training:ingest")
+    body = ingest(client, [TRICKY["base64-json-thinking"](), TRICKY["fernet-blob-in-plain-text"]()]).content
+    from tests.transcripts.test_gate import BLOB, SIGNATURE
+
+    assert BLOB.encode() not in body and SIGNATURE.encode() not in body
+    assert base64.b64encode(SIGNATURE.encode())[:20] not in body
+
+
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({"records": []}, "records"),
+        ({"records": "x"}, "records"),
+        ({}, "records"),
+        ({"records": [record(1)], "extra": 1}, "extra"),
+    ],
+)
+def test_ingest_refuses_malformed_batches_with_field_errors(db, payload, field):
+    response = scoped_client("training:ingest").post("/api/v1/training/ingest", payload, format="json")
+    assert response.status_code == 400
+    assert field in response.json()["error"]["fields"]
+    assert not TrainingRecord.objects.exists()
+
+
+def test_ingest_needs_its_scope(db):
+    assert ingest(scoped_client("training:export"), [record(1)]).status_code == 403

@@ -1,0 +1,283 @@
+"""The ingestion gate: every record of a tricky-case corpus is rejected, clean Avocado records pass unchanged."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import struct
+
+import pytest
+
+from routing.transcripts.gate import (
+    RejectReason,
+    find_encrypted_reasoning,
+    gate_check,
+    record_json,
+    strip_encrypted_reasoning,
+)
+
+BLOB = "gAAAAABo" + base64.urlsafe_b64encode(os.urandom(120)).decode().rstrip("=")
+SIGNATURE = "EqQBCkYIBxgCKkD" + base64.b64encode(os.urandom(90)).decode()
+REDACTED = "EmwKAhgBEgy" + base64.b64encode(os.urandom(60)).decode()
+
+
+def reasoning_item() -> dict:
+    return {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": BLOB}
+
+
+def thinking_block(text: str = "") -> dict:
+    return {"type": "thinking", "thinking": text, "signature": SIGNATURE}
+
+
+def redacted_block() -> dict:
+    return {"type": "redacted_thinking", "data": REDACTED}
+
+
+def b64(text: str, *, urlsafe: bool = False, pad: bool = True) -> str:
+    enc = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(text.encode()).decode()
+    return enc if pad else enc.rstrip("=")
+
+
+def fernet_bytes_b64() -> str:
+    """A real-format Fernet token (0x80, non-zero timestamp so its text does not start gAAAAA)."""
+    token = (
+        b"\x80" + struct.pack(">Q", 0x7F00_0000_0000_0000) + os.urandom(16) + os.urandom(32) + os.urandom(32)
+    )
+    return base64.b64encode(token).decode()
+
+
+def record(i: int, **overrides) -> dict:
+    """A clean native training record as the export writes it."""
+    base = {
+        "record_id": f"rec-{i}",
+        "session_id": f"s-{i}",
+        "turn": 1,
+        "user_id": f"u-{i}",
+        "provenance": "native",
+        "provider_kind": "native",
+        "served_model": "avocado/8f1c",
+        "model_version": "avocado-v15",
+        "experiment": "exp",
+        "variant": "control",
+        "created_at": "2026-01-02T03:04:05.678901+00:00",
+        "input": {
+            "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": f"Fix bug #{i} — naïve café 😀 日本語"},
+            ],
+            "tools": [
+                {"name": "search", "description": "", "parameters": {"type": "object", "properties": {}}}
+            ],
+        },
+        "output": {"text": "Done.", "tool_calls": [], "finish_reason": "stop"},
+        "usage": {"input_tokens": 120, "output_tokens": 7, "vendor": {"prompt_tokens": 120}},
+    }
+    base.update(overrides)
+    return base
+
+
+def with_message(i: int, content) -> dict:
+    r = record(i)
+    r["input"]["messages"].append({"role": "tool", "tool_call_id": "call_1", "content": content})
+    return r
+
+
+# Each case: a record that must be rejected for carrying encrypted reasoning.
+TRICKY = {
+    "responses-item-top-level": lambda: record(1, reasoning=reasoning_item()),
+    "responses-item-in-input": lambda: record(
+        2, input={"messages": [reasoning_item(), {"role": "user", "content": "hi"}]}
+    ),
+    "deeply-nested": lambda: record(3, output={"a": [{"b": [{"c": {"d": [[[reasoning_item()]]]}}]}]}),
+    "fernet-blob-in-plain-text": lambda: with_message(4, f"the model said {BLOB} earlier"),
+    "encrypted-content-empty-summary-key-only": lambda: record(5, extra={"encrypted_content": BLOB}),
+    "anthropic-thinking-with-signature": lambda: record(
+        6, output={"content": [thinking_block("Considering."), {"type": "text", "text": "hi"}]}
+    ),
+    "anthropic-thinking-empty-text": lambda: record(7, output={"content": [thinking_block("")]}),
+    "anthropic-thinking-untyped": lambda: record(8, output={"thinking": "x", "signature": SIGNATURE}),
+    "anthropic-redacted-thinking": lambda: record(9, output={"content": [redacted_block()]}),
+    "json-in-string": lambda: with_message(10, json.dumps({"output": [reasoning_item()]})),
+    "json-in-json-in-string": lambda: with_message(
+        11, json.dumps(json.dumps({"content": [redacted_block()]}))
+    ),
+    "base64-json-thinking": lambda: with_message(12, b64(json.dumps(thinking_block("")))),
+    "base64-urlsafe-unpadded": lambda: with_message(
+        13, b64(json.dumps(reasoning_item()), urlsafe=True, pad=False)
+    ),
+    "base64-of-blob-glued-to-text": lambda: with_message(14, "blob:" + b64(BLOB)),
+    "base64-glued-to-word": lambda: with_message(15, "xyz" + b64(json.dumps(redacted_block()))),
+    "base64-of-base64-of-json": lambda: with_message(16, b64(b64(json.dumps(thinking_block("t"))))),
+    "base64-inside-json-in-string": lambda: with_message(
+        17, json.dumps({"payload": b64(json.dumps(reasoning_item()))})
+    ),
+    "raw-fernet-token-bytes": lambda: with_message(18, fernet_bytes_b64()),
+    "blob-as-object-key": lambda: record(19, output={BLOB: "x"}),
+    "fullwidth-unicode-blob": lambda: with_message(20, "ｇＡＡＡＡＡ" + BLOB[6:]),
+    "unicode-around-blob": lambda: with_message(21, f"日本語😀{BLOB}café"),
+    "prose-with-unparseable-json-fragment": lambda: with_message(
+        22, 'log line: {"type": "reasoning", "encrypted_content": "' + BLOB[:40] + '" (truncated'
+    ),
+    "escaped-json-fragment": lambda: with_message(
+        23, 'error body: {\\"type\\": \\"redacted_thinking\\", \\"data\\": \\"' + REDACTED + '\\"}'
+    ),
+    "signature-in-thinking-prose": lambda: with_message(
+        24, "thinking block was {'type': 'thinking', 'thinking': '', 'signature': '" + SIGNATURE + "'}"
+    ),
+    "tool-call-arguments": lambda: record(
+        25,
+        output={"text": "", "tool_calls": [{"id": "c", "name": "n", "arguments": {"x": [thinking_block()]}}]},
+    ),
+    "huge-record-with-blob-at-the-end": lambda: with_message(26, "clean words " * 200_000 + BLOB),
+    "deep-nesting-500": lambda: record(27, output=_nest(500, reasoning_item())),
+}
+
+
+def _nest(depth: int, leaf):
+    node = leaf
+    for _ in range(depth):
+        node = {"n": [node]}
+    return node
+
+
+@pytest.mark.parametrize("case", sorted(TRICKY))
+def test_every_tricky_record_is_rejected_for_encrypted_reasoning(case):
+    report = gate_check([TRICKY[case]()])
+    (verdict,) = report.verdicts
+    assert not verdict.accepted
+    assert RejectReason.CONTAINS_ENCRYPTED_REASONING in verdict.reasons
+    assert report.accepted == ()
+    # The verdict explains without echoing the secret.
+    assert BLOB not in verdict.detail and SIGNATURE not in verdict.detail and REDACTED not in verdict.detail
+
+
+def test_a_mixed_batch_keeps_only_clean_records_with_per_record_reasons():
+    clean = [record(i) for i in range(100, 105)]
+    batch = [
+        clean[0],
+        TRICKY["json-in-string"](),
+        clean[1],
+        record(200, provenance="external", provider_kind="azure_openai"),
+        clean[2],
+        record(201, user_id="opted-out-user"),
+        "not a record",
+        clean[3],
+        {**record(202), "record_id": ""},
+        clean[4],
+        dict(clean[4]),
+        TRICKY["base64-json-thinking"](),
+    ]
+    report = gate_check(batch, opted_out_users={"opted-out-user"})
+    assert [v.index for v in report.verdicts if v.accepted] == [0, 2, 4, 7, 9]
+    reasons = {v.index: v.reasons for v in report.rejected}
+    assert reasons == {
+        1: ("contains_encrypted_reasoning",),
+        3: ("external_provider",),
+        5: ("opted_out",),
+        6: ("invalid_record",),
+        8: ("invalid_record",),
+        10: ("duplicate_in_batch",),
+        11: ("contains_encrypted_reasoning",),
+    }
+    assert report.counts == {
+        "received": 12,
+        "accepted": 5,
+        "rejected": 7,
+        "contains_encrypted_reasoning": 2,
+        "duplicate_in_batch": 1,
+        "external_provider": 1,
+        "invalid_record": 2,
+        "opted_out": 1,
+    }
+
+
+def test_an_external_record_that_also_carries_reasoning_gets_both_reasons():
+    r = record(1, provenance="external", provider_kind="anthropic", output={"content": [thinking_block()]})
+    (verdict,) = gate_check([r]).verdicts
+    assert set(verdict.reasons) == {"contains_encrypted_reasoning", "external_provider"}
+
+
+@pytest.mark.parametrize(
+    "value, detail",
+    [
+        (["a", "list"], "record must be a JSON object, not list"),
+        ("text", "record must be a JSON object, not str"),
+        (42, "record must be a JSON object, not int"),
+        (None, "record must be a JSON object, not NoneType"),
+        (
+            {"user_id": "u", "provenance": "native"},
+            "record_id must be a non-empty string of at most 200 characters",
+        ),
+        ({"record_id": "r", "provenance": "native"}, "user_id must be a string"),
+        (
+            {"record_id": "r", "user_id": "u"},
+            "provenance must be a string ('native' or an external provider)",
+        ),
+        ({"record_id": "x" * 201, "user_id": "u", "provenance": "native"}, "record_id must be a non-empty"),
+    ],
+)
+def test_non_records_get_a_clear_per_record_error(value, detail):
+    (verdict,) = gate_check([value]).verdicts
+    assert verdict.reasons == ("invalid_record",)
+    assert verdict.detail.startswith(detail)
+
+
+def test_records_over_the_size_limit_are_rejected_unscanned():
+    big = with_message(1, "x" * 5000)
+    (verdict,) = gate_check([big], max_record_bytes=4096).verdicts
+    assert verdict.reasons == ("record_too_large",)
+    assert verdict.record_id == "rec-1"
+
+
+def test_clean_avocado_records_are_accepted_unchanged_and_byte_equal():
+    clean = [
+        record(1),
+        with_message(
+            2, "The field is called encrypted_content in the OpenAI docs; thinking blocks have a signature."
+        ),
+        with_message(3, b64("just some clean text that happens to be base64 encoded, nothing else")),
+        with_message(4, base64.b64encode(os.urandom(300)).decode()),  # binary payload (e.g. an image)
+        with_message(5, json.dumps({"nested": {"json": ["string", 1, 2.5, None, True]}})),
+        record(
+            6,
+            output={
+                "text": "",
+                "tool_calls": [{"id": "call_1", "name": "search", "arguments": {"q": "ünï"}}],
+                "finish_reason": "tool_calls",
+            },
+        ),
+        record(7, usage={"input_tokens": 0, "ratio": 0.1 + 0.2, "big": 2**62}),
+    ]
+    originals = copy.deepcopy(clean)
+    report = gate_check(clean)
+    assert [v.accepted for v in report.verdicts] == [True] * len(clean)
+    for (verdict, accepted, text), original in zip(report.accepted, originals, strict=True):
+        assert accepted is clean[verdict.index]  # the very object, untouched
+        assert accepted == original
+        assert text == json.dumps(original, ensure_ascii=False, separators=(",", ":"))
+        assert json.loads(text) == original
+        assert list(json.loads(text)) == list(original)  # key order kept
+
+
+def test_strip_removes_every_carrier_and_leaves_clean_values_alone():
+    clean = record(1)
+    assert strip_encrypted_reasoning(clean) == (clean, 0)
+    dirty = {
+        "a": [reasoning_item(), "ok", {"inner": thinking_block()}],
+        "b": f"prefix {BLOB}",
+        "c": {"encrypted_content": BLOB, "keep": 1},
+        "d": json.dumps(redacted_block()),
+    }
+    stripped, removed = strip_encrypted_reasoning(dirty)
+    assert removed == 5
+    assert find_encrypted_reasoning(stripped) == []
+    assert stripped["a"][1] == "ok"
+    rendered = json.dumps(stripped)
+    for secret in (BLOB, SIGNATURE, REDACTED):
+        assert secret not in rendered
+
+
+def test_record_json_is_the_canonical_compact_form():
+    assert record_json({"b": 1, "a": "é"}) == '{"b":1,"a":"é"}'
