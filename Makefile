@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install lint format test demo run worker upstreams bench clean
+.PHONY: install lint format test demo run worker upstreams bench bench-analytics clean
 
 install: $(VENV)/.installed
 
@@ -40,9 +40,22 @@ worker: install
 upstreams: install
 	$(BIN)/python -m routing.fake_upstreams --port 8900
 
+# Benchmarks print figures. The service-backed ones use BENCH_DATABASE_URL (dropped and created
+# anew by bench_api_overhead) and BENCH_REDIS_URL.
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/muse_bench_small
+BENCH_REDIS_URL    ?= redis://127.0.0.1:6379/9
+
 bench: install
 	$(BIN)/python bench/bench_assignment.py
 	$(BIN)/python bench/bench_stats_engine.py
+	DJANGO_DEBUG=true DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_api_overhead.py
+	DJANGO_DEBUG=true DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_config_propagation.py
+	DJANGO_DEBUG=true DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_killswitch.py
+	$(BIN)/python bench/bench_gbstats_compare.py
+
+# 1,000,000 units and 10,000,000 call records in PostgreSQL (about 11 minutes to generate once).
+bench-analytics: install
+	$(BIN)/python bench/bench_analytics.py
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache

@@ -90,21 +90,7 @@ class ExperimentForm(forms.ModelForm):
 
     class Meta:
         model = Experiment
-        fields = (
-            "key",
-            "name",
-            "hypothesis",
-            "owner",
-            "unit_type",
-            "seed",
-            "coverage",
-            "layer",
-            "layer_start",
-            "layer_end",
-            "condition",
-            "primary_metric",
-            "guardrail_metrics",
-        )
+        fields = services.EDITABLE_FIELDS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

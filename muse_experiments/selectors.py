@@ -138,33 +138,36 @@ def config_token() -> str:
 
 
 def sticky_variants(
-    *, experiment_ids: Iterable[int], unit_ids: Iterable[str]
+    *, experiment_ids: Iterable[int], session_id: str, user_id: str
 ) -> Mapping[tuple[int, int], str]:
-    """Durable sticky assignments: ``{(experiment_id, phase): variant_key}`` for these units.
+    """Durable sticky assignments: ``{(experiment_id, phase): variant_key}`` for this unit.
 
     For a running experiment the key is its *current* phase, and an exposure in any phase of the
     current seed run (:func:`sticky_scope`) counts: a unit keeps its variant through weight,
     coverage and variant changes until the experiment is re-randomised. Other experiments' keys
-    are their exposures' own phases. QA-forced exposures never count.
+    are their exposures' own phases. QA-forced exposures never count. Each experiment only
+    matches the id of its unit type (a session id never picks up a user's exposure, even when
+    the two strings are equal).
 
     With Redis: served from the sticky cache (:mod:`muse_experiments.sticky`), normally one Redis
     round trip and no database query. Without Redis, or when it is down: one indexed query.
-    Session and user ids share one map, as before: ids are expected not to collide across types.
     """
     wanted = set(experiment_ids)
-    units = [u for u in dict.fromkeys(unit_ids) if u]
+    units = [u for u in dict.fromkeys((session_id, user_id)) if u]
     if not wanted or not units:
         return {}
     state = assignment_state()
+    unit_types = {e.id: e.unit_type for e in state.snapshot.experiments}
     cached = sticky.lookup(state.sticky_namespace, units)
     if cached is not None:
-        rows = [(e, p, v) for m in cached.values() for (e, p), v in m.items() if e in wanted]
+        rows = [(u, e, p, v) for u, m in cached.items() for (e, p), v in m.items() if e in wanted]
     else:
         rows = list(
             Exposure.objects.filter(experiment_id__in=wanted, unit_id__in=units)
             .exclude(reason="forced")
-            .values_list("experiment_id", "phase", "variant_key")
+            .values_list("unit_id", "experiment_id", "phase", "variant_key")
         )
+    rows = [(e, p, v) for u, e, p, v in rows if u == (user_id if unit_types.get(e) == "user" else session_id)]
     out: dict[tuple[int, int], str] = {}
     latest: dict[int, int] = {}
     scopes = state.sticky_scopes
@@ -227,7 +230,7 @@ def assignment_preview(
     ids = [e.id for e in snapshot.experiments]
     if experiment is not None:
         ids.append(experiment.pk)
-    stored = sticky_variants(experiment_ids=ids, unit_ids=[session_id, user_id])
+    stored = sticky_variants(experiment_ids=ids, session_id=session_id, user_id=user_id)
     routing = route(snapshot, session_id=session_id, user_id=user_id, attributes=attrs, sticky=stored or None)
     single, error = None, ""
     if experiment is not None:

@@ -177,7 +177,9 @@ def decide(job: CompletionJob) -> Decision:
     if snapshot.experiments:
         sticky = (
             sticky_variants(
-                experiment_ids=[e.id for e in snapshot.experiments], unit_ids={job.session_id, job.user_id}
+                experiment_ids=[e.id for e in snapshot.experiments],
+                session_id=job.session_id,
+                user_id=job.user_id,
             )
             or None
         )

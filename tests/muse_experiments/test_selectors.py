@@ -29,7 +29,7 @@ def decide(session_id: str, user_id: str = "", attributes=None):
     """What routing.router.decide does, then records the exposure as routing does."""
     snapshot = selectors.assignment_snapshot()
     sticky = selectors.sticky_variants(
-        experiment_ids=[e.id for e in snapshot.experiments], unit_ids={session_id, user_id}
+        experiment_ids=[e.id for e in snapshot.experiments], session_id=session_id, user_id=user_id
     )
     decision = route(
         snapshot, session_id=session_id, user_id=user_id, attributes=attributes or {}, sticky=sticky or None
@@ -84,6 +84,22 @@ def test_an_exposed_unit_keeps_its_variant_after_a_weight_change(catalogue):
     assert {decide(f"new-{i}").variant_key for i in range(20)} == {"treatment"}
 
 
+def test_a_user_id_equal_to_another_units_session_id_does_not_inherit_its_sticky_variant(catalogue):
+    experiment = make_experiment(key="session-unit")
+    invalidate_all()
+    exposed = next(f"s-{i}" for i in range(100) if decide(f"s-{i}").variant_key == "control")
+    services.experiment_update(
+        experiment=experiment,
+        actor="pm",
+        variants=variant_inputs([("control", V14, 0.0), ("treatment", V15, 1.0)]),
+    )
+    invalidate_all()
+    # a new session whose *user* id happens to equal the exposed session id: it is a new unit
+    decision = decide("fresh-session", user_id=exposed)
+    assert (decision.variant_key, decision.reason) == ("treatment", "assigned")
+    assert decide(exposed).reason == "sticky"
+
+
 def test_rerandomising_moves_units_into_a_fresh_phase_without_stickiness(catalogue):
     experiment = make_experiment(key="rr")
     invalidate_all()
@@ -120,7 +136,7 @@ def test_sticky_lookups_without_redis_make_one_query(catalogue, django_assert_nu
     decide("s-1")
     selectors.assignment_snapshot()
     with django_assert_num_queries(1):
-        stored = selectors.sticky_variants(experiment_ids=[experiment.id], unit_ids={"s-1", "u-1"})
+        stored = selectors.sticky_variants(experiment_ids=[experiment.id], session_id="s-1", user_id="u-1")
     assert list(stored) == [(experiment.id, 1)]
 
 
