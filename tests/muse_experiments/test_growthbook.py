@@ -8,8 +8,8 @@ specVersion 0.9.0, MIT).
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import shutil
 import subprocess
 from pathlib import Path
