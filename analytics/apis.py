@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from datetime import timedelta
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.db import transaction
@@ -25,6 +26,8 @@ from .services import results_compute
 from .tasks import compute_results
 
 MAX_BATCH = 1000
+#: How far ahead of the server clock an event's timestamp may be.
+MAX_CLOCK_SKEW = timedelta(days=1)
 
 
 class EventSerializer(StrictSerializer):
@@ -33,7 +36,12 @@ class EventSerializer(StrictSerializer):
     session_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     user_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     value = FiniteFloatField(required=False, default=1.0)
-    timestamp = serializers.DateTimeField(required=False)
+    timestamp = serializers.DateTimeField(required=False, help_text="When it happened; at most 1 day ahead.")
+
+    def validate_timestamp(self, value):
+        if value > timezone.now() + MAX_CLOCK_SKEW:
+            raise serializers.ValidationError("Timestamp is in the future.")
+        return value
 
     def validate(self, attrs):
         if not attrs["session_id"] and not attrs["user_id"]:

@@ -14,8 +14,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
@@ -233,6 +232,21 @@ class ExperimentAdmin(admin.ModelAdmin):
             self.message_user(request, f"{experiment.key}: {'; '.join(exc.messages)}", messages.ERROR)
         else:
             self.message_user(request, f"{experiment.key}: {verb}.", messages.SUCCESS)
+            if action == "start":
+                self._warn_about_competitors(request, experiment)
+
+    def _warn_about_competitors(self, request: HttpRequest, experiment: Experiment) -> None:
+        """One call is served by one model: the oldest running experiment that includes a unit decides.
+        Say which running experiments may take this one's traffic first."""
+        earlier = selectors.running_experiments_evaluated_before(experiment=experiment)
+        if earlier:
+            self.message_user(
+                request,
+                f"{experiment.key}: running experiments evaluated first may take its traffic: "
+                f"{', '.join(e.key for e in earlier)}. Separate them with targeting, or put them in one "
+                "layer with disjoint ranges.",
+                messages.WARNING,
+            )
 
     @admin.action(description="Start (or resume) selected experiments", permissions=["change"])
     def start(self, request, queryset):
@@ -277,11 +291,18 @@ class ExperimentAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
+    def _experiment_or_404(self, request: HttpRequest, object_id: str) -> Experiment:
+        """The experiment, or 404 for a missing or malformed id (``get_object`` copes with both)."""
+        experiment = self.get_object(request, object_id)
+        if experiment is None:
+            raise Http404("No such experiment.")
+        return experiment
+
     def lifecycle_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         """POST-only button target: runs one lifecycle service, then back to the change page."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        experiment = get_object_or_404(Experiment, pk=object_id)
+        experiment = self._experiment_or_404(request, object_id)
         if not self.has_change_permission(request, experiment) or action not in LIFECYCLE:
             raise PermissionDenied
         self._lifecycle(request, experiment, action)
@@ -289,7 +310,7 @@ class ExperimentAdmin(admin.ModelAdmin):
 
     def preview_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """ "Preview assignment for this unit id": the engine's decision and its reason trace."""
-        experiment = get_object_or_404(Experiment, pk=object_id)
+        experiment = self._experiment_or_404(request, object_id)
         if not self.has_view_permission(request, experiment):
             raise PermissionDenied
         form = PreviewForm(request.GET or None)
@@ -418,6 +439,12 @@ class PlatformConfigAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are listed by their public prefix; the stored digest is never shown. New keys are made
+    with ``manage.py create_api_key`` (the raw key is printed once)."""
+
     list_display = ("name", "prefix", "scopes", "rate_limit_per_minute", "created_at", "revoked_at")
-    readonly_fields = ("prefix", "digest", "created_at")
-    exclude = ("digest",)
+    fields = ("name", "prefix", "scopes", "rate_limit_per_minute", "owner", "created_at", "revoked_at")
+    readonly_fields = ("prefix", "created_at")
+
+    def has_add_permission(self, request):
+        return False  # a key needs its raw value shown once: create_api_key does that

@@ -41,16 +41,53 @@ class BoundedJSONParser(parsers.JSONParser):
         except (TypeError, ValueError):
             declared = 0
         if limit is not None and declared > limit:
+            _drain(stream)
             raise RequestTooLarge(f"Request body too large: {declared} bytes; the limit is {limit}.")
         raw = stream.read(limit + 1) if limit is not None else stream.read()
         if limit is not None and len(raw) > limit:
+            _drain(stream)
             raise RequestTooLarge(f"Request body too large; the limit is {limit} bytes.")
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
             text = codecs.decode(raw, encoding)
-            return json.loads(text, parse_constant=_reject_constant)
+            data = json.loads(text, parse_constant=_reject_constant)
         except (ValueError, LookupError) as exc:
             raise exceptions.ParseError(f"JSON parse error - {exc}") from None
+        except RecursionError:
+            raise exceptions.ParseError("JSON parse error - nested too deeply.") from None
+        if depth_exceeds(data, MAX_JSON_DEPTH):
+            raise exceptions.ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels.")
+        return data
+
+
+#: Deepest nesting of objects/arrays a request body may have (conditions, attributes, tool schemas).
+MAX_JSON_DEPTH = 64
+#: Most bytes of an oversize body read and discarded so the connection stays usable (keep-alive).
+DRAIN_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _drain(stream) -> None:
+    """Read and discard what is left of a refused body, so the server does not parse its tail as
+    the next request on a kept-alive connection."""
+    remaining = DRAIN_MAX_BYTES
+    while remaining > 0:
+        chunk = stream.read(min(65536, remaining))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+
+
+def depth_exceeds(value, limit: int) -> bool:
+    """True when ``value`` nests dicts/lists deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 class StrictSerializer(serializers.Serializer):

@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.forms.models import BaseInlineFormSet
 
 from . import services
+from .api_base import MAX_JSON_DEPTH, depth_exceeds
 from .models import Experiment, ExperimentStatus, ForcedAssignment, PlatformConfig, Variant
 from .validation import condition_errors, overrides_errors
 
@@ -28,6 +29,25 @@ def endpoint_label(endpoint: Any) -> str:
     else:
         state = "enabled" if endpoint.enabled else "disabled"
     return f"{endpoint.public_id} — {provider.get_kind_display()} — {state}"
+
+
+class BoundedJSONField(forms.JSONField):
+    """A JSON form field that turns absurd nesting into a form error instead of a crash."""
+
+    def to_python(self, value):
+        try:
+            data = super().to_python(value)
+        except RecursionError:
+            raise ValidationError("JSON is nested too deeply.", code="invalid") from None
+        if depth_exceeds(data, MAX_JSON_DEPTH):
+            raise ValidationError(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels.", code="invalid")
+        return data
+
+    def bound_data(self, data, initial):
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:  # re-display the submitted text as it was
+            return forms.fields.InvalidJSONInput(data)
 
 
 class EndpointChoiceField(forms.ModelChoiceField):
@@ -79,7 +99,7 @@ class ExperimentForm(forms.ModelForm):
     layer_end = FiniteFloatField(
         min_value=0, max_value=1, initial=1.0, help_text="End (0–1, exclusive) of the slice."
     )
-    condition = forms.JSONField(
+    condition = BoundedJSONField(
         required=False,
         initial=dict,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
@@ -129,7 +149,7 @@ class VariantForm(forms.ModelForm):
     weight_percent = FiniteFloatField(
         label="Weight (%)", min_value=0, max_value=100, help_text="Percent of the experiment's traffic."
     )
-    overrides = forms.JSONField(
+    overrides = BoundedJSONField(
         required=False,
         initial=dict,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 40}),
@@ -236,7 +256,7 @@ class PreviewForm(forms.Form):
 
     session_id = forms.CharField(max_length=200, required=False)
     user_id = forms.CharField(max_length=200, required=False)
-    attributes = forms.JSONField(
+    attributes = BoundedJSONField(
         required=False,
         initial=dict,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),

@@ -12,6 +12,10 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 key_validator = RegexValidator(r"^[a-z0-9][a-z0-9_-]*$", "Use lowercase letters, digits, '-' and '_'.")
+#: Experiment keys that would collide with API paths under /api/v1/experiments/.
+reserved_key_validator = RegexValidator(
+    r"^(preview-assignment)$", "This key is reserved by the API; choose another.", inverse_match=True
+)
 
 
 class ExperimentStatus(models.TextChoices):
@@ -38,7 +42,7 @@ class Layer(models.Model):
 
 
 class Experiment(models.Model):
-    key = models.SlugField(max_length=100, unique=True, validators=[key_validator])
+    key = models.SlugField(max_length=100, unique=True, validators=[key_validator, reserved_key_validator])
     name = models.CharField(max_length=200)
     hypothesis = models.TextField(blank=True)
     owner = models.CharField(max_length=200, blank=True)

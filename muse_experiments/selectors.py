@@ -249,3 +249,13 @@ def assignment_preview(
                 alone, session_id=session_id, user_id=user_id, attributes=attrs, sticky=stored or None
             )[0]
     return AssignmentPreview(routing=routing, experiment=single, experiment_error=error, sticky=stored)
+
+
+def running_experiments_evaluated_before(*, experiment: Experiment) -> list[Experiment]:
+    """Running experiments that routing evaluates before ``experiment`` (lower id) and that may
+    include the same units: any not sharing its layer (experiments of one layer have disjoint
+    ranges). Targeting is not compared, so this may over-report; it is a warning, not a rule."""
+    qs = Experiment.objects.filter(status=ExperimentStatus.RUNNING, id__lt=experiment.id).order_by("id")
+    if experiment.layer_id is not None:
+        qs = qs.exclude(layer_id=experiment.layer_id)
+    return list(qs)

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import include, path
+from django.views.defaults import page_not_found
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from analytics.apis import EventsCreateApi, ResultsApi, ResultsComputeApi
@@ -14,6 +15,16 @@ from routing.transcripts.apis import (
     TrainingIngestApi,
     TrainingOptOutApi,
 )
+
+
+def not_found(request, exception=None):
+    """404s: JSON in the API's error shape under /api/ and /v1/, Django's page elsewhere."""
+    if request.path.startswith(("/api/", "/v1/")):
+        return JsonResponse({"error": {"code": "not_found", "message": "No such endpoint."}}, status=404)
+    return page_not_found(request, exception)
+
+
+handler404 = not_found
 
 
 def healthz(request):

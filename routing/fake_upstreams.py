@@ -49,6 +49,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import socket
 import struct
 import sys
@@ -1527,7 +1528,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenarios:
         with open(args.scenarios, encoding="utf-8") as fh:
             scenarios = json.load(fh)
-    keys = json.loads(args.keys_json) if args.keys_json else None
+    # Keys from the environment keep them out of `ps`; --keys-json remains for quick manual runs.
+    keys_json = args.keys_json or os.environ.get("FAKE_UPSTREAM_KEYS_JSON")
+    keys = json.loads(keys_json) if keys_json else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fake = FakeUpstreams(
         host=args.host,
@@ -1539,13 +1542,19 @@ def main(argv: list[str] | None = None) -> int:
     url = fake.start()
     print(f"Fake upstreams on {url}", file=sys.stderr)
     print(
-        f"  OpenAI/Avocado chat:  {url}/v1/chat/completions   key {sorted(fake._keys['openai'])}",
+        f"  OpenAI/Avocado chat:  {url}/v1/chat/completions   key {[_mask_key(k) for k in sorted(fake._keys['openai'])]}",
         file=sys.stderr,
     )
     print(f"  OpenAI responses:     {url}/v1/responses", file=sys.stderr)
-    print(f"  Azure (api-version):  azure_endpoint={url}  key {sorted(fake._keys['azure'])}", file=sys.stderr)
+    print(
+        f"  Azure (api-version):  azure_endpoint={url}  key {[_mask_key(k) for k in sorted(fake._keys['azure'])]}",
+        file=sys.stderr,
+    )
     print(f"  Azure (v1):           base_url={url}/openai/v1/", file=sys.stderr)
-    print(f"  Anthropic:            base_url={url}   key {sorted(fake._keys['anthropic'])}", file=sys.stderr)
+    print(
+        f"  Anthropic:            base_url={url}   key {[_mask_key(k) for k in sorted(fake._keys['anthropic'])]}",
+        file=sys.stderr,
+    )
     print(f"  Control:              {url}/_fake/scenarios | /_fake/calls | /_fake/reset", file=sys.stderr)
     try:
         while True:

@@ -268,6 +268,7 @@ class KillSwitch(models.Model):
 
     class Meta:
         ordering = ["scope", "target"]
+        verbose_name_plural = "kill switches"
         constraints = [models.UniqueConstraint(fields=["scope", "target"], name="one_kill_switch_per_target")]
 
     def __str__(self) -> str:

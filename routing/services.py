@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -12,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from rest_framework import exceptions
 
 from muse_experiments import config_version
 
@@ -80,10 +82,11 @@ def completion_job_create(
     ``"model": <endpoint public id>``. ``stream`` makes the worker publish deltas (routing.streaming).
     Returns ``(job, created)``. The caller enqueues the worker task on commit when ``created``.
     """
+    payload = _fingerprint(session_id, user_id, subagent, attributes, request, stream)
     if idempotency_key:
         existing = CompletionJob.objects.filter(api_key=api_key, idempotency_key=idempotency_key).first()
         if existing:
-            return existing, False
+            return _same_request(existing, payload), False
     try:
         with transaction.atomic():
             job = CompletionJob.objects.create(
@@ -97,8 +100,31 @@ def completion_job_create(
                 stream=stream,
             )
     except IntegrityError:  # a concurrent request with the same idempotency key won
-        return CompletionJob.objects.get(api_key=api_key, idempotency_key=idempotency_key), False
+        existing = CompletionJob.objects.get(api_key=api_key, idempotency_key=idempotency_key)
+        return _same_request(existing, payload), False
     return job, True
+
+
+class IdempotencyConflict(exceptions.APIException):
+    """An idempotency key was reused with a different request (HTTP 422, as Stripe answers)."""
+
+    status_code = 422
+    default_code = "idempotency_conflict"
+    default_detail = "This idempotency key was already used with a different request."
+
+
+def _fingerprint(session_id, user_id, subagent, attributes, request, stream) -> str:
+    return json.dumps(
+        [session_id, user_id, subagent, attributes, request, bool(stream)], sort_keys=True, default=str
+    )
+
+
+def _same_request(job: CompletionJob, payload: str) -> CompletionJob:
+    """``job`` if it was created from the same request; raises :class:`IdempotencyConflict` if not."""
+    stored = _fingerprint(job.session_id, job.user_id, job.subagent, job.attributes, job.request, job.stream)
+    if stored != payload:
+        raise IdempotencyConflict()
+    return job
 
 
 #: Error stored on a job whose worker died during the upstream call (see :func:`completion_job_claim`).

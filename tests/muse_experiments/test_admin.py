@@ -337,3 +337,28 @@ def test_the_audit_history_is_visible_on_the_experiment_page(admin_client, catal
     admin_client.post(change_url(experiment), form_data(experiment, hypothesis="faster answers"))
     page = admin_client.get(change_url(experiment)).content.decode()
     assert "&quot;hypothesis&quot;: [&quot;&quot;, &quot;faster answers&quot;]" in page
+
+
+def test_the_preview_page_of_a_malformed_experiment_id_is_a_404(admin_client, catalogue):
+    assert admin_client.get("/admin/muse_experiments/experiment/abc/preview/").status_code == 404
+    assert admin_client.get("/admin/muse_experiments/experiment/999999/preview/").status_code == 404
+
+
+def test_a_condition_nested_absurdly_deep_is_a_form_error(admin_client, catalogue):
+    from muse_experiments.models import Experiment
+
+    deep = '{"a": ' * 3000 + "1" + "}" * 3000
+    response = admin_client.post(
+        reverse("admin:muse_experiments_experiment_add"), form_data(key="deep", condition=deep)
+    )
+    assert response.status_code == 200
+    assert "nested too deeply" in errors_of(response)
+    assert not Experiment.objects.filter(key="deep").exists()
+
+
+def test_starting_an_experiment_warns_about_older_running_ones_that_take_its_traffic(admin_client, catalogue):
+    make_experiment(key="older")
+    newer = make_experiment(key="newer", start=False)
+    url = reverse("admin:muse_experiments_experiment_lifecycle", args=[newer.pk, "start"])
+    page = admin_client.post(url, follow=True).content.decode().lower()  # the admin capitalises messages
+    assert "newer: running experiments evaluated first may take its traffic: older." in page

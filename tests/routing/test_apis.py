@@ -98,3 +98,40 @@ def test_an_unknown_job_is_a_404(client):
 def test_results_of_an_unknown_experiment_are_a_404(client):
     response = client.get("/api/v1/experiments/no-such-experiment/results")
     assert response.status_code == 404
+
+
+def test_json_nested_absurdly_deep_is_a_400_not_a_crash(client):
+    deep = "[" * 5000 + "]" * 5000
+    response = post_raw(client, '{"session_id": "s", "user_id": "u", "attributes": {"x": ' + deep + "}}")
+    assert response.status_code == 400
+    assert "nested" in response.json()["error"]["message"]
+
+
+def test_json_deeper_than_the_limit_is_refused_even_when_python_could_parse_it(client):
+    deep = "[" * 100 + "]" * 100
+    response = post_raw(client, '{"session_id": "s", "user_id": "u", "attributes": {"x": ' + deep + "}}")
+    assert response.status_code == 400
+    assert "64 levels" in response.json()["error"]["message"]
+
+
+def test_reusing_an_idempotency_key_with_a_different_request_is_a_422(client):
+    first = client.post(
+        "/api/v1/completions", {**VALID, "idempotency_key": "k-1", "async": True}, format="json"
+    )
+    assert first.status_code == 202
+    again = client.post(
+        "/api/v1/completions", {**VALID, "idempotency_key": "k-1", "async": True}, format="json"
+    )
+    assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
+    other = {**VALID, "messages": [{"role": "user", "content": "something else"}]}
+    conflict = client.post(
+        "/api/v1/completions", {**other, "idempotency_key": "k-1", "async": True}, format="json"
+    )
+    assert conflict.status_code == 422
+    assert conflict.json()["error"]["code"] == "idempotency_conflict"
+
+
+def test_unknown_api_paths_answer_404_in_the_api_error_shape(client):
+    response = client.get("/api/v1/no-such-thing")
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": "not_found", "message": "No such endpoint."}}

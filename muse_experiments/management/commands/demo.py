@@ -33,6 +33,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from muse_experiments import services
 from muse_experiments.auth import api_key_create
+from muse_experiments.models import Experiment, ExperimentStatus
 from routing.catalogue import avocado_id
 from routing.models import ModelEndpoint
 
@@ -102,7 +103,13 @@ class Command(BaseCommand):
         }
         env = {
             **os.environ,
-            "DJANGO_DEBUG": "true",
+            # The platform runs as in production (no debug pages), on plain http on this machine.
+            "DJANGO_DEBUG": "false",
+            "SECRET_KEY": self._secret_key(),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "SESSION_COOKIE_SECURE": "false",
+            "CSRF_COOKIE_SECURE": "false",
+            "FAKE_UPSTREAM_KEYS_JSON": json.dumps(keys),
             "AVOCADO_API_KEY": keys["native"],
             "AZURE_OPENAI_API_KEY": keys["azure"],
             "ANTHROPIC_API_KEY": keys["anthropic"],
@@ -124,14 +131,13 @@ class Command(BaseCommand):
                 str(upstream_port),
                 "--scenarios",
                 str(scenarios),
-                "--keys-json",
-                json.dumps(keys),
             ],
             env,
             logs / "upstreams.log",
         )
         self._wait_http(f"{upstream}/_fake/health", "simulated upstreams")
 
+        call_command("collectstatic", interactive=False, verbosity=0)
         call_command("seed_catalogue", simulated_base_url=upstream, stdout=self.stdout)
         experiment = self._create_experiment()
         _, completions_key = api_key_create(
@@ -206,7 +212,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(
             "\nServing. Ctrl-C stops everything.\n"
-            f"  Admin:        {base}/admin/   (user admin, password {admin_password or '(unchanged)'})\n"
+            f"  Admin:        {base}/admin/   (user admin, password {admin_password})\n"
             f"  API schema:   {base}/api/schema/   Swagger UI: {base}/api/docs/\n"
             f"  Results:      {base}/results/{experiment.key}/\n"
             f"  API key (completions, events, analytics:read): {completions_key}\n"
@@ -231,7 +237,23 @@ class Command(BaseCommand):
             for m in models
         }
 
+    def _secret_key(self) -> str:
+        """A per-machine secret key kept in ``var/`` (sessions survive demo restarts)."""
+        path = Path(settings.VAR_DIR) / "demo-secret-key"
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(50))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def _stop_previous_demos(self) -> None:
+        """Stop experiments left running by earlier demo runs: the oldest running experiment that
+        includes a unit decides its model, so an old demo would take all the new one's traffic."""
+        for old in Experiment.objects.filter(owner="demo", status=ExperimentStatus.RUNNING):
+            services.experiment_stop(experiment=old, actor="demo")
+            self.stdout.write(f"stopped the previous demo experiment {old.key}")
+
     def _create_experiment(self):
+        self._stop_previous_demos()
         endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in ARMS])}
         key = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
         experiment = services.experiment_create(
@@ -249,12 +271,16 @@ class Command(BaseCommand):
         )
         return services.experiment_start(experiment=experiment, actor="demo")
 
-    def _ensure_admin(self) -> str | None:
+    def _ensure_admin(self) -> str:
+        """The ``admin`` superuser, with a fresh password each run (``DEMO_ADMIN_PASSWORD`` fixes it)."""
         user_model = get_user_model()
-        if user_model.objects.filter(username="admin").exists():
-            return None
         password = os.environ.get("DEMO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
-        user_model.objects.create_superuser("admin", "admin@example.com", password)
+        user = user_model.objects.filter(username="admin").first()
+        if user is None:
+            user_model.objects.create_superuser("admin", "admin@example.com", password)
+        else:
+            user.set_password(password)
+            user.save(update_fields=["password"])
         return password
 
     def _drive(self, base: str, key: str, sessions: int, concurrency: int) -> list[dict | None]:
