@@ -57,3 +57,10 @@ def test_a_bad_event_in_a_batch_stores_nothing(client):
     assert response.status_code == 400
     assert response.json()["error"]["fields"]["events"]["1"] == {"value": ["A valid number is required."]}
     assert OutcomeEvent.objects.count() == 0
+
+
+def test_an_event_timestamp_far_in_the_future_is_a_field_error(client):
+    response = client.post("/api/v1/events", event(1, timestamp="3000-01-01T00:00:00Z"), format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["events"]["0"] == {"timestamp": ["Timestamp is in the future."]}
+    assert OutcomeEvent.objects.count() == 0

@@ -461,3 +461,9 @@ def test_the_holdout_share_is_validated_audited_and_bumps_the_version(catalogue)
         with pytest.raises(ValidationError):
             services.platform_config_update(actor="pm", holdout_share=bad)
     assert PlatformConfig.objects.get(pk=1).holdout_share == 0.05
+
+
+def test_an_experiment_key_that_would_shadow_an_api_path_is_refused(catalogue):
+    with pytest.raises(ValidationError) as caught:
+        make_experiment(key="preview-assignment", start=False)
+    assert caught.value.message_dict["key"] == ["This key is reserved by the API; choose another."]
