@@ -20,6 +20,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from . import selectors, services
+from .admin_base import ReadOnlyAdmin
 from .forms import (
     ExperimentForm,
     ForcedAssignmentForm,
@@ -354,64 +355,34 @@ class LayerAdmin(admin.ModelAdmin):
 
 
 @admin.register(ForcedAssignment)
-class ForcedAssignmentAdmin(admin.ModelAdmin):
+class ForcedAssignmentAdmin(ReadOnlyAdmin):
     """Read-only overview; pins are edited on the experiment page (audited)."""
 
+    can_delete_rows = False
     list_display = ("experiment", "unit_id", "variant", "note")
     list_filter = ("experiment",)
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ExperimentPhase)
-class ExperimentPhaseAdmin(admin.ModelAdmin):
+class ExperimentPhaseAdmin(ReadOnlyAdmin):
+    can_delete_rows = False
     list_display = ("experiment", "number", "reason", "seed", "coverage", "started_at", "ended_at")
     list_filter = ("experiment", "reason")
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(Exposure)
-class ExposureAdmin(admin.ModelAdmin):
+class ExposureAdmin(ReadOnlyAdmin):
     list_display = ("experiment", "phase", "unit_id", "variant_key", "reason", "first_exposed_at")
     list_filter = ("experiment", "phase", "reason")
     search_fields = ("unit_id",)
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
+    can_delete_rows = False
     list_display = ("at", "actor", "action", "object_type", "object_id")
     list_filter = ("action", "object_type")
     readonly_fields = ("at", "actor", "action", "object_type", "object_id", "changes")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(PlatformConfig)

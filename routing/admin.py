@@ -9,6 +9,8 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
+from muse_experiments.admin_base import ReadOnlyAdmin
+
 from .models import Attempt, CallRecord, KillScope, KillSwitch, ModelEndpoint, Provider
 from .ops_services import catalogue_entry_save, kill_switch_set, kill_switch_validate
 
@@ -137,7 +139,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(CallRecord)
-class CallRecordAdmin(admin.ModelAdmin):
+class CallRecordAdmin(ReadOnlyAdmin):
     list_display = (
         "created_at",
         "experiment_key",
@@ -152,9 +154,3 @@ class CallRecordAdmin(admin.ModelAdmin):
     list_filter = ("reason", "status", "experiment_key")
     search_fields = ("session_id", "user_id")
     inlines = [AttemptInline]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from muse_experiments.admin_base import ReadOnlyAdmin
+
 from .models import GateCounter, TrainingOptOut, TrainingRecord, Transcript, TranscriptTurn
 from .services import training_opt_in, training_opt_out
 
 
 def _actor(request) -> str:
     return f"admin:{request.user.get_username()}"
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 class TranscriptTurnInline(admin.TabularInline):
@@ -125,7 +119,5 @@ class TrainingRecordAdmin(ReadOnlyAdmin):
 class GateCounterAdmin(ReadOnlyAdmin):
     """Ingestion-gate metrics: accepted, duplicates and rejections per reason (running totals)."""
 
+    can_delete_rows = False
     list_display = ("name", "count", "updated_at")
-
-    def has_delete_permission(self, request, obj=None):
-        return False
