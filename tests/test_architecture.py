@@ -14,3 +14,16 @@ def test_pure_cores_and_dependency_direction_hold():
     result = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def test_no_test_reads_files_outside_the_repository():
+    """A bare clone runs the whole suite: test data is vendored under ``tests/data``, never read
+    from a folder beside the checkout (``../shared``)."""
+    offenders = []
+    for path in (REPO / "tests").rglob("*.py"):
+        if path == Path(__file__).resolve():
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "/work/shared" in text or '"shared" / "testdata"' in text or 'parent / "shared"' in text:
+            offenders.append(str(path.relative_to(REPO)))
+    assert offenders == []

@@ -101,23 +101,29 @@ def srm_test(observed_counts: Sequence[int], expected_weights: Sequence[float]) 
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(float(w)) or w < 0:
             raise ValueError(f"expected weights must be finite and >= 0, got {w!r}")
         weights.append(float(w))
-    total_w = math.fsum(weights)
-    if total_w <= 0:
+    w_max = max(weights)
+    if w_max <= 0:
         raise ValueError("expected weights must not all be zero")
+    # Normalise first (scaled by the largest weight so the sum cannot overflow near 1.8e308): a
+    # weight so small relative to the others that its share underflows to 0 (5e-324 beside 1.0)
+    # is a zero-weight arm, never a division by zero.
+    scaled = [w / w_max for w in weights]
+    total_w = math.fsum(scaled)
+    shares = [w / total_w for w in scaled]
 
     total = sum(counts)
-    kept = [i for i, w in enumerate(weights) if w > 0]
-    stray = [i for i, w in enumerate(weights) if w == 0 and counts[i] > 0]
+    kept = [i for i, s in enumerate(shares) if s > 0]
+    stray = [i for i, s in enumerate(shares) if s == 0 and counts[i] > 0]
     kept_total = sum(counts[i] for i in kept)
-    kept_w = math.fsum(weights[i] for i in kept)
-    expected = tuple(total * w / total_w for w in weights)
+    kept_share = math.fsum(shares[i] for i in kept)
+    expected = tuple(total * s for s in shares)
     df = max(len(kept) - 1, 0)
 
     chi2: float | None = None
     p: float | None = None
     if len(kept) >= 2 and kept_total > 0:
-        exp_kept = [kept_total * weights[i] / kept_w for i in kept]
-        chi2 = math.fsum((counts[i] - e) ** 2 / e for i, e in zip(kept, exp_kept, strict=True))
+        exp_kept = [kept_total * shares[i] / kept_share for i in kept]
+        chi2 = _chi2_sum([float(counts[i]) for i in kept], exp_kept)
         p = float(special.chdtrc(df, chi2))
 
     if stray:
@@ -138,3 +144,21 @@ def srm_test(observed_counts: Sequence[int], expected_weights: Sequence[float]) 
         )
     assert chi2 is not None and p is not None
     return SrmResult(chi2, p, df, p < SRM_P_THRESHOLD, SrmStatus.OK, expected)
+
+
+def _chi2_sum(observed: Sequence[float], expected: Sequence[float]) -> float:
+    """Pearson's statistic sum((o - e)^2 / e), +inf when it exceeds the float range.
+
+    Written as ``d * (d / e)`` so a tiny expected count (a weight near 1e-308) overflows to
+    +inf instead of raising; the p-value of an infinite statistic is 0 (certain mismatch).
+    """
+    terms = []
+    for o, e in zip(observed, expected, strict=True):
+        d = o - e
+        terms.append(d * (d / e))
+    if not all(math.isfinite(t) for t in terms):
+        return math.inf
+    try:
+        return math.fsum(terms)
+    except OverflowError:
+        return math.inf

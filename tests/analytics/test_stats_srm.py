@@ -114,3 +114,33 @@ def test_property_srm_never_nan_and_p_in_unit_interval(arms):
     json.dumps(res.to_dict(), allow_nan=False)
     if res.p_value is not None:
         assert 0.0 <= res.p_value <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("counts", "weights"),
+    [
+        ([5, 7], [2.2250738585072014e-308, 1.0]),  # the hypothesis find: fsum's intermediate overflow
+        ([5, 7], [5e-324, 1.0]),  # a share that underflows to 0
+        ([5, 7], [5e-324, 10.0]),
+        ([5, 7, 1], [1e-300, 1e-300, 1.0]),
+        ([5, 7], [1.7e308, 1.7e308]),  # the sum of the weights overflows
+        ([0, 7], [2.2e-308, 1.0]),
+    ],
+)
+def test_extreme_weights_give_a_result_never_an_overflow(counts, weights):
+    res = srm_test(counts, weights)
+    json.dumps(res.to_dict(), allow_nan=False)
+    assert res.p_value is None or 0.0 <= res.p_value <= 1.0
+
+
+def test_units_in_an_arm_with_a_vanishing_weight_are_a_certain_mismatch():
+    res = srm_test([5, 7], [2.2250738585072014e-308, 1.0])
+    assert res.flagged and res.p_value == 0.0
+    res = srm_test([5, 7], [5e-324, 10.0])
+    assert res.flagged and res.status == "units_in_zero_weight_arm"
+
+
+def test_equal_huge_weights_behave_like_equal_weights():
+    a, b = srm_test([480, 520], [1.7e308, 1.7e308]), srm_test([480, 520], [1, 1])
+    assert a.p_value == pytest.approx(b.p_value, rel=1e-12)
+    assert a.chi2 == pytest.approx(st.chisquare([480, 520]).statistic, rel=1e-12)
