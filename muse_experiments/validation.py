@@ -9,7 +9,7 @@ forms turn them into ``ValidationError`` field errors.
   nobody", so a typo (``$gte`` written ``$gteq``) would silently exclude every unit. We refuse
   those up front instead.
 * :func:`overrides_errors` -- routing overrides of a variant, the keys of
-  ``routing.router.OVERRIDE_FIELDS`` with the types ``CompletionRequest`` accepts.
+  ``routing.planning.OVERRIDE_FIELDS`` with the types ``CompletionRequest`` accepts.
 """
 
 from __future__ import annotations

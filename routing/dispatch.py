@@ -15,16 +15,16 @@ from django.db import transaction
 
 from muse_experiments.queues import Queue
 
+from .events import uses_redis
 from .models import CompletionJob
 from .services import completion_job_create
+from .tasks import run_completion
 
 log = logging.getLogger(__name__)
 
 
 def enqueue_completion(job: CompletionJob) -> None:
     """Enqueue the worker task once the job row is committed (a worker never sees a rolled-back job)."""
-    from .tasks import run_completion
-
     job_id = str(job.id)
     transaction.on_commit(
         lambda: run_completion.apply_async(args=[job_id], task_id=job_id, queue=Queue.COMPLETIONS)
@@ -45,10 +45,8 @@ def submit_completion(
     """Create the job (or find it by idempotency key) and hand it to a worker. Returns ``(job, created)``.
 
     A streamed job goes to a worker only when deltas can travel through Redis; without Redis the
-    web request runs it itself (``routing.streaming.job_events``).
+    web request runs it itself (:func:`routing.streaming.job_events`).
     """
-    from .streaming import uses_redis
-
     with transaction.atomic():
         job, created = completion_job_create(
             api_key=api_key,
@@ -67,8 +65,6 @@ def submit_completion(
 
 def wait_for_job(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
     """Block up to ``timeout_s`` seconds for the job's task, then return the job as stored."""
-    from .tasks import run_completion
-
     try:
         run_completion.AsyncResult(str(job.id)).get(timeout=timeout_s, interval=0.02, propagate=False)
     except CeleryTimeout:

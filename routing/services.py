@@ -18,6 +18,7 @@ from rest_framework import exceptions
 from muse_experiments import config_version
 
 from .catalogue import EndpointSeed, ProviderSeed
+from .events import publish_failure
 from .models import CompletionJob, JobStatus, ModelEndpoint, Provider
 
 
@@ -206,8 +207,6 @@ def _announce_failure(jobs) -> None:
     """After commit, tell streaming listeners of these jobs that they failed."""
     streamed = [(str(j.id), j.error) for j in jobs if j.stream]
     if streamed:
-        from .streaming import publish_failure  # streaming imports the router, which imports us
-
         transaction.on_commit(lambda: [publish_failure(job_id=i, message=e) for i, e in streamed])
 
 

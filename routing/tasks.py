@@ -24,6 +24,7 @@ from .leases import keeper
 from .models import CompletionJob
 from .router import execute_job
 from .services import completion_job_fail, completion_jobs_reap_expired
+from .streaming import publish_job_events, run_pinned_job
 
 
 class CompletionTask(Task):
@@ -46,8 +47,6 @@ class CompletionTask(Task):
 )
 def run_completion(job_id: str) -> str:
     """Route and run one completion job (streamed jobs publish their deltas). Returns its final status."""
-    from .streaming import publish_job_events  # imports the router; keep worker start-up light
-
     with keeper.hold(job_id):
         job = CompletionJob.objects.filter(pk=job_id).values("stream", "request").first()
         if job is None:
@@ -55,8 +54,6 @@ def run_completion(job_id: str) -> str:
         if job["stream"]:
             return publish_job_events(job_id=job_id)
         if job["request"].get("model"):  # pinned by a drop-in caller: no experiment decides
-            from .streaming import run_pinned_job
-
             return run_pinned_job(job_id=job_id)
         return execute_job(job_id=job_id)
 

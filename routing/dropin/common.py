@@ -3,7 +3,7 @@
 * Auth: the SDKs' own headers (``Authorization: Bearer <muse key>`` — openai and anthropic>=2 —
   or ``x-api-key``), handled by :class:`muse_experiments.auth.ApiKeyAuthentication`; scope
   ``completions``; the per-key rate limit applies (429 + ``retry-after``, which the SDKs honour).
-* Model: an alias in :data:`routing.streaming.ROUTING_ALIASES` (``muse-default``) lets the running
+* Model: an alias in :data:`routing.planning.ROUTING_ALIASES` (``muse-default``) lets the running
   experiments decide; an endpoint public id (``avocado/<hex>``, ``azure/muse-special``) pins it
   (reason ``forced``, no experiment). Anything else is a 404 ``model_not_found``.
 * Identity: ``X-Muse-Session-Id`` / ``X-Muse-User-Id`` headers, else the body's ``user``
@@ -37,8 +37,9 @@ from muse_experiments.auth import ApiClient, HasScope
 
 from ..dispatch import submit_completion, wait_for_job
 from ..models import CompletionJob, JobStatus
+from ..planning import ROUTING_ALIASES
 from ..selectors import catalogue
-from ..streaming import KEEPALIVE_FRAME, ROUTING_ALIASES, job_events
+from ..streaming import KEEPALIVE_FRAME, job_events
 
 MAX_MESSAGES = 1000
 MAX_TOOLS = 128

@@ -26,7 +26,7 @@ def _no_redis(settings):
 
 
 def decide(session_id: str, user_id: str = "", attributes=None):
-    """What routing.router.decide does, then records the exposure as routing does."""
+    """What routing.planning.decide does, then records the exposure as routing does."""
     snapshot = selectors.assignment_snapshot()
     sticky = selectors.sticky_variants(
         experiment_ids=[e.id for e in snapshot.experiments], session_id=session_id, user_id=user_id

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from muse_experiments.config_version import invalidate_all
+from routing.attempts import EndpointRefused, attempt, attempt_stream
 from routing.circuit import breaker
 from routing.concurrency import limiter
 from routing.ops_services import kill_switch_set
+from routing.planning import Candidate
 from routing.providers.errors import StreamFailed
 from routing.providers.types import CompletionRequest, Message
-from routing.router import Candidate, EndpointRefused, attempt, attempt_stream
 from routing.selectors import catalogue
 from tests.factories import seed_catalogue
 

@@ -1,0 +1,233 @@
+"""Routing step 2, attempt: ONE guarded call to one endpoint, no retries, no fallback.
+
+:func:`attempt` (non-streaming) and :func:`attempt_stream` check, immediately before calling
+upstream: the endpoint is enabled, the kill switch, a ``max_concurrency`` slot, the circuit
+breaker, the credential. They report the outcome to the circuit breaker and free the slot, and
+keep the session's encrypted reasoning server-side (:mod:`routing.reasoning_store`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .circuit import OPEN, PROBE, breaker
+from .concurrency import Slot, limiter
+from .credentials import MissingCredential, resolve_credential
+from .killswitch import kill_state
+from .models import RoutingReason
+from .planning import Candidate, variant_killed
+from .providers.errors import AuthFailed, ProviderError, StreamFailed
+from .providers.registry import client_for
+from .providers.types import CompletionRequest, CompletionResult, EndpointConfig, Secret, StreamEvent
+from .reasoning_store import reasoning_load, reasoning_save
+from .selectors import EndpointInfo
+
+
+class EndpointRefused(Exception):
+    """A guarded attempt refused to call the endpoint; nothing was sent upstream.
+
+    ``outcome``: ``killed`` | ``disabled`` | ``circuit_open`` | ``concurrency_limited``.
+    ``reason``: the :class:`~routing.models.RoutingReason` a fallback gets (``killed`` or
+    ``circuit_open``). The message names the endpoint only.
+    """
+
+    REASONS = {
+        "killed": RoutingReason.KILLED,
+        "disabled": RoutingReason.KILLED,
+        "circuit_open": RoutingReason.CIRCUIT_OPEN,
+        "concurrency_limited": RoutingReason.CIRCUIT_OPEN,
+    }
+
+    def __init__(self, endpoint_id: str, outcome: str) -> None:
+        super().__init__(f"endpoint {endpoint_id} not called: {outcome}")
+        self.endpoint_id = endpoint_id
+        self.outcome = outcome
+        self.reason = self.REASONS[outcome]
+
+
+def endpoint_config(info: EndpointInfo, credential: str) -> EndpointConfig:
+    """The provider client's view of a catalogue entry, with the resolved credential."""
+    capabilities = {
+        name
+        for name, on in (
+            ("tools", info.supports_tools),
+            ("reasoning", info.supports_reasoning),
+            ("streaming", info.supports_streaming),
+        )
+        if on
+    }
+    return EndpointConfig(
+        public_id=info.public_id,
+        provider_kind=info.provider_kind,
+        base_url=info.base_url,
+        upstream_model=info.upstream_model,
+        api_style=info.api_style,
+        api_version=info.api_version or None,
+        credential=Secret(credential),
+        price_input_per_mtok=info.price_input,
+        price_cached_input_per_mtok=info.price_cached_input,
+        price_cache_write_per_mtok=info.price_cache_write,
+        price_output_per_mtok=info.price_output,
+        timeout_s=info.timeout_s,
+        capabilities=frozenset(capabilities),
+    )
+
+
+def counts_against_endpoint(exc: ProviderError) -> bool:
+    """Whether a failure says the endpoint is unhealthy (circuit breaker failure).
+
+    Retryable upstream errors, authentication failures and broken streams count; a request the
+    upstream rejected (other 4xx) does not.
+    """
+    return exc.retryable or isinstance(exc, (AuthFailed, StreamFailed))
+
+
+@dataclass
+class _Permit:
+    config: EndpointConfig
+    slot: Slot
+    probe: bool
+
+    def finish(self, exc: BaseException | None) -> None:
+        """Report the attempt's outcome to the circuit breaker and free the concurrency slot."""
+        try:
+            if exc is None or (isinstance(exc, ProviderError) and not counts_against_endpoint(exc)):
+                breaker().record_success(self.config.public_id, probe=self.probe)
+            elif isinstance(exc, ProviderError) or self.probe:
+                breaker().record_failure(self.config.public_id, probe=self.probe)
+        finally:
+            self.slot.release()
+
+
+def _guard(candidate: Candidate) -> _Permit:
+    """Every check that must pass immediately before an upstream call: enabled, kill switch,
+    concurrency slot, circuit breaker, credential.
+
+    Raises EndpointRefused (nothing was called) or MissingCredential.
+    """
+    info = candidate.endpoint
+    if not info.enabled:
+        raise EndpointRefused(info.public_id, "disabled")
+    kills = kill_state()
+    if variant_killed(candidate, kills) or kills.endpoint_killed(
+        public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
+    ):
+        raise EndpointRefused(info.public_id, "killed")
+    slot = limiter.acquire(info.public_id, info.max_concurrency)
+    if slot is None:
+        raise EndpointRefused(info.public_id, "concurrency_limited")
+    permission = breaker().allow(info.public_id, probe_lease_s=info.timeout_s + 5.0)
+    if permission == OPEN:
+        slot.release()
+        raise EndpointRefused(info.public_id, "circuit_open")
+    try:
+        config = endpoint_config(info, resolve_credential(info.credential_env))
+    except MissingCredential:
+        slot.release()
+        if permission == PROBE:  # a probe that cannot even call: the endpoint stays open
+            breaker().record_failure(info.public_id, probe=True)
+        raise
+    return _Permit(config, slot, permission == PROBE)
+
+
+def attempt(candidate: Candidate, request: CompletionRequest, *, session_id: str = "") -> CompletionResult:
+    """ONE guarded non-streaming attempt against ``candidate.endpoint`` (no retries, no fallback).
+
+    Immediately before calling upstream it checks, in order: the endpoint is enabled; the kill
+    switch (endpoint, provider, all-external, ``MUSE_KILL_EXTERNAL``, fail-closed state, and the
+    candidate's experiment/variant); the circuit breaker; a ``max_concurrency`` slot; the
+    credential. ``request`` must already carry the candidate's overrides
+    (:meth:`Candidate.request_for`).
+
+    Returns the :class:`CompletionResult` (latency in ms, cost in USD). Raises
+    :class:`EndpointRefused` (not called), :class:`~routing.credentials.MissingCredential`, or a
+    :class:`~routing.providers.errors.ProviderError` (called and failed; ``retryable`` and
+    ``retry_after_s`` drive the caller's retry). The outcome is reported to the circuit breaker and
+    the slot released before returning.
+
+    With ``session_id``, encrypted reasoning from the session's earlier turns on *this* endpoint and
+    credential is passed back (:func:`routing.reasoning_store.reasoning_load`; state from any other
+    endpoint is dropped, never forwarded) and the new state is kept server-side for the next turn.
+    """
+    permit = _guard(candidate)
+    request = _with_session_reasoning(request, permit.config, session_id)
+    try:
+        result = client_for(permit.config).complete(permit.config, request)
+    except BaseException as exc:
+        permit.finish(exc)
+        raise
+    permit.finish(None)
+    if session_id:
+        reasoning_save(
+            session_id=session_id, state=result.reasoning_state, endpoint_id=permit.config.public_id
+        )
+    return result
+
+
+def _with_session_reasoning(
+    request: CompletionRequest, config: EndpointConfig, session_id: str
+) -> CompletionRequest:
+    if not session_id or not config.has("reasoning"):
+        return request
+    return dataclasses.replace(
+        request, reasoning_state=reasoning_load(session_id=session_id, endpoint=config)
+    )
+
+
+def attempt_stream(
+    candidate: Candidate, request: CompletionRequest, *, session_id: str = ""
+) -> Iterator[StreamEvent]:
+    """ONE guarded streaming attempt. The guards of :func:`attempt` run *now* (before this returns),
+    raising :class:`EndpointRefused` / ``MissingCredential`` eagerly.
+
+    The returned iterator yields the provider's :class:`StreamEvent` s and holds the concurrency
+    slot until it is exhausted or closed (``.close()`` on client disconnect frees the slot without
+    counting a failure). Failures *before any content* are raised from ``next()`` as
+    ``ProviderError`` (``StreamFailed.after_content`` False): the caller may retry or fall back.
+    A failure *after content* arrives as a final ``error`` event whose ``event.error`` is a
+    :class:`StreamFailed` with ``after_content=True``: the client has seen output, so the caller
+    must end the response there and not restart the call. Both count against the circuit breaker;
+    a ``done`` event counts as success.
+    """
+    permit = _guard(candidate)
+    request = _with_session_reasoning(request, permit.config, session_id)
+    try:
+        events = client_for(permit.config).stream(permit.config, request)
+    except BaseException as exc:
+        permit.finish(exc)
+        raise
+    return _guarded_events(events, permit, session_id)
+
+
+def _guarded_events(
+    events: Iterator[StreamEvent], permit: _Permit, session_id: str = ""
+) -> Iterator[StreamEvent]:
+    finished = False
+    try:
+        for event in events:
+            if event.kind == "error" and not finished:
+                finished = True
+                permit.finish(event.error or StreamFailed("stream error", after_content=True))
+            elif event.kind == "done" and not finished:
+                finished = True
+                permit.finish(None)
+                if session_id and event.result is not None:
+                    reasoning_save(
+                        session_id=session_id,
+                        state=event.result.reasoning_state,
+                        endpoint_id=permit.config.public_id,
+                    )
+            yield event
+    except BaseException as exc:
+        if not finished:
+            finished = True
+            if isinstance(exc, GeneratorExit):
+                permit.slot.release()
+            else:
+                permit.finish(exc)
+        raise
+    finally:
+        if not finished:
+            permit.slot.release()

@@ -1,0 +1,157 @@
+"""A job's event log in Redis: the worker appends events, the web process relays them.
+
+One Redis Stream per job, ``muse:job:<id>:events`` (``XADD``; the key expires
+``COMPLETION_STREAM_TTL_S`` after the first event). The web process reads it from the first entry
+(``XREAD BLOCK`` from id ``0``), so a reader that arrives late misses nothing. Without Redis
+(``uses_redis()`` False) there is no cross-process channel; see :mod:`routing.streaming`.
+
+Event shapes are listed in :mod:`routing.streaming`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+
+from .models import CompletionJob, JobStatus
+
+log = logging.getLogger(__name__)
+
+TERMINAL = frozenset({"done", "error"})
+
+
+def stream_key(job_id: str) -> str:
+    """The Redis key of a job's event stream."""
+    return f"muse:job:{job_id}:events"
+
+
+_redis_lock = threading.Lock()
+_redis_clients: dict[str, Any] = {}
+
+
+def redis_client():
+    """A process-wide Redis client for ``settings.REDIS_URL`` (connection pool shared by threads)."""
+    import redis
+
+    url = settings.REDIS_URL
+    with _redis_lock:
+        if url not in _redis_clients:
+            _redis_clients[url] = redis.Redis.from_url(url, health_check_interval=30)
+        return _redis_clients[url]
+
+
+def uses_redis() -> bool:
+    """True when deltas travel worker → Redis → web; False for the in-process fallback."""
+    return bool(settings.REDIS_URL)
+
+
+def terminal_event(job: CompletionJob) -> dict[str, Any]:
+    """The last event for a finished job: ``done`` with its public result, or ``error``."""
+    if job.status == JobStatus.SUCCEEDED:
+        return {"type": "done", "id": str(job.id), "status": job.status, "result": job.result}
+    return {"type": "error", "id": str(job.id), "status": job.status, "error": job.error or "failed"}
+
+
+class RedisEventLog:
+    """Appends one job's events to its Redis Stream (``XADD``), expiring the key after the TTL."""
+
+    def __init__(self, job_id: str) -> None:
+        self.key = stream_key(job_id)
+        self.client = redis_client()
+        self._expiry_set = False
+
+    def publish(self, event: dict[str, Any]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xadd(self.key, {"e": json.dumps(event, separators=(",", ":"))}, maxlen=100_000, approximate=True)
+        if not self._expiry_set:
+            pipe.expire(self.key, settings.COMPLETION_STREAM_TTL_S)
+            self._expiry_set = True
+        pipe.execute()
+
+
+def publish_failure(*, job_id: str, message: str) -> None:
+    """Tell a streamed job's listeners it failed (failure hook, reaper). No-op without Redis."""
+    if not uses_redis():
+        return
+    try:
+        RedisEventLog(job_id).publish({"type": "error", "id": job_id, "status": "failed", "error": message})
+    except Exception:  # the job row already says failed; listeners also re-check it while idle
+        log.exception("could not publish the failure of job %s", job_id)
+
+
+def relay_events(
+    *,
+    job_id: str,
+    keepalive_s: float = 15.0,
+    recheck_s: float = 5.0,
+    block_ms: int = 1000,
+    start_timeout_s: float | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Web side: yield a job's events from its Redis Stream, from the first, until the terminal one.
+
+    While the stream is idle it yields ``{"type": "keepalive"}`` every ``keepalive_s`` seconds
+    (formatters turn it into an SSE comment) and re-reads the job row every ``recheck_s`` seconds as
+    a safety net, ending with the job's terminal event if it finished without one reaching the
+    stream. If no worker has started the job after ``start_timeout_s`` (default
+    ``COMPLETION_SYNC_WAIT_S``) the relay ends with an ``error`` event of status ``queued`` naming
+    the job URL (the job still runs later; its result is at ``GET /api/v1/completions/{id}``).
+    Events arrive by blocking ``XREAD``; nothing is polled while they flow.
+    """
+    client = redis_client()
+    key = stream_key(job_id)
+    last_id = "0"
+    start_timeout_s = settings.COMPLETION_SYNC_WAIT_S if start_timeout_s is None else start_timeout_s
+    recheck_s = min(recheck_s, max(start_timeout_s, 0.5))
+    started = idle_since = last_check = last_keepalive = time.monotonic()
+    seen_any = False
+    while True:
+        response = client.xread({key: last_id}, block=block_ms, count=256)
+        now = time.monotonic()
+        if response:
+            idle_since = now
+            seen_any = True
+            for entry_id, fields in response[0][1]:
+                last_id = entry_id
+                event = json.loads(fields[b"e"])
+                yield event
+                if event.get("type") in TERMINAL:
+                    return
+            continue
+        if now - last_keepalive >= keepalive_s:
+            last_keepalive = now
+            yield {"type": "keepalive"}
+        if now - last_check >= recheck_s and now - idle_since >= recheck_s:
+            last_check = now
+            job = CompletionJob.objects.filter(pk=job_id).first()
+            if job is not None and job.status == JobStatus.QUEUED and not seen_any:
+                if now - started >= start_timeout_s:
+                    yield {
+                        "type": "error",
+                        "id": job_id,
+                        "status": job.status,
+                        "error": f"no worker started the job within {start_timeout_s:g}s; "
+                        f"its result will be at /api/v1/completions/{job_id}",
+                    }
+                    return
+                continue
+            if job is None or job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+                # the terminal event may have landed between our read and this check: read once more
+                tail = client.xread({key: last_id}, count=256)
+                for entry_id, fields in tail[0][1] if tail else ():
+                    last_id = entry_id
+                    event = json.loads(fields[b"e"])
+                    yield event
+                    if event.get("type") in TERMINAL:
+                        return
+                yield (
+                    terminal_event(job)
+                    if job
+                    else {"type": "error", "id": job_id, "status": "failed", "error": "job vanished"}
+                )
+                return

@@ -1,0 +1,218 @@
+"""Routing step 1, plan: which endpoints may serve a job, in which order, with which overrides.
+
+* :func:`decide` — the pure assignment engine on the cached configuration snapshot, with the
+  unit's durable sticky assignments (one indexed query);
+* :func:`candidate_chain` — assigned variant, the experiment's control, the platform default;
+* :func:`job_plan` — both for a job, or the one pinned endpoint when the caller named a model;
+* :func:`build_request` — the normalised provider request from a job's stored messages and tools.
+
+Nothing here calls a provider or writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from muse_experiments.assignment.engine import Decision, route
+from muse_experiments.selectors import assignment_snapshot, sticky_variants
+
+from .killswitch import KillState, kill_state
+from .models import CompletionJob, RoutingReason
+from .providers.types import CompletionRequest, Message, ToolCall, ToolSpec
+from .selectors import Catalogue, EndpointInfo, catalogue
+
+#: Aliases a drop-in client may send as ``model``: the experiments decide the endpoint.
+ROUTING_ALIASES = frozenset({"muse-default"})
+
+OVERRIDE_FIELDS = (
+    "reasoning_effort",
+    "temperature",
+    "max_output_tokens",
+    "allowed_tools",
+    "system_prompt_version",
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An endpoint to try, why it is in the chain, and the variant it stands for.
+
+    ``role``: ``assigned`` | ``control`` | ``default``. ``experiment_key`` / ``variant_key`` /
+    ``is_control`` name the experiment variant this candidate serves (``None`` for the platform
+    default), so the kill switch can be checked per variant at attempt time. ``overrides`` are that
+    variant's request overrides (see :data:`OVERRIDE_FIELDS`).
+    """
+
+    endpoint: EndpointInfo
+    role: str
+    experiment_key: str | None = None
+    variant_key: str | None = None
+    is_control: bool = False
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def request_for(self, base: CompletionRequest) -> CompletionRequest:
+        """``base`` (built without variant overrides) with this candidate's overrides applied."""
+        changes = {k: self.overrides[k] for k in OVERRIDE_FIELDS if k in self.overrides}
+        return dataclasses.replace(base, **changes) if changes else base
+
+
+def decide(job: CompletionJob) -> Decision:
+    """Assignment for a job's unit (pure engine + sticky lookup). No provider is called."""
+    snapshot = assignment_snapshot()
+    attributes = {
+        **job.attributes,
+        "subagent": job.subagent,
+        "session_id": job.session_id,
+        "user_id": job.user_id,
+    }
+    sticky = None
+    if snapshot.experiments:
+        sticky = (
+            sticky_variants(
+                experiment_ids=[e.id for e in snapshot.experiments],
+                session_id=job.session_id,
+                user_id=job.user_id,
+            )
+            or None
+        )
+    return route(
+        snapshot, session_id=job.session_id, user_id=job.user_id, attributes=attributes, sticky=sticky
+    )
+
+
+def candidate_chain(decision: Decision, cat: Catalogue, kills: KillState | None = None) -> list[Candidate]:
+    """Assigned variant, then the experiment's control, then the platform default.
+
+    Candidates are deduplicated by endpoint, except that a candidate whose experiment variant is
+    killed (``kills``, default :func:`kill_state`) stays in the chain — so the call record shows it
+    was skipped — without hiding a later candidate on the same endpoint (a killed treatment that
+    shares its endpoint with control must still reach control, with control's overrides).
+    Unknown endpoint ids are dropped. The experiment-kill rule: every variant but the control is
+    killed, so the experiment's traffic is served by its control.
+    """
+    kills = kills if kills is not None else kill_state()
+    snapshot = assignment_snapshot()
+    exp = None
+    if decision.experiment_id is not None:
+        exp = next((e for e in snapshot.experiments if e.id == decision.experiment_id), None)
+    assigned_spec = (
+        next((v for v in exp.variants if v.key == decision.variant_key), None) if exp is not None else None
+    )
+    control = next((v for v in exp.variants if v.is_control), None) if exp is not None else None
+    exp_key = decision.experiment_key if exp is not None else None
+    entries: list[tuple[str | None, str, str | None, bool, Mapping[str, Any]]] = [
+        (
+            decision.endpoint_id,
+            "assigned",
+            decision.variant_key if exp is not None else None,
+            bool(assigned_spec and assigned_spec.is_control),
+            dict(decision.overrides or {}),
+        )
+    ]
+    if control is not None:
+        entries.append((control.endpoint_id, "control", control.key, True, dict(control.overrides or {})))
+    entries.append((cat.default_id, "default", None, False, {}))
+    seen: set[str] = set()
+    chain = []
+    for public_id, role, variant_key, is_control, overrides in entries:
+        info = cat.get(public_id)
+        if info is None or info.public_id in seen:
+            continue
+        candidate = Candidate(
+            info,
+            role,
+            experiment_key=exp_key if variant_key is not None else None,
+            variant_key=variant_key,
+            is_control=is_control,
+            overrides=overrides,
+        )
+        if not variant_killed(candidate, kills):
+            seen.add(info.public_id)
+        chain.append(candidate)
+    return chain
+
+
+def variant_killed(candidate: Candidate, kills: KillState) -> bool:
+    if candidate.experiment_key is None:
+        return False
+    if candidate.experiment_key in kills.experiments and not candidate.is_control:
+        return True
+    return (candidate.experiment_key, candidate.variant_key or "") in kills.variants
+
+
+def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> CompletionRequest:
+    """The normalised request from a job's stored messages and tools plus ``overrides``.
+
+    The router builds the base request with ``overrides={}`` and lets each :class:`Candidate`
+    apply its own variant's overrides (:meth:`Candidate.request_for`)."""
+    messages = tuple(
+        Message(
+            role=m["role"],
+            content=m.get("content", ""),
+            tool_calls=tuple(
+                ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
+                for c in m.get("tool_calls", ())
+            ),
+            tool_call_id=m.get("tool_call_id"),
+        )
+        for m in job.request["messages"]
+    )
+    tools = tuple(
+        ToolSpec(
+            name=t["name"],
+            description=t.get("description", ""),
+            parameters=t.get("parameters") or {"type": "object", "properties": {}},
+        )
+        for t in job.request.get("tools", ())
+    )
+    return CompletionRequest(
+        messages=messages, tools=tools, **{k: overrides[k] for k in OVERRIDE_FIELDS if k in overrides}
+    )
+
+
+def reason_for(decision: Decision) -> str:
+    """The routing reason when the first candidate serves: the decision's, in RoutingReason terms."""
+    if decision.in_experiment:
+        return (
+            decision.reason
+            if decision.reason in (RoutingReason.FORCED, RoutingReason.STICKY)
+            else RoutingReason.ASSIGNED
+        )
+    return RoutingReason.HOLDOUT if decision.reason == "holdout" else RoutingReason.DEFAULT
+
+
+def _pinned_plan(job: CompletionJob) -> tuple[Decision, list[Candidate]] | None:
+    """The decision and one-candidate chain for a job whose caller pinned an endpoint."""
+    public_id = job.request.get("model")
+    if not public_id:
+        return None
+    info = catalogue().get(public_id)
+    decision = Decision(
+        experiment_key=None,
+        experiment_id=None,
+        phase=None,
+        variant_key=None,
+        variant_index=None,
+        endpoint_id=public_id,
+        overrides={},
+        in_experiment=False,
+        reason=RoutingReason.FORCED,
+        trace=("pinned_by_caller",),
+    )
+    return decision, ([Candidate(info, "assigned")] if info else [])
+
+
+def job_plan(job: CompletionJob) -> tuple[Decision, list[Candidate], str]:
+    """``(decision, candidate chain, reason when the first candidate serves)`` for a job.
+
+    A pinned job (``request["model"]`` is an endpoint id) is served by that endpoint only, with
+    reason ``forced`` and no experiment; otherwise the experiments decide (:func:`decide`).
+    """
+    pinned = _pinned_plan(job)
+    if pinned is not None:
+        return pinned[0], pinned[1], RoutingReason.FORCED
+    decision = decide(job)
+    return decision, candidate_chain(decision, catalogue()), reason_for(decision)
