@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install lint format test demo run worker upstreams bench bench-analytics clean
+.PHONY: install lint format test demo run worker upstreams bench bench-analytics bench-proxy clean
 
 install: $(VENV)/.installed
 
@@ -56,6 +56,12 @@ bench: install
 # 1,000,000 units and 10,000,000 call records in PostgreSQL (about 11 minutes to generate once).
 bench-analytics: install
 	$(BIN)/python bench/bench_analytics.py
+
+# The hot path next to LiteLLM's proxy (installed once in var/litellm-<version>), one run, about
+# 2-3 minutes: PostgreSQL + Redis from BENCH_DATABASE_URL (recreated) and BENCH_REDIS_URL (flushed).
+# ARGS=--embedded measures the embedded default (SQLite + filesystem broker) instead.
+bench-proxy: install
+	BENCH_DATABASE_URL=$(BENCH_DATABASE_URL) BENCH_REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_proxy.py $(ARGS)
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache

@@ -53,6 +53,8 @@ import sys
 import time
 from pathlib import Path
 
+import benchlib
+
 DEFAULT_VENV = Path(os.environ.get("GBSTATS_VENV", "/tmp/gbstats-venv"))
 GBSTATS_VERSION = "0.8.0"
 
@@ -158,14 +160,11 @@ def worker() -> None:
 # ----------------------------------------------------------------------------------------------
 def ensure_venv(path: Path = DEFAULT_VENV) -> Path:
     """The gbstats venv's python, creating the venv and installing gbstats on first use."""
-    python = path / "bin" / "python"
-    probe = [str(python), "-c", f"import gbstats.gbstats; assert '{GBSTATS_VERSION}'"]
-    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return python
-    print(f"creating {path} with gbstats=={GBSTATS_VERSION} (once)…", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", f"gbstats=={GBSTATS_VERSION}"], check=True)
-    return python
+    return benchlib.ensure_venv(
+        path,
+        requirement=f"gbstats=={GBSTATS_VERSION}",
+        probe=f"import gbstats.gbstats; assert '{GBSTATS_VERSION}'",
+    )
 
 
 def run_gbstats(cases: list[dict], *, repeat: int = 3, venv: Path = DEFAULT_VENV) -> dict:
