@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install lint format test demo run worker upstreams bench bench-analytics bench-proxy clean
+.PHONY: install lint format test demo run run-prod worker upstreams bench bench-analytics bench-proxy chaos chaos-short schemathesis-full clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,14 @@ demo: install
 run: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
 	DJANGO_DEBUG=true $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:8000 -k gthread --workers 2 --threads 16
+
+# The production shape: the Procfile under a supervisor (muse_experiments/prodshape.py) with
+# MUSE_FORMATION replicas; JSON logs. Needs SECRET_KEY, DATABASE_URL, REDIS_URL (README "Deployment").
+MUSE_FORMATION ?= worker=2
+run-prod: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput -v 0
+	MUSE_FORMATION=$(MUSE_FORMATION) $(BIN)/python -m muse_experiments.prodshape run
 
 worker: install
 	DJANGO_DEBUG=true $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance --pool threads --concurrency 16 -l info

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -17,8 +16,10 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+# The Procfile is read in one place (the production supervisor); re-exported for the benches.
+from muse_experiments.prodshape import PROCFILE, read_procfile  # noqa: F401
+
 REPO = Path(__file__).resolve().parent.parent
-PROCFILE = REPO / "Procfile"
 
 
 def ensure_venv(path: Path, *, requirement: str, probe: str) -> Path:
@@ -83,25 +84,6 @@ def pct(values: list[float], q: float) -> float:
     """The ``q``-th percentile (0–100) of ``values`` by nearest rank on the sorted list."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
-_PROC_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
-
-
-def read_procfile(path: Path = PROCFILE) -> dict[str, str]:
-    """``{process type: shell command}`` from a Procfile (``name: command`` lines; ``#`` comments
-    and blank lines skipped). Raises ``ValueError`` on any other line or a repeated name."""
-    out: dict[str, str] = {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        m = _PROC_LINE.match(line.strip())
-        if not m:
-            raise ValueError(f"{path}:{n}: expected 'name: command', got {line!r}")
-        if m[1] in out:
-            raise ValueError(f"{path}:{n}: process type {m[1]!r} repeated")
-        out[m[1]] = m[2].strip()
-    return out
 
 
 class Processes:

@@ -1,11 +1,42 @@
-"""The Celery application. Queues are named in :class:`muse_experiments.queues.Queue`."""
+"""The Celery application. Queues are named in :class:`muse_experiments.queues.Queue`.
+
+Signal handlers carry the web request id to the worker and bind the job id while a task runs
+(:mod:`muse_experiments.logs`), and time each task's wait in its queue
+(:mod:`muse_experiments.metrics`).
+"""
 
 import os
 
 from celery import Celery
+from celery.signals import before_task_publish, task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
 
 app = Celery("muse_experiments")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["routing", "analytics", "muse_experiments"])
+
+
+@before_task_publish.connect(weak=False)
+def _stamp_headers(headers=None, **kwargs):
+    from .logs import inject_request_id
+    from .metrics import stamp_published_at
+
+    inject_request_id(headers=headers)
+    stamp_published_at(headers=headers)
+
+
+@task_prerun.connect(weak=False)
+def _task_started(task_id=None, task=None, **kwargs):
+    from .logs import bind_task_context
+    from .metrics import observe_task_start
+
+    bind_task_context(task_id=task_id, task=task)
+    observe_task_start(task=task)
+
+
+@task_postrun.connect(weak=False)
+def _task_finished(**kwargs):
+    from .logs import clear_task_context
+
+    clear_task_context()

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "muse_experiments.observability.ObservabilityMiddleware",  # request id, latency, access log
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files (admin CSS) under gunicorn
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -86,6 +87,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE", "timeout": 30}
     )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A dead or restarting server fails a connection attempt in seconds instead of hanging a worker.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DB_CONNECT_TIMEOUT_S", default=5)
+    )
+# Persistent connections (s; 0 = one per request/task) are checked before reuse, so a restarted
+# database server costs one failed check, not a failed request (README "Deployment").
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE_S", default=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -234,11 +244,27 @@ ROUTING_CONCURRENCY_LEASE_S = env.float("ROUTING_CONCURRENCY_LEASE_S", default=3
 # Emergency override: true turns every external provider off regardless of the database.
 MUSE_KILL_EXTERNAL = env.bool("MUSE_KILL_EXTERNAL", default=False)
 
+# --- Observability (muse_experiments/logs.py, metrics.py, health.py) -------------------------
+# json: one JSON object per line with request_id / job_id (production default); plain: for a terminal.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain" if DEBUG or TESTING else "json")
+# /metrics requires "Authorization: Bearer <token>" when set (else expose it on an internal network only).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+METRICS_BROKER_TIMEOUT_S = env.float("METRICS_BROKER_TIMEOUT_S", default=1.0)
+# Scrape-time collectors (dotted paths), so the experiments app never imports routing.
+METRICS_COLLECTORS = ["muse_experiments.metrics.QueueDepthCollector", "routing.metrics.RoutingStateCollector"]
+READYZ_TIMEOUT_S = env.float("READYZ_TIMEOUT_S", default=2.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {
+            "()": "muse_experiments.logs.ContextFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {"()": "muse_experiments.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},
@@ -248,5 +274,7 @@ LOGGING = {
         # ANTHROPIC_LOG/OPENAI_LOG=debug in production either.
         "anthropic": {"level": "INFO"},
         "openai": {"level": "INFO"},
+        # one line per request (muse_experiments.observability); ACCESS_LOG=false silences it
+        "muse.access": {"level": "INFO" if env.bool("ACCESS_LOG", default=True) else "WARNING"},
     },
 }

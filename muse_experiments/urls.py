@@ -7,6 +7,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from analytics.apis import EventsCreateApi, ResultsApi, ResultsComputeApi
 from analytics.views import results_index, results_page
 from muse_experiments.apis import AssignmentPreviewApi, ExperimentDetailApi, ExperimentListApi
+from muse_experiments.health import healthz, readyz
+from muse_experiments.metrics import metrics_view
 from routing.apis import CompletionCreateApi, CompletionDetailApi
 from routing.apis_ops import KillSwitchListApi
 from routing.transcripts.apis import (
@@ -25,10 +27,6 @@ def not_found(request, exception=None):
 
 
 handler404 = not_found
-
-
-def healthz(request):
-    return JsonResponse({"status": "ok"})
 
 
 api_v1 = [
@@ -57,7 +55,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("results/", results_index, name="results-index"),
     path("results/<slug:key>/", results_page, name="results-page"),
-    path("healthz", healthz),
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_v1)),
     path("v1/", include("routing.dropin.urls")),  # OpenAI/Anthropic SDK drop-ins
 ]

@@ -16,6 +16,7 @@ from muse_experiments.assignment.engine import Decision
 from muse_experiments.selectors import assignment_snapshot
 from muse_experiments.services import exposure_record
 
+from .metrics import observe_outcome
 from .models import Attempt, CallRecord, CompletionJob, JobStatus
 from .planning import Candidate
 from .serving import ServeOutcome
@@ -36,6 +37,9 @@ def record_call(
     """Write the records of one finished call and the job's final state (one transaction)."""
     result = outcome.result
     assigned = chain[0].endpoint.public_id if chain else ""
+    observe_outcome(
+        experiment=decision.experiment_key, variant=decision.variant_key, assigned=assigned, outcome=outcome
+    )
     public = result.to_public_dict() if result else None
     with transaction.atomic():
         if decision.in_experiment:

@@ -1,0 +1,33 @@
+"""gunicorn settings for the production shape (``--config python:muse_experiments.gunicorn_conf``).
+
+gunicorn's own error log uses the JSON formatter when ``LOG_FORMAT`` is ``json`` (the production
+default), and a worker that exits is marked dead for prometheus-client's multiprocess mode.
+Access lines come from Django (:mod:`muse_experiments.observability`), not gunicorn.
+"""
+
+import os
+
+_debug = os.environ.get("DJANGO_DEBUG", "").lower() in ("1", "true", "yes")
+_format = os.environ.get("LOG_FORMAT", "plain" if _debug else "json")
+
+graceful_timeout = int(os.environ.get("WEB_GRACEFUL_TIMEOUT_S", "30"))
+timeout = int(os.environ.get("WEB_TIMEOUT_S", "330"))  # above the longest wait a request may hold
+if _format == "json":
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "muse_experiments.logs.JsonFormatter"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+        "loggers": {
+            "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
+            "gunicorn.access": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        },
+    }
+
+
+def child_exit(server, worker):
+    """Drop a dead worker's live-gauge samples (prometheus-client multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

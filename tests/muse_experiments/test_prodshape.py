@@ -1,0 +1,76 @@
+"""The production shape: the Procfile times a formation, and a supervisor that restarts a killed
+process and stops every process group it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from muse_experiments.prodshape import (
+    PROCFILE,
+    Process,
+    Supervisor,
+    parse_formation,
+    processes,
+    read_procfile,
+)
+
+
+def test_the_repository_procfile_has_web_worker_and_beat():
+    types = read_procfile(PROCFILE)
+    assert list(types) == ["web", "worker", "beat"]
+    assert types["web"].startswith("gunicorn muse_experiments.wsgi")
+    assert "--config python:muse_experiments.gunicorn_conf" in types["web"]
+    assert "-n ${MUSE_PROCESS_NAME:-worker}@%h" in types["worker"]  # replicas need distinct node names
+
+
+def test_a_formation_replicates_types_and_refuses_nonsense(tmp_path):
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("# c\nweb: serve\n\nworker: work --fast\nbeat: tick\n")
+    procs = processes(procfile, "worker=3, beat=0")
+    assert [(p.name, p.type, p.command) for p in procs] == [
+        ("web.1", "web", "serve"),
+        ("worker.1", "worker", "work --fast"),
+        ("worker.2", "worker", "work --fast"),
+        ("worker.3", "worker", "work --fast"),
+    ]
+    types = read_procfile(procfile)
+    with pytest.raises(ValueError, match="not a Procfile type"):
+        parse_formation("wrker=2", types)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        parse_formation("worker=-1", types)
+
+
+def wait_for(condition, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_the_supervisor_restarts_a_killed_process_and_stops_all_groups(tmp_path):
+    sleeper = f"{sys.executable} -c 'import os, time; print(os.environ[\"MUSE_PROCESS_NAME\"], flush=True); time.sleep(120)'"
+    sup = Supervisor(
+        [Process("a.1", "a", sleeper), Process("b.1", "b", sleeper)],
+        run_dir=tmp_path,
+        output=tmp_path / "logs",
+    )
+    sup.start_all()
+    try:
+        first = int((tmp_path / "a.1.pid").read_text())
+        os.killpg(first, signal.SIGKILL)
+        wait_for(lambda: sup.children["a.1"].poll() is not None)
+        sup.poll()
+        second = int((tmp_path / "a.1.pid").read_text())
+        assert second != first and sup.children["a.1"].poll() is None
+        assert sup.restarts == {"a.1": 1, "b.1": 0}
+        assert (tmp_path / "prometheus").is_dir()
+        wait_for(lambda: (tmp_path / "logs" / "b.1.log").read_text() == "b.1\n")
+    finally:
+        sup.stop_all(timeout_s=5)
+    assert all(c.poll() is not None for c in sup.children.values())
+    assert not (tmp_path / "a.1.pid").exists()
