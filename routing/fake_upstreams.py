@@ -107,6 +107,10 @@ FAILURES = frozenset(
 )
 
 
+#: ``Scenario.tool_calls`` values; the ``chain`` modes call tools after a tool result too.
+TOOL_CALL_MODES = ("auto", "parallel", "never", "chain", "chain_parallel")
+
+
 @dataclass
 class Scenario:
     """Behaviour of the fake for one model. All fields are optional knobs.
@@ -121,7 +125,8 @@ class Scenario:
 
     Tools: ``tool_calls`` is ``"auto"`` (call the first offered tool when tools are offered and
     the last message is not a tool result), ``"parallel"`` (call the first two offered tools, or
-    the first one twice), or ``"never"``. ``tool_arguments`` overrides the generated arguments
+    the first one twice), ``"never"``, or ``"chain"`` / ``"chain_parallel"`` (as ``auto`` /
+    ``parallel`` but also right after a tool result: a further tool round). ``tool_arguments`` overrides the generated arguments
     (otherwise required string properties get the last user text, numbers 1, booleans true).
 
     Reasoning: ``reasoning`` makes Responses emit a ``reasoning`` item (``summary`` +
@@ -171,8 +176,8 @@ class Scenario:
     def __post_init__(self) -> None:
         if self.failure is not None and self.failure not in FAILURES:
             raise ValueError(f"unknown failure {self.failure!r}; expected one of {sorted(FAILURES)}")
-        if self.tool_calls not in ("auto", "parallel", "never"):
-            raise ValueError("tool_calls must be 'auto', 'parallel' or 'never'")
+        if self.tool_calls not in TOOL_CALL_MODES:
+            raise ValueError(f"tool_calls must be one of {', '.join(TOOL_CALL_MODES)}")
         if self.encrypted_reasoning not in (None, "include", "always", "never"):
             raise ValueError("encrypted_reasoning must be 'include', 'always', 'never' or None")
 
@@ -329,6 +334,8 @@ class FakeUpstreams:
         self._calls: list[dict[str, Any]] = []
         self._attempts: dict[str, int] = {}
         self._issued_reasoning: set[str] = set()
+        # What each reasoning blob was issued with (see _Handler._misplaced_reasoning).
+        self._issued_with: dict[str, dict[str, Any]] = {}
         self._seq = itertools.count(1)
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -473,6 +480,15 @@ class FakeUpstreams:
     def _blob_known(self, blob: str) -> bool:
         with self._lock:
             return blob in self._issued_reasoning
+
+    def _bind_issued(self, blob: str, record: dict[str, Any]) -> None:
+        """Remember what a reasoning blob was issued with (its response's items/blocks)."""
+        with self._lock:
+            self._issued_with[blob] = record
+
+    def _issued(self, blob: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._issued_with.get(blob)
 
     def _sleep(self, ms: float) -> bool:
         """Sleep ``ms`` milliseconds; returns False if the server is stopping."""
@@ -814,7 +830,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         if sc.verify_reasoning:
-            bad = self._unknown_reasoning(api, body)
+            bad = self._unknown_reasoning(api, body) or self._misplaced_reasoning(api, body)
             if bad:
                 self._upd(outcome="invalid_reasoning")
                 if flavour == "anthropic":
@@ -929,6 +945,92 @@ class _Handler(BaseHTTPRequestHandler):
                         return "messages: Invalid `data` in `redacted_thinking` block"
         return None
 
+    def _misplaced_reasoning(self, api: str, body: dict[str, Any]) -> str | None:
+        """Enforce where passed-back reasoning may stand, as the real APIs do.
+
+        Responses (https://platform.openai.com/docs/guides/reasoning#keeping-reasoning-items-in-context):
+        a ``reasoning`` item must be immediately followed by the output item it was issued with
+        (same ``id``, or for an item sent without id: the same ``call_id`` / assistant text /
+        blob), else 400 "Item 'rs_…' of type 'reasoning' was provided without its required
+        following item."; a ``function_call`` sent with the ``fc_…`` id of an item that was issued
+        after a reasoning item needs that reasoning item earlier in the input.
+
+        Messages (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking#preserving-thinking-blocks):
+        the latest assistant message's ``thinking``/``redacted_thinking`` blocks must be first and
+        exactly the blocks issued with that message's content; with thinking on and a tool loop
+        in progress (the request ends with ``tool_result``), a message whose ``tool_use`` was issued
+        after thinking must start with that thinking.
+        """
+        if api == "responses" and isinstance(body.get("input"), list):
+            return self._misplaced_responses_reasoning([i for i in body["input"] if isinstance(i, dict)])
+        if api == "messages":
+            return self._misplaced_thinking(body)
+        return None
+
+    def _misplaced_responses_reasoning(self, items: list[dict[str, Any]]) -> str | None:
+        seen_reasoning: set[str] = set()
+        for pos, item in enumerate(items):
+            if item.get("type") == "reasoning":
+                seen_reasoning.add(str(item.get("id", "")))
+                issued = self.fake._issued(str(item.get("encrypted_content", "")))
+                if issued is None:
+                    continue
+                nxt = items[pos + 1] if pos + 1 < len(items) else None
+                if nxt is None or not _same_output_item(nxt, issued["following"]):
+                    return (
+                        f"Item '{item.get('id', issued['id'])}' of type 'reasoning' was provided "
+                        "without its required following item."
+                    )
+            elif item.get("type") == "function_call" and item.get("id"):
+                required = self.fake._issued("fc:" + str(item["id"]))
+                if required is not None and required["id"] not in seen_reasoning:
+                    return (
+                        f"Item '{item['id']}' of type 'function_call' was provided without its "
+                        f"required 'reasoning' item: '{required['id']}'."
+                    )
+        return None
+
+    def _misplaced_thinking(self, body: dict[str, Any]) -> str | None:
+        msgs = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        last_idx = max((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), default=None)
+        if last_idx is None or not isinstance(msgs[last_idx].get("content"), list):
+            return None
+        blocks = [b for b in msgs[last_idx]["content"] if isinstance(b, dict)]
+        kinds = [b.get("type") for b in blocks]
+        n_reasoning = sum(1 for k in kinds if k in ("thinking", "redacted_thinking"))
+        modified = (
+            f"messages.{last_idx}.content: `thinking` or `redacted_thinking` blocks in the latest assistant "
+            "message cannot be modified. These blocks must remain as they were in the original response."
+        )
+        if n_reasoning:
+            if any(k not in ("thinking", "redacted_thinking") for k in kinds[:n_reasoning]):
+                return modified
+            first = blocks[0]
+            issued = self.fake._issued(str(first.get("signature") or first.get("data") or ""))
+            if issued is None or blocks[:n_reasoning] != issued["reasoning"]:
+                return modified
+            rest = [(b.get("type"), b.get("id"), b.get("text")) for b in blocks[n_reasoning:]]
+            if rest != issued["rest"]:
+                return modified
+            return None
+        thinking_on = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+        last = msgs[-1] if msgs else {}
+        in_tool_loop = isinstance(last.get("content"), list) and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in last["content"]
+        )
+        issued_with_thinking = any(
+            self.fake._issued("tool_use:" + str(b.get("id"))) for b in blocks if b.get("type") == "tool_use"
+        )
+        if thinking_on and in_tool_loop and issued_with_thinking:
+            return (
+                f"messages.{last_idx}.content.0.type: Expected `thinking` or `redacted_thinking`, but "
+                f"found `{kinds[0]}`. When `thinking` is enabled, a final `assistant` message must start "
+                "with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` "
+                "blocks). We recommend you include thinking blocks from previous turns. To avoid this "
+                "requirement, disable `thinking`."
+            )
+        return None
+
     def _plan(self, api: str, model: str, body: dict[str, Any], sc: Scenario) -> _Plan:
         # Last user text and whether the conversation ends with a tool result.
         user_text = ""
@@ -976,9 +1078,10 @@ class _Handler(BaseHTTPRequestHandler):
             sc.reply if sc.reply is not None else f"{model} reply to: {user_text} [quality={sc.quality:.2f}]"
         )
         calls: list[tuple[str, str, dict[str, Any]]] = []
-        if tools and not ends_with_tool_result and sc.tool_calls != "never":
+        again = sc.tool_calls.startswith("chain")
+        if tools and (again or not ends_with_tool_result) and sc.tool_calls != "never":
             chosen = [tools[0]]
-            if sc.tool_calls == "parallel":
+            if sc.tool_calls in ("parallel", "chain_parallel"):
                 chosen = tools[:2] if len(tools) > 1 else [tools[0], tools[0]]
             prefix = {"chat_completions": "call_", "responses": "call_", "messages": "toolu_"}[api]
             for name, schema in chosen:
@@ -1017,6 +1120,23 @@ class _Handler(BaseHTTPRequestHandler):
             request_id=self._request_id,
             scenario=sc,
         )
+
+
+def _same_output_item(sent: Mapping[str, Any], issued: Mapping[str, Any] | None) -> bool:
+    """Whether an input item is the output item ``issued`` (by id, else by what identifies it)."""
+    if issued is None:
+        return False
+    if sent.get("id"):
+        return sent["id"] == issued["id"]
+    if issued["type"] == "function_call":
+        return sent.get("type") == "function_call" and sent.get("call_id") == issued["call_id"]
+    if issued["type"] == "reasoning":
+        return sent.get("encrypted_content") == issued.get("encrypted_content")
+    if issued["type"] == "message":
+        return sent.get("role") == "assistant" and _content_to_text(sent.get("content")) == _content_to_text(
+            issued["content"]
+        )
+    return False
 
 
 def _bearer(value: str | None) -> str | None:
@@ -1250,6 +1370,17 @@ class _ResponsesRenderer(_Renderer):
                     "arguments": json.dumps(args),
                 }
             )
+        reasoning_id = None
+        for pos, item in enumerate(self.items):
+            if item["type"] == "reasoning":
+                reasoning_id = item["id"]
+                following = self.items[pos + 1] if pos + 1 < len(self.items) else None
+                if "encrypted_content" in item:
+                    self.fake._bind_issued(
+                        item["encrypted_content"], {"id": item["id"], "following": following}
+                    )
+            elif item["type"] == "function_call" and reasoning_id is not None:
+                self.fake._bind_issued("fc:" + item["id"], {"id": reasoning_id})
 
     def usage(self) -> dict[str, Any]:
         p = self.plan
@@ -1411,6 +1542,14 @@ class _MessagesRenderer(_Renderer):
             self.blocks.append({"type": "text", "text": p.text})
         for cid, name, args in p.tool_calls:
             self.blocks.append({"type": "tool_use", "id": cid, "name": name, "input": args})
+        reasoning = [b for b in self.blocks if b["type"] in ("thinking", "redacted_thinking")]
+        if reasoning:
+            rest = [(b["type"], b.get("id"), b.get("text")) for b in self.blocks[len(reasoning) :]]
+            record = {"reasoning": [dict(b) for b in reasoning], "rest": rest}
+            for block in reasoning:
+                self.fake._bind_issued(block.get("signature") or block["data"], record)
+            for cid, _, _ in p.tool_calls:
+                self.fake._bind_issued("tool_use:" + cid, record)
 
     def usage(self, output_tokens: int | None = None) -> dict[str, Any]:
         p = self.plan

@@ -71,6 +71,7 @@ def state_to_json(state: ReasoningState) -> str:
             "items": [dict(item) for item in state.items],
             "tool_call_ids": list(state.tool_call_ids),
             "native_ids": dict(state.native_ids),
+            "turn_digest": state.turn_digest,
         },
         ensure_ascii=False,
         separators=(",", ":"),
@@ -86,6 +87,7 @@ def state_from_json(text: str | bytes) -> ReasoningState:
         items=tuple(data["items"]),
         tool_call_ids=tuple(data.get("tool_call_ids") or ()),
         native_ids=dict(data.get("native_ids") or {}),
+        turn_digest=data.get("turn_digest") or "",
     )
 
 

@@ -17,8 +17,9 @@ parameter for it).
 Extended thinking (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking):
 ``thinking`` blocks (with ``signature``, also when the thinking text is empty) and
 ``redacted_thinking`` blocks (with ``data``) go only into ``CompletionResult.reasoning_state``
-and are replayed unmodified, in order, at the start of the assistant turn before its
-``tool_use`` blocks.
+and are replayed unmodified, in order, at the start of the assistant turn they came with
+(:func:`routing.providers.base.anchor_reasoning`). A tool loop whose latest assistant turn has
+no thinking to replay is sent without ``thinking`` (:func:`_tool_loop_without_thinking`).
 
 Usage: Anthropic ``input_tokens`` EXCLUDES ``cache_read_input_tokens`` and
 ``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum.
@@ -112,6 +113,24 @@ def build_messages(endpoint: EndpointConfig, request: CompletionRequest) -> list
     return out
 
 
+def _tool_loop_without_thinking(messages: list[dict[str, Any]]) -> bool:
+    """Whether a tool loop is in progress (the request ends with ``tool_result``) and the latest
+    assistant message (holding its ``tool_use``) has no thinking to replay -- e.g. the session's
+    previous turn ran on another endpoint. Anthropic then rejects ``thinking`` ("a final
+    assistant message must start with a thinking block"); its documented way out is to send this
+    request without thinking."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "user" or not isinstance(last.get("content"), list):
+        return False
+    if not any(b.get("type") == "tool_result" for b in last["content"]):
+        return False
+    assistant = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+    if assistant is None:
+        return False
+    kinds = [b.get("type") for b in assistant["content"]]
+    return "tool_use" in kinds and kinds[0] not in REASONING_BLOCK_TYPES
+
+
 def build_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": endpoint.upstream_model,
@@ -126,7 +145,7 @@ def build_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[s
         kwargs["tools"] = [
             {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in tools
         ]
-    if endpoint.has("reasoning"):
+    if endpoint.has("reasoning") and not _tool_loop_without_thinking(kwargs["messages"]):
         kwargs["thinking"] = {"type": "adaptive"}
     if request.reasoning_effort is not None:
         kwargs["output_config"] = {"effort": EFFORTS.get(request.reasoning_effort, request.reasoning_effort)}

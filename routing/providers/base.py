@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
+from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
@@ -44,6 +45,8 @@ from routing.providers.types import (
     EndpointConfig,
     ReasoningState,
     StreamEvent,
+    assistant_turn_digest,
+    conversation_digests,
 )
 
 log = logging.getLogger("routing.providers")
@@ -128,7 +131,7 @@ class ProviderClient:
             raise
         except SDK_EXCEPTIONS as exc:
             raise map_exception(exc, endpoint) from None
-        return result.with_latency((time.monotonic() - start) * 1000.0)
+        return bind_reasoning(result, request).with_latency((time.monotonic() - start) * 1000.0)
 
     def stream(self, endpoint: EndpointConfig, request: CompletionRequest) -> Iterator[StreamEvent]:
         """Stream a completion: text/tool-call deltas, then one ``done`` event.
@@ -156,6 +159,8 @@ class ProviderClient:
                     if state.first_token_at is None:
                         state.first_token_at = time.monotonic()
                     state.content_sent = True
+                elif event.kind == "done" and event.result is not None:
+                    event = replace(event, result=bind_reasoning(event.result, request))
                 yield event
         except ProviderError as exc:
             err = exc
@@ -214,6 +219,17 @@ class _StreamProgress:
 # --------------------------------------------------------------------------------------------
 
 
+def bind_reasoning(result: CompletionResult, request: CompletionRequest) -> CompletionResult:
+    """``result`` with its reasoning state bound to the assistant turn it came with: the state's
+    ``turn_digest`` is the :func:`~routing.providers.types.assistant_turn_digest` of the request's
+    history plus the result's text and tool calls (see :func:`anchor_reasoning`)."""
+    state = result.reasoning_state
+    if state is None:
+        return result
+    digest = assistant_turn_digest(request.messages, result.text, result.tool_calls)
+    return replace(result, reasoning_state=replace(state, turn_digest=digest))
+
+
 def usable_reasoning_state(endpoint: EndpointConfig, request: CompletionRequest) -> list[ReasoningState]:
     """States produced by this exact endpoint+credential; others are dropped (logged, no content)."""
     usable = []
@@ -234,24 +250,37 @@ def anchor_reasoning(
 ) -> dict[int, list[ReasoningState]]:
     """Map assistant-message index -> reasoning states to replay before that turn's content.
 
-    A state anchors to the assistant message whose tool-call ids match its ``tool_call_ids``;
-    otherwise to the last assistant message. States with no assistant message are ignored.
+    ``states`` are in the order they were produced. Each state binds to the exact assistant turn
+    it came with: the next assistant message (after the previous state's) whose
+    :func:`~routing.providers.types.conversation_digests` entry equals the state's ``turn_digest``
+    (states without one: whose tool-call ids intersect ``tool_call_ids``). A state whose turn is
+    not in the history any more (the client edited or dropped it) is dropped, never moved to
+    another turn, so reasoning is replayed only where it was produced and in its original order.
     """
     assistant_idx = [i for i, m in enumerate(request.messages) if m.role == "assistant"]
+    digests = conversation_digests(request.messages)
     out: dict[int, list[ReasoningState]] = {}
-    if not assistant_idx:
-        return out
+    dropped = 0
+    floor = -1
     for state in states:
         target = None
-        if state.tool_call_ids:
-            wanted = set(state.tool_call_ids)
-            for i in assistant_idx:
-                if wanted & {tc.id for tc in request.messages[i].tool_calls}:
-                    target = i
-                    break
+        for i in assistant_idx:
+            if i <= floor:
+                continue
+            if state.turn_digest:
+                bound = digests[i] == state.turn_digest
+            else:
+                bound = bool(set(state.tool_call_ids) & {tc.id for tc in request.messages[i].tool_calls})
+            if bound:
+                target = i
+                break
         if target is None:
-            target = assistant_idx[-1]
+            dropped += 1
+            continue
+        floor = target
         out.setdefault(target, []).append(state)
+    if dropped:
+        log.info("reasoning: %d state(s) whose assistant turn is no longer in the history dropped", dropped)
     return out
 
 

@@ -216,6 +216,43 @@ class Message:
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
 
 
+def conversation_digests(messages: Sequence[Message]) -> list[str]:
+    """Chained identity of a conversation after each of its messages (32 hex chars each).
+
+    Entry ``i`` is SHA-256 over entry ``i - 1`` and message ``i``'s role, text (outer whitespace
+    ignored) and tool calls (name + canonical JSON arguments). System messages add nothing (their
+    entry repeats the previous one) and ids (tool-call ids, ``tool_call_id``) are left out, since
+    drop-ins may present them to clients under other ids. Two assistant turns therefore share a
+    digest only when they and everything before them are the same.
+    """
+    out: list[str] = []
+    current = ""
+    for m in messages:
+        if m.role != "system":
+            ident = json.dumps(
+                [
+                    current,
+                    m.role,
+                    (m.content or "").strip(),
+                    [[tc.name, json.dumps(dict(tc.arguments), sort_keys=True)] for tc in m.tool_calls],
+                ],
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+            current = hashlib.sha256(ident.encode()).hexdigest()[:32]
+        out.append(current)
+    return out
+
+
+def assistant_turn_digest(
+    history: Sequence[Message], content: str | None, tool_calls: Sequence[ToolCall]
+) -> str:
+    """:func:`conversation_digests` of ``history`` followed by the assistant turn (``content``,
+    ``tool_calls``) a provider just returned: the key its reasoning is bound to."""
+    turn = Message("assistant", content or "", tool_calls=tuple(tool_calls))
+    return conversation_digests([*history, turn])[-1]
+
+
 @dataclass(frozen=True, repr=False)
 class ReasoningState:
     """Opaque provider-native reasoning to pass back on the next turn. SERVER-SIDE ONLY.
@@ -226,9 +263,12 @@ class ReasoningState:
     * ``items``: provider-native JSON objects exactly as received, in order -- Responses
       ``reasoning`` items (with ``encrypted_content``), or Anthropic ``thinking`` (with
       ``signature``) / ``redacted_thinking`` (with ``data``) blocks.
-    * ``tool_call_ids``: ids of the tool calls of the assistant turn this reasoning preceded;
-      used to anchor it to that assistant message on replay (falls back to the last
-      assistant message).
+    * ``turn_digest``: :func:`assistant_turn_digest` of the assistant turn this reasoning came
+      with (its text and tool calls). Replay binds the state to the assistant message with the
+      same digest, in order (:func:`routing.providers.base.anchor_reasoning`); a state whose turn
+      is no longer in the history (edited or dropped by the client) is dropped, never moved.
+    * ``tool_call_ids``: ids of the tool calls of the assistant turn this reasoning preceded
+      (anchors states stored before ``turn_digest`` existed).
     * ``native_ids``: provider item ids of that turn's other output items keyed by tool call
       id (Responses ``function_call`` item ids ``fc_...``), replayed so the reasoning item
       stays adjacent to the exact item that followed it.
@@ -242,6 +282,7 @@ class ReasoningState:
     items: tuple[Mapping[str, Any], ...]
     tool_call_ids: tuple[str, ...] = ()
     native_ids: Mapping[str, str] = field(default_factory=dict)
+    turn_digest: str = ""
 
     def __repr__(self) -> str:
         return (

@@ -33,7 +33,7 @@ from routing.providers.base import ProviderClient, anchor_reasoning, parse_retry
 from routing.providers.errors import class_for_status, safe_message
 from routing.providers.openai_chat import OpenAIChatClient
 from routing.providers.openai_responses import OpenAIResponsesClient
-from routing.providers.types import messages_from_openai
+from routing.providers.types import assistant_turn_digest, messages_from_openai
 
 
 @pytest.fixture(autouse=True)
@@ -221,7 +221,48 @@ def test_stream_error_event_public_dict():
     }
 
 
-def test_anchor_reasoning_by_tool_call_id_and_fallback():
+def _turn_state(n, history, text="", calls=()):
+    return ReasoningState(
+        "fp", "openai", "responses", ({"n": n},), turn_digest=assistant_turn_digest(history, text, calls)
+    )
+
+
+def test_anchor_reasoning_binds_each_state_to_the_turn_that_produced_it():
+    a = (ToolCall("t1", "f", {"city": "Bern"}),)
+    b = (ToolCall("t2", "f", {"city": "Berlin"}),)
+    msgs = [Message("user", "u1")]
+    s1 = _turn_state(1, msgs, "", a)
+    msgs += [Message("assistant", "", tool_calls=a), Message("tool", "r1", tool_call_id="t1")]
+    s2 = _turn_state(2, msgs, "It is sunny.")
+    msgs += [Message("assistant", "It is sunny."), Message("user", "And Berlin?")]
+    s3 = _turn_state(3, msgs, "", b)
+    msgs += [Message("assistant", "", tool_calls=b), Message("tool", "r2", tool_call_id="t2")]
+    anchored = anchor_reasoning(CompletionRequest(messages=tuple(msgs)), [s1, s2, s3])
+    # the text-only turn keeps its own reasoning; nothing lands on the latest turn but its own
+    assert anchored == {1: [s1], 3: [s2], 5: [s3]}
+
+
+def test_anchor_reasoning_drops_what_no_longer_matches_and_never_moves_it():
+    a = (ToolCall("t1", "f", {"city": "Bern"}),)
+    msgs = [Message("user", "u1")]
+    s1 = _turn_state(1, msgs, "", a)
+    msgs += [Message("assistant", "", tool_calls=a), Message("tool", "r1", tool_call_id="t1")]
+    s2 = _turn_state(2, msgs, "Sunny.")
+    edited = [*msgs, Message("assistant", "Sunny, 20 degrees."), Message("user", "thanks")]
+    assert anchor_reasoning(CompletionRequest(messages=tuple(edited)), [s1, s2]) == {1: [s1]}
+    # the client dropped the first exchange: turn 2's history differs, so both states go
+    dropped = [Message("user", "u1"), Message("assistant", "Sunny."), Message("user", "thanks")]
+    assert anchor_reasoning(CompletionRequest(messages=tuple(dropped)), [s1, s2]) == {}
+    # identical turns at different places stay apart (the digest chains the history)
+    same = [Message("user", "hi"), Message("assistant", "OK."), Message("user", "hi")]
+    s_first = _turn_state(1, same[:1], "OK.")
+    s_second = _turn_state(2, same, "OK.")
+    again = CompletionRequest(messages=(*same, Message("assistant", "OK."), Message("user", "go")))
+    assert anchor_reasoning(again, [s_first, s_second]) == {1: [s_first], 3: [s_second]}
+    assert anchor_reasoning(again, [s_second]) == {3: [s_second]}
+
+
+def test_anchor_reasoning_without_digest_uses_tool_call_ids_and_drops_the_rest():
     msgs = (
         Message("user", "u1"),
         Message("assistant", "", tool_calls=(ToolCall("t1", "f", {}),)),
@@ -231,8 +272,7 @@ def test_anchor_reasoning_by_tool_call_id_and_fallback():
     )
     s1 = ReasoningState("fp", "openai", "responses", ({"n": 1},), tool_call_ids=("t1",))
     s2 = ReasoningState("fp", "openai", "responses", ({"n": 2},), tool_call_ids=("zzz",))
-    anchored = anchor_reasoning(CompletionRequest(messages=msgs), [s1, s2])
-    assert anchored == {1: [s1], 3: [s2]}
+    assert anchor_reasoning(CompletionRequest(messages=msgs), [s1, s2]) == {1: [s1]}
 
 
 # ---- errors ---------------------------------------------------------------------------------------
