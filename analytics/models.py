@@ -290,3 +290,80 @@ class GuardrailAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision}: {self.variant_key} on {self.metric} ({self.experiment_id}/{self.phase})"
+
+
+class CallRollup(models.Model):
+    """Routing call records pre-aggregated per hour × endpoint × experiment phase × variant.
+
+    Written only by :func:`analytics.rollups.call_rollup_refresh` (the analytics task), read by the
+    dashboards, which never scan raw call records. ``endpoint`` is the endpoint that served the
+    call, else the one it was assigned to (failed calls). ``experiment_id = 0`` and ``phase = 0``
+    for calls outside any experiment. Histograms are counts per bin of the grids in
+    :mod:`analytics.histograms` (latency over succeeded calls only). ``exposures`` counts units
+    first exposed in the hour (from the exposure table; ``endpoint`` is then empty).
+    """
+
+    bucket = models.DateTimeField(help_text="Start of the hour (UTC).")
+    endpoint = models.CharField(max_length=200, blank=True)
+    experiment_id = models.BigIntegerField(default=0)
+    phase = models.PositiveIntegerField(default=0)
+    variant_key = models.CharField(max_length=100, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    fallbacks = models.PositiveIntegerField(default=0, help_text="Served by a fallback or circuit_open.")
+    killed = models.PositiveIntegerField(default=0, help_text="Rerouted by a kill switch.")
+    exposures = models.PositiveIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    tokens = models.BigIntegerField(default=0)
+    latency_hist = models.JSONField(default=list)
+    cost_hist = models.JSONField(default=list)
+    tokens_hist = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bucket", "endpoint", "experiment_id", "phase", "variant_key"],
+                name="one_call_rollup_per_key",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["experiment_id", "phase", "bucket"], name="rollup_experiment_idx"),
+            models.Index(fields=["bucket", "endpoint"], name="rollup_bucket_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.bucket:%Y-%m-%d %H:00} {self.endpoint or '-'} {self.experiment_id}/{self.variant_key}"
+
+
+class LiftPoint(models.Model):
+    """One point of the cumulative-lift chart: a snapshot's lift of one metric × treatment.
+
+    Written with every :class:`ResultSnapshot` (:func:`analytics.services.results_compute`) so the
+    chart reads a few small rows, not every snapshot's JSON. ``analysis``: itt | served; ``cuped``:
+    whether the numbers are the CUPED-adjusted ones (unadjusted rows are stored too).
+    Relative values are fractions (0.05 = +5 %).
+    """
+
+    snapshot = models.ForeignKey(ResultSnapshot, on_delete=models.CASCADE, related_name="lift_points")
+    experiment = models.ForeignKey("muse_experiments.Experiment", on_delete=models.CASCADE, related_name="+")
+    phase = models.PositiveIntegerField()
+    computed_at = models.DateTimeField()
+    analysis = models.CharField(max_length=10)
+    metric = models.CharField(max_length=100)
+    variant_key = models.CharField(max_length=100)
+    cuped = models.BooleanField(default=False)
+    units = models.PositiveIntegerField(default=0)
+    relative_lift = models.FloatField(null=True)
+    ci_low = models.FloatField(null=True)
+    ci_high = models.FloatField(null=True)
+    sequential_low = models.FloatField(null=True)
+    sequential_high = models.FloatField(null=True)
+
+    class Meta:
+        ordering = ["computed_at"]
+        indexes = [
+            models.Index(fields=["experiment", "phase", "metric", "computed_at"], name="liftpoint_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.metric}/{self.variant_key} @ {self.computed_at:%Y-%m-%d %H:%M}"

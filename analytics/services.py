@@ -24,6 +24,7 @@ from .models import (
     SnapshotTrigger,
 )
 from .queries import aggregate, exposure_counts
+from .rollups import lift_points_record
 from .selectors import analysis_settings_for, metric_names_for, metric_plan
 from .stats import json_safe
 
@@ -170,15 +171,17 @@ def results_compute(
         "metrics": analysis_inputs,
     }
     duration_ms = (time.perf_counter() - started) * 1000.0
-    snapshot = ResultSnapshot.objects.create(
-        experiment=experiment,
-        phase=phase,
-        trigger=trigger,
-        request_id=request_id,
-        duration_ms=duration_ms,
-        inputs=_storable(inputs),
-        results=_storable(results),
-    )
+    with transaction.atomic():
+        snapshot = ResultSnapshot.objects.create(
+            experiment=experiment,
+            phase=phase,
+            trigger=trigger,
+            request_id=request_id,
+            duration_ms=duration_ms,
+            inputs=_storable(inputs),
+            results=_storable(results),
+        )
+        lift_points_record(snapshot=snapshot)
     if apply_guardrails and phase == experiment.phase:
         guardrails_apply(snapshot=snapshot, settings=settings)
     return snapshot

@@ -10,6 +10,7 @@ from muse_experiments.models import Experiment
 from muse_experiments.queues import Queue
 
 from .models import ResultSnapshot, SnapshotTrigger
+from .rollups import call_rollup_refresh
 from .services import results_compute, running_experiment_ids
 
 
@@ -29,12 +30,20 @@ def compute_results(
     experiment = Experiment.objects.filter(pk=experiment_id).first()
     if experiment is None or not experiment.phase:
         return None
-    return results_compute(
+    snapshot = results_compute(
         experiment=experiment,
         phase=phase,
         trigger=trigger,
         request_id=uuid.UUID(request_id) if request_id else None,
-    ).pk
+    )
+    call_rollup_refresh()  # the dashboards' time series, fresh with the snapshot
+    return snapshot.pk
+
+
+@shared_task(name="analytics.refresh_call_rollup", queue=Queue.ANALYTICS, soft_time_limit=600, time_limit=660)
+def refresh_call_rollup() -> int:
+    """Bring the hourly call rollup up to date (idempotent); returns the rows written."""
+    return call_rollup_refresh()
 
 
 @shared_task(
@@ -42,6 +51,7 @@ def compute_results(
 )
 def compute_running_results() -> int:
     """Fan out: enqueue :func:`compute_results` for every running experiment. Returns how many."""
+    refresh_call_rollup.delay()  # routing health reads it even when no experiment runs
     ids = running_experiment_ids()
     for experiment_id in ids:
         compute_results.delay(experiment_id, None, SnapshotTrigger.SCHEDULE)

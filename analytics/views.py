@@ -1,50 +1,131 @@
-"""Result dashboards (staff only)."""
+"""Analyst pages (staff only): experiments list, results of one experiment, routing health.
+
+Views stay thin: :mod:`analytics.dashboards` reads, :mod:`analytics.tables` exports. Every table
+answers ``?export=csv|json&table=<id>`` with its raw values.
+"""
 
 from __future__ import annotations
 
+import uuid
+
+from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.db import transaction
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
 
-from muse_experiments.models import Experiment
+from muse_experiments.models import Experiment, ExperimentStatus, Layer
 
-from .apis import ANALYSIS_CHOICES
-from .models import GuardrailAction
-from .selectors import snapshot_latest
+from .dashboards import (
+    ANALYSES,
+    ENGINES,
+    endpoint_labels,
+    experiment_list,
+    results_dashboard,
+    results_options,
+    routing_health,
+)
+from .models import SnapshotTrigger
+from .tables import EXPORT_FORMATS, Table, export_response
+from .tasks import compute_results
+
+
+def _export(request, tables: dict[str, Table], filename: str):
+    """The export response when the query asks for one, else None (404 for an unknown table)."""
+    fmt = request.GET.get("export")
+    if not fmt:
+        return None
+    table = tables.get(request.GET.get("table", ""))
+    if fmt not in EXPORT_FORMATS or table is None:
+        raise Http404("No such table or export format.")
+    return export_response(table, fmt, filename)
+
+
+def _common() -> dict:
+    return {"zone": timezone.get_current_timezone_name(), "labels": endpoint_labels()}
 
 
 @staff_member_required
-def results_page(request, key):
-    """One experiment's latest snapshot; ``?phase=`` and ``?analysis=itt|served`` pick what to show."""
-    experiment = get_object_or_404(Experiment, key=key)
-    analysis = request.GET.get("analysis", "itt")
-    analysis = analysis if analysis in ANALYSIS_CHOICES else "itt"
-    try:
-        phase = int(request.GET.get("phase") or experiment.phase or 0)
-    except ValueError:
-        phase = experiment.phase or 0
-    snapshot = snapshot_latest(experiment=experiment, phase=phase) if phase else None
-    results = None
-    if snapshot is not None:
-        results = dict(snapshot.results)
-        if analysis == "served":
-            results.update(results.get("analyses", {}).get("served", {}))
-    actions = GuardrailAction.objects.filter(experiment=experiment, phase=phase)[:20]
+def results_index(request):
+    """Experiments list with status/layer filters and a search box."""
+    status = request.GET.get("status", "")
+    layer = request.GET.get("layer", "")
+    search = request.GET.get("q", "").strip()
+    table = experiment_list(status=status, layer=layer, search=search)
+    exported = _export(request, {table.id: table}, "experiments")
+    if exported:
+        return exported
     return render(
         request,
-        "analytics/results.html",
+        "analytics/index.html",
         {
-            "experiment": experiment,
-            "snapshot": snapshot,
-            "r": results,
-            "analysis": analysis,
-            "phase": phase,
-            "phases": list(range(1, (experiment.phase or 0) + 1)),
-            "guardrail_actions": actions,
+            **_common(),
+            "table": table,
+            "status": status,
+            "layer": layer,
+            "q": search,
+            "statuses": ExperimentStatus.choices,
+            "layers": list(Layer.objects.order_by("key").values_list("key", flat=True)),
         },
     )
 
 
 @staff_member_required
-def results_index(request):
-    experiments = Experiment.objects.order_by("-started_at", "key")
-    return render(request, "analytics/index.html", {"experiments": experiments})
+def results_page(request, key):
+    """One experiment phase: health, metrics with forest plot, cumulative lift, power, distributions."""
+    experiment = get_object_or_404(Experiment, key=key)
+    options, problems = results_options(query=request.GET, experiment=experiment)
+    data = results_dashboard(experiment=experiment, options=options)
+    exported = _export(request, data["tables"], f"{experiment.key}-phase{options.phase}")
+    if exported:
+        return exported
+    for problem in problems:
+        messages.warning(request, problem)
+    return render(
+        request,
+        "analytics/results.html",
+        {
+            **_common(),
+            **data,
+            "experiment": experiment,
+            "options": options,
+            "phases": list(range(1, (experiment.phase or 0) + 1)),
+            "engines": ENGINES,
+            "analyses": ANALYSES,
+            "admin_url": reverse("admin:muse_experiments_experiment_change", args=[experiment.pk]),
+        },
+    )
+
+
+@staff_member_required
+@require_POST
+def results_recompute(request, key):
+    """ "Recompute now": enqueue the same task as ``POST /api/v1/experiments/<key>/results/compute``."""
+    experiment = get_object_or_404(Experiment, key=key)
+    back = reverse("results-page", args=[experiment.key])
+    if not experiment.phase:
+        messages.error(request, "The experiment has not started: nothing to compute.")
+        return HttpResponseRedirect(back)
+    request_id = str(uuid.uuid4())
+    transaction.on_commit(
+        lambda: compute_results.apply_async(
+            args=(experiment.id, experiment.phase, SnapshotTrigger.MANUAL, request_id), task_id=request_id
+        )
+    )
+    messages.success(
+        request, f"Recomputing phase {experiment.phase} (request {request_id[:8]}); reload in a moment."
+    )
+    return HttpResponseRedirect(back)
+
+
+@staff_member_required
+def routing_health_page(request):
+    """Model catalogue with per-endpoint health over the last hour and day."""
+    data = routing_health()
+    exported = _export(request, {data["table"].id: data["table"]}, "routing-health")
+    if exported:
+        return exported
+    return render(request, "analytics/routing.html", {**_common(), **data})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -43,6 +44,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI / Redoc assets from our static files (works offline)
     "django_celery_beat",
     "muse_experiments",
     "routing",
@@ -106,7 +108,17 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The reporting time zone: dates on the admin and the dashboards are shown in it, with the zone
+# written next to them (FORMAT_MODULE_PATH formats end in "T"). Stored times stay UTC (USE_TZ).
+REPORTING_TIME_ZONE = env.str("MUSE_REPORTING_TIME_ZONE", default="UTC")
+try:
+    ZoneInfo(REPORTING_TIME_ZONE)
+except (ZoneInfoNotFoundError, ValueError) as exc:
+    raise ImproperlyConfigured(
+        f"MUSE_REPORTING_TIME_ZONE={REPORTING_TIME_ZONE!r} is not an IANA zone."
+    ) from exc
+TIME_ZONE = REPORTING_TIME_ZONE
+FORMAT_MODULE_PATH = ["muse_experiments.formats"]
 USE_I18N = True
 USE_TZ = True
 
@@ -203,6 +215,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Platform ------------------------------------------------------------------------------

@@ -2,10 +2,10 @@ from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import include, path
 from django.views.defaults import page_not_found
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from analytics.apis import EventsCreateApi, ResultsApi, ResultsComputeApi
-from analytics.views import results_index, results_page
+from analytics.views import results_index, results_page, results_recompute, routing_health_page
 from muse_experiments.apis import AssignmentPreviewApi, ExperimentDetailApi, ExperimentListApi
 from muse_experiments.health import healthz, readyz
 from muse_experiments.metrics import metrics_view
@@ -53,11 +53,14 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("results/", results_index, name="results-index"),
     path("results/<slug:key>/", results_page, name="results-page"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
+    path("results/<slug:key>/recompute", results_recompute, name="results-recompute"),
+    path("routing/health/", routing_health_page, name="routing-health"),
     path("api/v1/", include(api_v1)),
     path("v1/", include("routing.dropin.urls")),  # OpenAI/Anthropic SDK drop-ins
 ]

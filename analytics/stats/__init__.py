@@ -22,12 +22,14 @@ from .frequentist import compare
 from .multiple import adjust_p_values, benjamini_hochberg, bonferroni, holm
 from .power import (
     SampleSize,
+    mde_from_std_error,
     mde_mean,
     mde_proportion,
     power_mean,
     power_proportion,
     sample_size_mean,
     sample_size_proportion,
+    units_for_effect,
 )
 from .results import ComparisonResult, RelativeStatus, Status, json_safe
 from .sequential import compare_sequential, sequential_halfwidth, sequential_p_value, sequential_rho
@@ -58,12 +60,14 @@ __all__ = [
     "cuped_theta",
     "holm",
     "json_safe",
+    "mde_from_std_error",
     "mde_mean",
     "mde_proportion",
     "power_mean",
     "power_proportion",
     "sample_size_mean",
     "sample_size_proportion",
+    "units_for_effect",
     "sequential_halfwidth",
     "sequential_p_value",
     "sequential_rho",

@@ -32,6 +32,8 @@ __all__ = [
     "power_proportion",
     "sample_size_proportion",
     "mde_proportion",
+    "mde_from_std_error",
+    "units_for_effect",
 ]
 
 
@@ -243,3 +245,34 @@ def mde_proportion(
         raise ValueError("no detectable effect within the valid proportion range for this n")
     d = optimize.brentq(f, 1e-15, hi_abs, xtol=1e-14, rtol=1e-12)
     return sign * d / baseline if relative else sign * d
+
+
+def mde_from_std_error(std_error: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Minimum detectable effect of a two-sided z-test whose estimate has ``std_error``.
+
+    ``MDE = (z_{1-alpha/2} + z_{power}) * SE`` (Bloom 1995, "Minimum detectable effects"), in the
+    units of ``std_error`` (pass the relative SE to get a relative MDE). Raises ValueError on a
+    negative or non-finite SE or on alpha/power outside (0, 1).
+    """
+    check_args(alpha, "two-sided")
+    if not (0.0 < power < 1.0):
+        raise ValueError("power must be in (0, 1)")
+    if not (math.isfinite(std_error) and std_error >= 0.0):
+        raise ValueError("std_error must be finite and >= 0")
+    return float((special.ndtri(1.0 - alpha / 2.0) + special.ndtri(power)) * std_error)
+
+
+def units_for_effect(
+    units_now: float, std_error: float, effect: float, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """Total units at which ``effect`` becomes the MDE, assuming ``SE ∝ 1/sqrt(units)``.
+
+    ``n = units_now * (mde_now / |effect|)**2`` with ``mde_now`` from :func:`mde_from_std_error`;
+    ``inf`` for a zero effect. Raises ValueError on ``units_now`` <= 0.
+    """
+    if units_now <= 0:
+        raise ValueError("units_now must be > 0")
+    if effect == 0:
+        return math.inf
+    mde = mde_from_std_error(std_error, alpha, power)
+    return float(units_now * (mde / abs(effect)) ** 2)

@@ -1,0 +1,827 @@
+"""Reads behind the analyst pages: stored snapshots, the hourly call rollup and lift points.
+
+Nothing here scans raw call records or exposures: a page costs a handful of indexed queries over
+pre-aggregated rows (see ``bench/bench_pages.py``). Each builder returns :class:`Table` objects
+(HTML and CSV/JSON export from one definition) and plain lists for the charts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import OuterRef, Subquery
+from django.utils import timezone
+
+from muse_experiments.models import Experiment, ExperimentPhase, Variant
+from routing.circuit import breaker
+from routing.killswitch import kill_state
+from routing.models import KillScope, KillSwitch, ModelEndpoint
+
+from . import histograms
+from .formatting import milliseconds, money, number, percent, status_words
+from .models import CallRollup, GuardrailAction, LiftPoint, ResultSnapshot
+from .stats import mde_from_std_error, units_for_effect
+from .tables import Column, Table
+
+ENGINES = ("frequentist", "bayesian")
+ANALYSES = ("itt", "served")
+#: Most points per line on the cumulative-lift chart (older snapshots are thinned evenly).
+MAX_LIFT_POINTS = 300
+
+
+def endpoint_labels() -> dict[str, str]:
+    """``{public id: version label}`` (the id itself when an endpoint has no label)."""
+    return {
+        pid: label or pid for pid, label in ModelEndpoint.objects.values_list("public_id", "version_label")
+    }
+
+
+# --- options ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResultsOptions:
+    """What the results page shows (the switches). ``date_from``/``date_to`` are days in the
+    reporting zone (inclusive) and bound the time series; ``target_lift`` is a fraction."""
+
+    phase: int
+    analysis: str = "itt"
+    engine: str = "frequentist"
+    cuped: bool = True
+    metric: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+    target_lift: float = 0.05
+
+
+def results_options(*, query: Mapping[str, str], experiment: Experiment) -> tuple[ResultsOptions, list[str]]:
+    """Parse the page's query string; bad values fall back to defaults and come back as messages."""
+    errors: list[str] = []
+
+    def pick(name: str, allowed: Iterable[str], default: str) -> str:
+        value = query.get(name) or default
+        if value not in allowed:
+            errors.append(f"Unknown {name} {value!r}: showing {default}.")
+            return default
+        return value
+
+    phase = experiment.phase or 0
+    if query.get("phase"):
+        try:
+            asked = int(query["phase"])
+        except ValueError:
+            asked = -1
+        if 1 <= asked <= phase:
+            phase = asked
+        else:
+            errors.append(f"No phase {query['phase']!r}: showing phase {phase}.")
+
+    def day(name: str) -> date | None:
+        if not query.get(name):
+            return None
+        try:
+            return date.fromisoformat(query[name])
+        except ValueError:
+            errors.append(f"{name} must be a date like 2026-12-01.")
+            return None
+
+    target = 0.05
+    if query.get("target"):
+        try:
+            target = float(query["target"]) / 100.0
+            if not (0 < target < 10):
+                raise ValueError
+        except ValueError:
+            errors.append("Target lift must be a percentage above 0, e.g. 5.")
+            target = 0.05
+    start, end = day("from"), day("to")
+    if start and end and start > end:
+        errors.append("The date range ends before it starts: showing every day.")
+        start = end = None
+    return (
+        ResultsOptions(
+            phase=phase,
+            analysis=pick("analysis", ANALYSES, "itt"),
+            engine=pick("engine", ENGINES, "frequentist"),
+            cuped=pick("cuped", ("on", "off"), "on") == "on",
+            metric=query.get("metric", ""),
+            date_from=start,
+            date_to=end,
+            target_lift=target,
+        ),
+        errors,
+    )
+
+
+def _bounds(options: ResultsOptions) -> tuple[datetime | None, datetime | None]:
+    zone = timezone.get_current_timezone()
+    start = datetime.combine(options.date_from, time.min, zone) if options.date_from else None
+    end = datetime.combine(options.date_to + timedelta(days=1), time.min, zone) if options.date_to else None
+    return start, end
+
+
+# --- experiments list ------------------------------------------------------------------------
+
+
+def _kills_by_experiment(experiments: list[Experiment]) -> dict[int, list[KillSwitch]]:
+    """Active kill switches that touch each experiment (itself, a variant, an endpoint or provider
+    it uses, or every external provider)."""
+    active = list(KillSwitch.objects.filter(active=True))
+    if not active:
+        return {}
+    variants = defaultdict(list)
+    for v in Variant.objects.filter(experiment__in=experiments).select_related("endpoint__provider"):
+        variants[v.experiment_id].append(v)
+    out: dict[int, list[KillSwitch]] = {}
+    for e in experiments:
+        hits = []
+        for k in active:
+            vs = variants.get(e.id, [])
+            if (
+                (k.scope == KillScope.EXPERIMENT and k.target == e.key)
+                or (k.scope == KillScope.VARIANT and k.target.split("/", 1)[0] == e.key)
+                or (k.scope == KillScope.ENDPOINT and any(v.endpoint.public_id == k.target for v in vs))
+                or (k.scope == KillScope.PROVIDER and any(v.endpoint.provider.key == k.target for v in vs))
+                or (
+                    k.scope == KillScope.ALL_EXTERNAL
+                    and any(v.endpoint.provider.kind != "native" for v in vs)
+                )
+            ):
+                hits.append(k)
+        out[e.id] = hits
+    return out
+
+
+def _kill_text(k: KillSwitch) -> str:
+    return f"{k.get_scope_display().split(' (')[0]}{': ' + k.target if k.target else ''}"
+
+
+def _primary(results: Mapping[str, Any]) -> tuple[dict | None, list[dict]]:
+    metric = next((m for m in results.get("metrics", []) if m.get("role") == "primary"), None)
+    return metric, (metric or {}).get("comparisons", [])
+
+
+def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> Table:
+    """Every experiment with its current phase's latest snapshot summarised (one row each)."""
+    latest = ResultSnapshot.objects.filter(experiment=OuterRef("pk"), phase=OuterRef("phase")).order_by(
+        "-computed_at", "-id"
+    )
+    qs = Experiment.objects.select_related("layer").annotate(snapshot_id=Subquery(latest.values("id")[:1]))
+    if status:
+        qs = qs.filter(status=status)
+    if layer:
+        qs = qs.filter(layer__key=layer)
+    if search:
+        from django.db.models import Q
+
+        qs = qs.filter(Q(key__icontains=search) | Q(name__icontains=search) | Q(owner__icontains=search))
+    experiments = list(qs.order_by("-started_at", "key"))
+    snapshots = ResultSnapshot.objects.in_bulk([e.snapshot_id for e in experiments if e.snapshot_id])
+    kills = _kills_by_experiment(experiments)
+    alerts: dict[tuple[int, int], list[GuardrailAction]] = defaultdict(list)
+    for a in GuardrailAction.objects.filter(experiment__in=experiments):
+        alerts[(a.experiment_id, a.phase)].append(a)
+    now = timezone.now()
+    rows = []
+    for e in experiments:
+        snap = snapshots.get(e.snapshot_id)
+        results = snap.results if snap else {}
+        variants = results.get("variants", [])
+        units = sum(v.get("units") or 0 for v in variants)
+        split = " / ".join(f"{v['key']} {percent((v.get('units') or 0) / units)}" for v in variants if units)
+        srm = results.get("srm") or {}
+        metric, comparisons = _primary(results)
+        verdict = "; ".join(
+            f"{c['variant']} {percent(c.get('relative_lift'), signed=True)} ({status_words(c.get('verdict'))})"
+            for c in comparisons
+        )
+        end = e.stopped_at if e.status != "running" and e.stopped_at else now
+        rows.append(
+            {
+                "key": e.key,
+                "name": e.name,
+                "status": e.status,
+                "layer": e.layer.key if e.layer else "",
+                "phase": e.phase,
+                "days_running": (end - e.started_at).total_seconds() / 86400 if e.started_at else None,
+                "units": units if snap else None,
+                "split": split,
+                "srm": ("mismatch" if srm.get("flagged") else srm.get("status")) if srm else None,
+                "srm_p": srm.get("p_value"),
+                "primary_metric": e.primary_metric,
+                "primary_verdict": verdict or (status_words((metric or {}).get("status")) if metric else ""),
+                "kill_switches": "; ".join(_kill_text(k) for k in kills.get(e.id, [])),
+                "guardrail_alerts": len(alerts.get((e.id, e.phase), [])),
+                "snapshot_at": snap.computed_at if snap else None,
+                "_class": "alert"
+                if srm.get("flagged") or kills.get(e.id) or alerts.get((e.id, e.phase))
+                else "",
+            }
+        )
+    return Table(
+        id="experiments",
+        title="Experiments",
+        row_class="_class",
+        columns=[
+            Column("key", "Experiment"),
+            Column("status", "Status", "status"),
+            Column("layer", "Layer"),
+            Column("days_running", "Days running", "num"),
+            Column("units", "Units so far", "int"),
+            Column("split", "Split (units per variant)"),
+            Column("srm", "Sample ratio", "status", help="Chi-square test of the split against the weights"),
+            Column("primary_metric", "Primary metric"),
+            Column("primary_verdict", "Primary verdict (relative lift)"),
+            Column("kill_switches", "Kill switches in force"),
+            Column("guardrail_alerts", "Guardrail alerts", "int"),
+            Column("snapshot_at", "Results as of", "when"),
+        ],
+        rows=rows,
+    )
+
+
+# --- experiment results ----------------------------------------------------------------------
+
+
+def _metric_kind(metric: Mapping[str, Any]) -> str:
+    """How to show a metric's values: pct for proportions, money for cost, ms for latency."""
+    if metric.get("type") == "proportion":
+        return "pct"
+    call_value = (metric.get("definition") or {}).get("call_value") or ""
+    if call_value == "cost_usd" or metric.get("name", "").startswith("cost"):
+        return "money"
+    if call_value == "latency_ms" or metric.get("name", "").startswith("latency"):
+        return "ms"
+    return "num"
+
+
+def _effect(c: Mapping[str, Any], options: ResultsOptions) -> dict[str, Any]:
+    """The comparison numbers the switches ask for: engine and CUPED on/off."""
+    base = c
+    cuped_used = bool(c.get("cuped"))
+    if cuped_used and not options.cuped and c.get("unadjusted"):
+        base, cuped_used = c["unadjusted"], False
+    out = {
+        "status": base.get("status"),
+        "reason": base.get("reason"),
+        "lift": base.get("relative_lift"),
+        "ci": base.get("relative_ci"),
+        "p": base.get("p_value"),
+        "cuped": cuped_used,
+        "variance_reduction": base.get("variance_reduction"),
+        "se": base.get("relative_std_error"),
+        "chance": None,
+        "risk": None,
+    }
+    if options.engine == "bayesian":
+        bayes = (c.get("bayesian") or {}) if base is c else {}
+        relative = bayes.get("effect") == "relative"
+        out.update(
+            status=bayes.get("status") or base.get("status"),
+            reason=bayes.get("reason") or base.get("reason"),
+            lift=bayes.get("posterior_mean") if relative else base.get("relative_lift"),
+            ci=bayes.get("credible_interval") if relative else None,
+            chance=bayes.get("chance_to_beat_control"),
+            risk=bayes.get("risk"),
+            p=None,
+        )
+    return out
+
+
+def _tone(lift: float | None, ci: Any, higher_is_better: bool) -> str:
+    """good/bad when the interval excludes 0 in the metric's direction, else neutral."""
+    if lift is None or not ci or ci[0] is None or ci[1] is None or (ci[0] <= 0 <= ci[1]):
+        return "neutral"
+    return "good" if (lift > 0) == higher_is_better else "bad"
+
+
+def _axis(intervals: Iterable[Any]) -> tuple[float, float]:
+    """A shared, symmetric-enough domain for the forest plot that always includes 0."""
+    lo, hi = 0.0, 0.0
+    for ci in intervals:
+        if ci[0] is not None and ci[1] is not None:
+            lo, hi = min(lo, ci[0]), max(hi, ci[1])
+    span = max(hi - lo, 0.02)
+    lo, hi = max(lo - 0.08 * span, -1.0), hi + 0.08 * span
+    return lo, hi
+
+
+def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
+    """One row per metric × treatment: values, relative lift, interval (drawn on a shared axis),
+    p-value (frequentist) or chance to beat control (Bayesian), verdict; guardrails marked."""
+    rows = []
+    for m in body.get("metrics", []):
+        kind = _metric_kind(m)
+        means = {v["key"]: v.get("mean") for v in m.get("variants", [])}
+        control = next((v["key"] for v in body.get("variants", []) if v.get("is_control")), "")
+        if m.get("status") != "ok" or not m.get("comparisons"):
+            rows.append(
+                {
+                    "metric": m.get("label") or m["name"],
+                    "metric_name": m["name"],
+                    "role": m.get("role"),
+                    "variant": "",
+                    "verdict": m.get("status"),
+                    "reason": m.get("reason") or "",
+                    "_class": "guardrail" if m.get("role") == "guardrail" else "",
+                }
+            )
+            continue
+        for c in m["comparisons"]:
+            e = _effect(c, options)
+            tone = _tone(e["lift"], e["ci"], bool(m.get("higher_is_better", True)))
+            verdict = c.get("verdict") if options.cuped or not c.get("cuped") else None
+            if verdict is None:  # CUPED off: the verdict of the unadjusted test
+                p, alpha = e["p"], c.get("alpha") or 0.05
+                verdict = (
+                    e["status"]
+                    if e["status"] != "ok"
+                    else "inconclusive"
+                    if p is None or p >= alpha
+                    else ("better" if tone == "good" else "worse")
+                )
+            if options.engine == "bayesian" and e["chance"] is not None:
+                verdict = (
+                    "better" if e["chance"] >= 0.95 else "worse" if e["chance"] <= 0.05 else "inconclusive"
+                )
+            ci = e["ci"] or (None, None)
+            rows.append(
+                {
+                    "metric": m.get("label") or m["name"],
+                    "metric_name": m["name"],
+                    "role": m.get("role"),
+                    "direction": "higher is better" if m.get("higher_is_better", True) else "lower is better",
+                    "variant": c["variant"],
+                    "control_value": means.get(control),
+                    "control_value__kind": kind,
+                    "treatment_value": means.get(c["variant"]),
+                    "treatment_value__kind": kind,
+                    "units": (c.get("control_n") or 0) + (c.get("treatment_n") or 0),
+                    "relative_lift": e["lift"],
+                    "ci_low": ci[0],
+                    "ci_high": ci[1],
+                    "forest": {"lift": e["lift"], "low": ci[0], "high": ci[1], "tone": tone},
+                    "p_value": e["p"],
+                    "chance_to_beat_control": e["chance"],
+                    "risk": e["risk"],
+                    "cuped": "yes" if e["cuped"] else "no",
+                    "verdict": verdict,
+                    "reason": e["reason"] or "",
+                    "_class": " ".join(
+                        x for x in ("guardrail" if m.get("role") == "guardrail" else "", f"tone-{tone}") if x
+                    ),
+                }
+            )
+    bayes = options.engine == "bayesian"
+    ci_name = "credible interval" if bayes else "confidence interval"
+    level = f"{(1 - (body.get('alpha') or 0.05)) * 100:g} %"
+    columns = [
+        Column("metric", "Metric"),
+        Column("role", "Role"),
+        Column("variant", "Treatment"),
+        Column("control_value", "Control", "num"),
+        Column("treatment_value", "Treatment value", "num"),
+        Column("relative_lift", "Relative lift", "lift"),
+        Column("forest", f"Lift with its {level} {ci_name} (shared axis)", "forest"),
+        Column("ci_low", "Interval low", "lift"),
+        Column("ci_high", "Interval high", "lift"),
+    ]
+    if bayes:
+        columns += [
+            Column("chance_to_beat_control", "Chance to beat control", "pct"),
+            Column("risk", "Risk", "num", help="Expected loss if the treatment is chosen"),
+        ]
+    else:
+        columns += [Column("p_value", "p-value", "p")]
+    columns += [Column("cuped", "CUPED"), Column("verdict", "Verdict", "status"), Column("reason", "Why")]
+    return Table(
+        id="metrics",
+        title="Metrics",
+        columns=columns,
+        rows=rows,
+        row_class="_class",
+        export_extra=("metric_name", "direction", "units"),
+        axis=_axis((r.get("ci_low"), r.get("ci_high")) for r in rows),
+    )
+
+
+def srm_table(*, body: Mapping[str, Any]) -> Table:
+    """Observed vs expected split of the analysed units."""
+    variants = body.get("variants", [])
+    total_units = sum(v.get("units") or 0 for v in variants)
+    total_weight = sum(v.get("weight") or 0 for v in variants) or 1.0
+    return Table(
+        id="split",
+        title="Units per variant: observed vs expected",
+        columns=[
+            Column("variant", "Variant"),
+            Column("endpoint", "Model", "model"),
+            Column("expected", "Expected share", "pct"),
+            Column("observed", "Observed share", "pct"),
+            Column("units", "Analysed units", "int"),
+            Column("exposed", "Exposed", "int"),
+            Column("multiple_exposure", "Saw several variants", "int"),
+            Column("deviating", "Not served as assigned", "int"),
+        ],
+        rows=[
+            {
+                "variant": v["key"] + (" (control)" if v.get("is_control") else ""),
+                "endpoint": v.get("endpoint"),
+                "expected": (v.get("weight") or 0) / total_weight,
+                "observed": (v.get("units") or 0) / total_units if total_units else None,
+                "units": v.get("units"),
+                "exposed": v.get("exposed"),
+                "multiple_exposure": v.get("multiple_exposure"),
+                "deviating": v.get("deviating"),
+            }
+            for v in variants
+        ],
+    )
+
+
+def _rollup_rows(*, experiment: Experiment, phase: int, options: ResultsOptions) -> list[dict[str, Any]]:
+    start, end = _bounds(options)
+    qs = CallRollup.objects.filter(experiment_id=experiment.id, phase=phase)
+    if start:
+        qs = qs.filter(bucket__gte=start)
+    if end:
+        qs = qs.filter(bucket__lt=end)
+    return list(
+        qs.order_by("bucket").values(
+            "bucket",
+            "variant_key",
+            "calls",
+            "errors",
+            "fallbacks",
+            "killed",
+            "exposures",
+            "cost_usd",
+            "tokens",
+            "latency_hist",
+            "cost_hist",
+            "tokens_hist",
+        )
+    )
+
+
+def _day(bucket: datetime) -> str:
+    return bucket.astimezone(timezone.get_current_timezone()).date().isoformat()
+
+
+def exposure_series(*, rows: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
+    """Units first exposed per day (reporting zone) per variant: ``{"labels", "series": {v: [...]}}``."""
+    days = sorted({_day(r["bucket"]) for r in rows if r["exposures"]})
+    per: dict[str, dict[str, int]] = {v: defaultdict(int) for v in variants}
+    for r in rows:
+        if r["exposures"] and r["variant_key"] in per:
+            per[r["variant_key"]][_day(r["bucket"])] += r["exposures"]
+    return {"labels": days, "series": {v: [per[v].get(d, 0) for d in days] for v in variants}}
+
+
+def call_table(*, rows: list[dict[str, Any]], variants: list[str]) -> tuple[Table, dict[str, Any]]:
+    """Per-variant call health (from the rollup) and the distributions for the charts."""
+    agg: dict[str, dict[str, Any]] = {
+        v: {"calls": 0, "errors": 0, "fallbacks": 0, "killed": 0, "cost": 0.0, "tokens": 0} for v in variants
+    }
+    hists: dict[str, dict[str, list[list[int]]]] = {v: defaultdict(list) for v in variants}
+    for r in rows:
+        a = agg.get(r["variant_key"])
+        if a is None or not r["calls"]:
+            continue
+        for k in ("calls", "errors", "fallbacks", "killed", "tokens"):
+            a[k] += r[k]
+        a["cost"] += r["cost_usd"]
+        for h in ("latency_hist", "cost_hist", "tokens_hist"):
+            hists[r["variant_key"]][h].append(r[h])
+    grids = {
+        "latency_hist": histograms.LATENCY_MS,
+        "cost_hist": histograms.COST_USD,
+        "tokens_hist": histograms.TOKENS,
+    }
+    merged = {v: {h: histograms.merge(hists[v][h], g.size) for h, g in grids.items()} for v in variants}
+    table_rows = []
+    for v in variants:
+        a, lat = agg[v], merged[v]["latency_hist"]
+        n = a["calls"]
+        table_rows.append(
+            {
+                "variant": v,
+                "calls": n,
+                "error_rate": a["errors"] / n if n else None,
+                "fallback_share": a["fallbacks"] / n if n else None,
+                "killed_share": a["killed"] / n if n else None,
+                "latency_p50": histograms.LATENCY_MS.quantile(lat, 0.5),
+                "latency_p95": histograms.LATENCY_MS.quantile(lat, 0.95),
+                "cost_per_call": a["cost"] / n if n else None,
+                "cost_total": a["cost"],
+                "tokens_per_call": a["tokens"] / n if n else None,
+            }
+        )
+    table = Table(
+        id="calls",
+        title="Calls per variant",
+        note="Latency percentiles are read from log-spaced histograms (within one bin, about ±15 %).",
+        columns=[
+            Column("variant", "Variant"),
+            Column("calls", "Calls", "int"),
+            Column("error_rate", "Failed", "pct"),
+            Column("fallback_share", "Served by a fallback", "pct"),
+            Column("killed_share", "Rerouted by a kill switch", "pct"),
+            Column("latency_p50", "Latency p50", "ms"),
+            Column("latency_p95", "Latency p95", "ms"),
+            Column("cost_per_call", "Cost per call", "money"),
+            Column("cost_total", "Cost", "money"),
+            Column("tokens_per_call", "Tokens per call", "num"),
+        ],
+        rows=table_rows,
+    )
+    charts = {}
+    formats = {"latency_hist": milliseconds, "cost_hist": money, "tokens_hist": number}
+    for h, g in grids.items():
+        labels = g.labels(formats[h])
+        used = [i for i in range(g.size) if any(merged[v][h][i] for v in variants)]
+        lo, hi = (used[0], used[-1] + 1) if used else (0, 0)
+        charts[h] = {
+            "labels": labels[lo:hi],
+            "series": {v: [c / (sum(merged[v][h]) or 1) for c in merged[v][h][lo:hi]] for v in variants},
+        }
+    return table, charts
+
+
+def _thin(points: list[LiftPoint], most: int) -> list[LiftPoint]:
+    if len(points) <= most:
+        return points
+    step = len(points) / most
+    picked = [points[int(i * step)] for i in range(most - 1)]
+    return [*picked, points[-1]]
+
+
+def lift_series(*, experiment: Experiment, options: ResultsOptions, metric: str) -> dict[str, Any]:
+    """Cumulative relative lift per treatment over snapshot times, with the sequential
+    (always-valid) band when stored, else the fixed-horizon interval."""
+    start, end = _bounds(options)
+    qs = LiftPoint.objects.filter(
+        experiment=experiment, phase=options.phase, analysis=options.analysis, metric=metric
+    )
+    if start:
+        qs = qs.filter(computed_at__gte=start)
+    if end:
+        qs = qs.filter(computed_at__lt=end)
+    by_variant: dict[str, dict[bool, list[LiftPoint]]] = defaultdict(lambda: defaultdict(list))
+    for p in qs.order_by("computed_at", "id"):
+        by_variant[p.variant_key][p.cuped].append(p)
+    zone = timezone.get_current_timezone()
+    series = {}
+    for variant, sets in by_variant.items():
+        points = sets.get(options.cuped) or sets.get(not options.cuped) or []
+        out = []
+        for p in _thin(points, MAX_LIFT_POINTS):
+            band = (
+                (p.sequential_low, p.sequential_high)
+                if p.sequential_low is not None and p.sequential_high is not None
+                else (p.ci_low, p.ci_high)
+            )
+            out.append(
+                {
+                    "t": p.computed_at.astimezone(zone).strftime("%Y-%m-%d %H:%M"),
+                    "lift": p.relative_lift,
+                    "low": band[0],
+                    "high": band[1],
+                    "units": p.units,
+                }
+            )
+        series[variant] = out
+    return {"series": series, "zone": timezone.get_current_timezone_name()}
+
+
+def power_table(*, body: Mapping[str, Any], options: ResultsOptions, daily_units: float | None) -> Table:
+    """Per primary/guardrail metric × treatment: the relative MDE now (80 % power) and the days
+    still needed for the target lift to become detectable at the current rate of new units."""
+    alpha = body.get("alpha") or 0.05
+    rows = []
+    for m in body.get("metrics", []):
+        if m.get("role") not in ("primary", "guardrail"):
+            continue
+        for c in m.get("comparisons", []):
+            e = _effect(c, ResultsOptions(phase=options.phase, cuped=options.cuped))
+            se, units = e["se"], (c.get("control_n") or 0) + (c.get("treatment_n") or 0)
+            mde = needed = days = None
+            if se is not None and units > 0:
+                mde = mde_from_std_error(se, alpha)
+                needed = units_for_effect(units, se, options.target_lift, alpha)
+                remaining = max(needed - units, 0.0)
+                if remaining == 0:
+                    days = 0.0
+                elif daily_units:
+                    days = remaining / daily_units
+            rows.append(
+                {
+                    "metric": m.get("label") or m["name"],
+                    "variant": c["variant"],
+                    "units": units,
+                    "mde": mde,
+                    "target": options.target_lift,
+                    "units_needed": needed if needed is not None and math.isfinite(needed) else None,
+                    "days_needed": days,
+                }
+            )
+    return Table(
+        id="power",
+        title="Power",
+        note=(
+            f"MDE: smallest relative lift detectable now with 80 % power at alpha {alpha:g} "
+            "(two-sided; (z₁₋α/₂ + z₀.₈) × standard error). Days: at the rate of new units over the "
+            "last 7 days of the rollup, until the target lift is the MDE."
+        ),
+        columns=[
+            Column("metric", "Metric"),
+            Column("variant", "Treatment"),
+            Column("units", "Units (both arms)", "int"),
+            Column("mde", "MDE now", "pct"),
+            Column("target", "Target lift", "pct"),
+            Column("units_needed", "Units needed", "int"),
+            Column("days_needed", "Days still needed", "num"),
+        ],
+        rows=rows,
+    )
+
+
+def _daily_units(rows: list[dict[str, Any]]) -> float | None:
+    """New units per day over the last 7 days that have rollup rows."""
+    if not rows:
+        return None
+    last = max(r["bucket"] for r in rows)
+    recent = [r for r in rows if r["bucket"] > last - timedelta(days=7)]
+    first = min(r["bucket"] for r in recent)
+    days = max((last - first).total_seconds() / 86400 + 1 / 24, 1 / 24)
+    total = sum(r["exposures"] for r in recent)
+    return total / days if total else None
+
+
+def kills_table(*, experiment: Experiment) -> Table:
+    """Kill switches in force on this experiment, with when each started (reporting zone)."""
+    kills = _kills_by_experiment([experiment]).get(experiment.id, [])
+    return Table(
+        id="kills",
+        title="Kill switches in force",
+        columns=[
+            Column("switch", "Switch"),
+            Column("reason", "Reason"),
+            Column("by", "By"),
+            Column("since", "Since", "when"),
+        ],
+        rows=[
+            {"switch": _kill_text(k), "reason": k.reason, "by": k.updated_by, "since": k.updated_at}
+            for k in kills
+        ],
+    )
+
+
+def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dict[str, Any]:
+    """Everything the results page shows for one phase (see the template for the layout)."""
+    snapshot = (
+        ResultSnapshot.objects.filter(experiment=experiment, phase=options.phase)
+        .order_by("-computed_at", "-id")
+        .first()
+        if options.phase
+        else None
+    )
+    phase_row = ExperimentPhase.objects.filter(experiment=experiment, number=options.phase).first()
+    out: dict[str, Any] = {"snapshot": snapshot, "phase_row": phase_row, "tables": {}}
+    out["tables"]["kills"] = kills_table(experiment=experiment)
+    variants = [v.key for v in experiment.variants.order_by("position", "id")]
+    rows = _rollup_rows(experiment=experiment, phase=options.phase, options=options) if options.phase else []
+    out["exposures"] = exposure_series(rows=rows, variants=variants)
+    out["tables"]["calls"], out["distributions"] = call_table(rows=rows, variants=variants)
+    if snapshot is None:
+        return out
+    results = snapshot.results
+    body = (
+        results if options.analysis == "itt" else {**results, **results.get("analyses", {}).get("served", {})}
+    )
+    out["body"] = body
+    metrics = [m["name"] for m in body.get("metrics", [])]
+    out["metric_names"] = [(m["name"], m.get("label") or m["name"]) for m in body.get("metrics", [])]
+    metric = options.metric if options.metric in metrics else (metrics[0] if metrics else "")
+    out["metric"] = metric
+    out["tables"]["split"] = srm_table(body=body)
+    out["tables"]["metrics"] = metric_table(body=body, options=options)
+    out["tables"]["power"] = power_table(body=body, options=options, daily_units=_daily_units(rows))
+    out["lift"] = lift_series(experiment=experiment, options=options, metric=metric)
+    out["guardrail_actions"] = list(
+        GuardrailAction.objects.filter(experiment=experiment, phase=options.phase)[:20]
+    )
+    return out
+
+
+# --- model catalogue and routing health ------------------------------------------------------
+
+
+def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
+    """Per endpoint over the last hour and day (rollup hours): calls, failure rate, p50/p95
+    latency, cost; with circuit and kill state; and calls per hour for the chart."""
+    now = now or timezone.now()
+    hour_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    day_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+    rows = list(
+        CallRollup.objects.filter(bucket__gte=day_start)
+        .exclude(endpoint="")
+        .values("bucket", "endpoint", "calls", "errors", "fallbacks", "cost_usd", "latency_hist")
+    )
+    windows: dict[str, dict[str, dict[str, Any]]] = defaultdict(
+        lambda: {
+            w: {"calls": 0, "errors": 0, "fallbacks": 0, "cost": 0.0, "lat": []} for w in ("hour", "day")
+        }
+    )
+    hourly: dict[str, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        for w in ("hour", "day"):
+            if w == "hour" and r["bucket"] < hour_start:
+                continue
+            a = windows[r["endpoint"]][w]
+            a["calls"] += r["calls"]
+            a["errors"] += r["errors"]
+            a["fallbacks"] += r["fallbacks"]
+            a["cost"] += r["cost_usd"]
+            a["lat"].append(r["latency_hist"])
+        hourly[r["endpoint"]][r["bucket"]] += r["calls"]
+    kills = kill_state()
+    cb = breaker()
+    grid = histograms.LATENCY_MS
+    table_rows = []
+    for e in ModelEndpoint.objects.select_related("provider").order_by("provider__key", "public_id"):
+        w = windows.get(e.public_id)
+        entry: dict[str, Any] = {
+            "endpoint": e.public_id,
+            "endpoint_label": e.version_label or e.public_id,
+            "provider": e.provider.key,
+            "enabled": "yes" if e.enabled and e.provider.enabled else "no",
+            "circuit": cb.state(e.public_id),
+            "killed": "killed"
+            if kills.endpoint_killed(
+                public_id=e.public_id, provider_key=e.provider.key, is_external=e.provider.kind != "native"
+            )
+            else "live",
+            "price_in": float(e.price_input_per_mtok),
+            "price_out": float(e.price_output_per_mtok),
+        }
+        for name in ("hour", "day"):
+            a = (w or {}).get(name) or {"calls": 0, "errors": 0, "fallbacks": 0, "cost": 0.0, "lat": []}
+            lat = histograms.merge(a["lat"], grid.size)
+            n = a["calls"]
+            entry.update(
+                {
+                    f"calls_{name}": n,
+                    f"error_rate_{name}": a["errors"] / n if n else None,
+                    f"p50_{name}": grid.quantile(lat, 0.5),
+                    f"p95_{name}": grid.quantile(lat, 0.95),
+                    f"cost_{name}": a["cost"],
+                }
+            )
+        entry["_class"] = "alert" if entry["circuit"] != "closed" or entry["killed"] == "killed" else ""
+        table_rows.append(entry)
+    zone = timezone.get_current_timezone()
+    since_hour = hour_start.astimezone(zone).strftime("%H:%M %Z")
+    cols = [
+        Column("endpoint", "Model", "model"),
+        Column("provider", "Provider"),
+        Column("enabled", "Enabled"),
+        Column("circuit", "Circuit", "status"),
+        Column("killed", "Kill switch", "status"),
+    ]
+    for name, label in (("hour", f"since {since_hour}"), ("day", "24 h")):
+        cols += [
+            Column(f"calls_{name}", f"Calls ({label})", "int"),
+            Column(f"error_rate_{name}", f"Failed ({label})", "pct"),
+            Column(f"p50_{name}", f"p50 ({label})", "ms"),
+            Column(f"p95_{name}", f"p95 ({label})", "ms"),
+            Column(f"cost_{name}", f"Cost ({label})", "money"),
+        ]
+    cols += [
+        Column("price_in", "Input $/M tokens", "money"),
+        Column("price_out", "Output $/M tokens", "money"),
+    ]
+    hours = [day_start + timedelta(hours=i) for i in range(24 + 1)]
+    busiest = sorted(hourly, key=lambda k: -sum(hourly[k].values()))[:8]
+    labels = endpoint_labels()
+    chart = {
+        "labels": [h.astimezone(zone).strftime("%H:%M") for h in hours],
+        "series": {labels.get(k, k): [hourly[k].get(h, 0) for h in hours] for k in busiest},
+        "zone": timezone.get_current_timezone_name(),
+    }
+    return {
+        "table": Table(
+            id="endpoints",
+            title="Model catalogue and routing health",
+            columns=cols,
+            rows=table_rows,
+            row_class="_class",
+        ),
+        "chart": chart,
+        "kills": list(KillSwitch.objects.filter(active=True).order_by("-updated_at")),
+    }

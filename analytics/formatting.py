@@ -1,0 +1,126 @@
+"""People-ready numbers and words for the dashboards (no Django import).
+
+Every function takes a raw value (None allowed) and returns display text; a missing value is an em
+dash. Exports (CSV/JSON) carry the raw values, never these strings.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, tzinfo
+
+DASH = "—"
+
+#: Status and verdict codes in words (the code itself goes in a tooltip). Unknown codes are shown
+#: as their words (``some_code`` → "Some code"), so a new engine status never breaks a page.
+STATUS_WORDS = {
+    "ok": "OK",
+    "better": "Better",
+    "worse": "Worse",
+    "inconclusive": "Not significant yet",
+    "insufficient_data": "Not enough data",
+    "zero_variance": "No variation in one arm",
+    "constant_identical": "Same constant value in both arms",
+    "ratio_denominator_zero": "Denominator is zero",
+    "control_mean_zero": "Control mean is zero",
+    "control_mean_near_zero": "Control mean too close to zero",
+    "not_computed": "Not computed",
+    "undefined_metric": "Metric not defined",
+    "invalid_input": "Inconsistent input data",
+    "degenerate": "Degenerate input",
+    "mismatch": "Sample ratio mismatch",
+    "srm": "Sample ratio mismatch",
+    "units_in_zero_weight_arm": "Units in a 0 % arm",
+    "no_units": "No units yet",
+    "draft": "Draft",
+    "running": "Running",
+    "paused": "Paused",
+    "stopped": "Stopped",
+    "archived": "Archived",
+    "closed": "Closed (healthy)",
+    "open": "Open (calls refused)",
+    "half_open": "Half-open (probing)",
+    "live": "Live",
+    "killed": "Killed",
+    "detected": "Detected",
+    "kill_switch_unavailable": "Detected; no kill switch service",
+    "failed": "Failed",
+    "itt": "Intent-to-treat",
+    "served": "Served as assigned",
+}
+
+
+def status_words(code: str | None) -> str:
+    """``constant_identical`` → "Same constant value in both arms"; None → em dash."""
+    if not code:
+        return DASH
+    return STATUS_WORDS.get(code) or code.replace("_", " ").capitalize()
+
+
+def _ok(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _sig(value: float, digits: int = 3) -> str:
+    """``digits`` significant digits, thousands separators, never scientific notation."""
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
+
+
+def integer(value) -> str:
+    """1234567 → "1,234,567"."""
+    return f"{round(value):,}" if _ok(value) else DASH
+
+
+def number(value) -> str:
+    """Three significant digits with separators: 1234.5 → "1,235", 0.012345 → "0.0123"."""
+    if not _ok(value):
+        return DASH
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return _sig(value)
+
+
+def percent(value, signed: bool = False) -> str:
+    """A fraction as a percentage: 0.0523 → "5.23 %" (``signed``: "+5.23 %")."""
+    if not _ok(value):
+        return DASH
+    text = _sig(abs(value) * 100) + " %"
+    if signed:
+        return ("+" if value > 0 else "−" if value < 0 else "±") + text
+    return ("−" if value < 0 else "") + text
+
+
+def money(value) -> str:
+    """US dollars: 1234.5 → "$1,234.50"; 0.000007723 → "$0.00000772" (3 significant digits)."""
+    if not _ok(value):
+        return DASH
+    sign = "−" if value < 0 else ""
+    v = abs(value)
+    if v >= 0.01 or v == 0:
+        return f"{sign}${v:,.2f}"
+    return f"{sign}${_sig(v)}"
+
+
+def milliseconds(value) -> str:
+    """842.3 → "842 ms"; 12345 → "12.3 s"."""
+    if not _ok(value):
+        return DASH
+    return f"{_sig(value / 1000)} s" if value >= 1000 else f"{_sig(value)} ms"
+
+
+def p_value(value) -> str:
+    """0.0321 → "0.032"; below 0.001 → "< 0.001"."""
+    if not _ok(value):
+        return DASH
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def when(value: datetime | None, zone: tzinfo) -> str:
+    """An aware datetime in the reporting zone, with the zone: "2026-12-01 09:30 CET"."""
+    if value is None:
+        return DASH
+    local = value.astimezone(zone)
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"

@@ -1,0 +1,179 @@
+"""Pre-aggregation for the dashboards: raw call records and exposures → :class:`CallRollup` rows,
+and each result snapshot → :class:`LiftPoint` rows.
+
+Written by the analytics task (:func:`analytics.tasks.compute_results` and the schedule), read by
+:mod:`analytics.dashboards`; no page ever scans raw call records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, Sum, Value, When
+from django.db.models.functions import Coalesce, NullIf, TruncHour
+
+from muse_experiments.models import Exposure
+from routing.models import CallRecord, JobStatus, RoutingReason
+
+from . import histograms
+from .histograms import LogBins
+from .models import CallRollup, LiftPoint, ResultSnapshot
+
+log = logging.getLogger(__name__)
+
+KEY = ("bucket", "endpoint", "experiment_id", "phase", "variant_key")
+FALLBACK_REASONS = (RoutingReason.ERROR_FALLBACK, RoutingReason.CIRCUIT_OPEN)
+
+
+def _bin_case(field: str, grid: LogBins) -> Case:
+    """SQL ``CASE`` giving the bin of ``field`` on ``grid`` (portable: no log() in SQLite)."""
+    whens = [When(**{f"{field}__lt": edge}, then=Value(i)) for i, edge in enumerate(grid.edges)]
+    return Case(*whens, default=Value(grid.size - 1), output_field=IntegerField())
+
+
+def _resume_point() -> datetime | None:
+    """The newest stored hour (recomputed, as it may have been partial), or None for everything."""
+    return CallRollup.objects.aggregate(last=Max("bucket"))["last"]
+
+
+def call_rollup_refresh(*, since: datetime | None = None) -> int:
+    """Recompute the hourly rollup from ``since`` (default: the newest stored hour) to now.
+
+    Per hour × endpoint × experiment phase × variant: calls, errors (failed calls), fallbacks
+    (``error_fallback``/``circuit_open``), killed (``killed``), cost (USD), tokens (input + output
+    + reasoning), histograms of latency (ms, succeeded calls), cost and tokens per call
+    (:mod:`analytics.histograms`), and units first exposed. The hours from ``since`` on are
+    replaced in one transaction; a concurrent refresh that loses the race gives up (it returns 0)
+    and the next run catches up. Returns the number of rollup rows written.
+    """
+    start = since or _resume_point()
+    if start is None:
+        first = CallRecord.objects.aggregate(t=Min("created_at"))["t"]
+        first_exposure = Exposure.objects.aggregate(t=Min("first_exposed_at"))["t"]
+        candidates = [t for t in (first, first_exposure) if t is not None]
+        if not candidates:
+            return 0
+        start = min(candidates)
+    start = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+    calls = CallRecord.objects.filter(created_at__gte=start).annotate(
+        bucket=TruncHour("created_at", tzinfo=UTC),
+        endpoint=Coalesce(NullIf("served_endpoint", Value("")), "assigned_endpoint"),
+        exp=Coalesce("experiment_id", Value(0)),
+        ph=Coalesce("phase", Value(0)),
+        tok=F("input_tokens") + F("output_tokens") + F("reasoning_tokens"),
+    )
+    group = ("bucket", "endpoint", "exp", "ph", "variant_key")
+    rows: dict[tuple, dict[str, Any]] = {}
+
+    def row(key: Sequence[Any]) -> dict[str, Any]:
+        k = tuple(key)
+        if k not in rows:
+            rows[k] = {
+                "latency_hist": [0] * histograms.LATENCY_MS.size,
+                "cost_hist": [0] * histograms.COST_USD.size,
+                "tokens_hist": [0] * histograms.TOKENS.size,
+            }
+        return rows[k]
+
+    def one_if(q: Q) -> Sum:
+        return Sum(Case(When(q, then=Value(1)), default=Value(0), output_field=IntegerField()))
+
+    totals = calls.values(*group).annotate(
+        n=Count("id"),
+        err=one_if(Q(status=JobStatus.FAILED)),
+        fb=one_if(Q(reason__in=FALLBACK_REASONS)),
+        kill=one_if(Q(reason=RoutingReason.KILLED)),
+        cost=Sum("cost_usd"),
+        tokens=Sum("tok"),
+    )
+    for t in totals:
+        row(t[g] for g in group).update(
+            calls=t["n"],
+            errors=t["err"],
+            fallbacks=t["fb"],
+            killed=t["kill"],
+            cost_usd=float(t["cost"] or 0),
+            tokens=int(t["tokens"] or 0),
+        )
+    for field, hist, grid, base in (
+        ("latency_ms", "latency_hist", histograms.LATENCY_MS, calls.filter(latency_ms__isnull=False)),
+        ("cost_usd", "cost_hist", histograms.COST_USD, calls),
+        ("tok", "tokens_hist", histograms.TOKENS, calls),
+    ):
+        for t in base.annotate(bin=_bin_case(field, grid)).values(*group, "bin").annotate(n=Count("id")):
+            row(t[g] for g in group)[hist][t["bin"]] += t["n"]
+
+    exposures = (
+        Exposure.objects.filter(first_exposed_at__gte=start)
+        .annotate(bucket=TruncHour("first_exposed_at", tzinfo=UTC))
+        .values("bucket", "experiment_id", "phase", "variant_key")
+        .annotate(n=Count("id"))
+    )
+    for t in exposures:
+        row((t["bucket"], "", t["experiment_id"], t["phase"], t["variant_key"]))["exposures"] = t["n"]
+
+    objects = [CallRollup(**dict(zip(KEY, k, strict=True)), **v) for k, v in rows.items()]
+    try:
+        with transaction.atomic():
+            CallRollup.objects.filter(bucket__gte=start).delete()
+            CallRollup.objects.bulk_create(objects, batch_size=2000)
+    except IntegrityError:
+        log.info("call rollup: a concurrent refresh won the race for hours from %s", start)
+        return 0
+    return len(objects)
+
+
+def lift_points_record(*, snapshot: ResultSnapshot) -> int:
+    """Store the cumulative-lift points of one snapshot (both analyses; CUPED and unadjusted).
+
+    Returns how many rows were written.
+    """
+    results = snapshot.results
+    points: list[LiftPoint] = []
+    analyses = {"itt": results, **(results.get("analyses") or {})}
+    for analysis, body in analyses.items():
+        for metric in body.get("metrics", []):
+            for c in metric.get("comparisons", []):
+                units = (c.get("control_n") or 0) + (c.get("treatment_n") or 0)
+                common = {
+                    "snapshot": snapshot,
+                    "experiment_id": snapshot.experiment_id,
+                    "phase": snapshot.phase,
+                    "computed_at": snapshot.computed_at,
+                    "analysis": analysis,
+                    "metric": metric["name"],
+                    "variant_key": c["variant"],
+                    "units": units,
+                }
+                seq = (c.get("sequential") or {}).get("relative_ci") or (None, None)
+                ci = c.get("relative_ci") or (None, None)
+                points.append(
+                    LiftPoint(
+                        **common,
+                        cuped=bool(c.get("cuped")),
+                        relative_lift=c.get("relative_lift"),
+                        ci_low=ci[0],
+                        ci_high=ci[1],
+                        sequential_low=seq[0],
+                        sequential_high=seq[1],
+                    )
+                )
+                unadjusted = c.get("unadjusted")
+                if c.get("cuped") and unadjusted:
+                    uci = unadjusted.get("relative_ci") or (None, None)
+                    points.append(
+                        LiftPoint(
+                            **common,
+                            cuped=False,
+                            relative_lift=unadjusted.get("relative_lift"),
+                            ci_low=uci[0],
+                            ci_high=uci[1],
+                        )
+                    )
+    LiftPoint.objects.bulk_create(points)
+    return len(points)

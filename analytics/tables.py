@@ -1,0 +1,107 @@
+"""Dashboard tables: one definition renders as HTML and exports as CSV or JSON.
+
+A view builds :class:`Table` objects from selectors; the template renders every cell through
+:func:`analytics.templatetags.dashboard.cell` (people-ready text by column ``kind``) and
+``?export=csv|json&table=<id>`` answers the same rows with raw values (fractions, USD, ms, codes,
+ids, ISO 8601 times in UTC).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import HttpResponse, JsonResponse
+
+#: Column kinds (how a raw value is shown): text, int, num, pct (fraction), lift (signed
+#: fraction), money (USD), ms, p, status (code → words), model (public id → version label),
+#: when (datetime), forest (a drawn interval; not exported: its numbers have their own columns).
+KINDS = {"text", "int", "num", "pct", "lift", "money", "ms", "p", "status", "model", "when", "forest"}
+EXPORT_FORMATS = ("csv", "json")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: ``key`` in each row dict, a ``label`` for people, a ``kind`` (see :data:`KINDS`)."""
+
+    key: str
+    label: str
+    kind: str = "text"
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown column kind {self.kind!r}")
+
+
+@dataclass
+class Table:
+    """Rows (dicts of raw values) under columns; ``id`` names it in export links.
+
+    ``row_class`` optionally names a row key whose value becomes the row's CSS class.
+    """
+
+    id: str
+    title: str
+    columns: list[Column]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+    row_class: str = ""
+    #: Shared domain ``(low, high)`` of the ``forest`` column (fractions), or None.
+    axis: tuple[float, float] | None = None
+    #: Row keys exported besides the columns (ids behind labels, reasons...).
+    export_extra: tuple[str, ...] = ()
+
+    @property
+    def export_columns(self) -> list[Column]:
+        return [c for c in self.columns if c.kind != "forest"]
+
+    def export_rows(self) -> list[dict[str, Any]]:
+        """Raw values keyed by column key; models also get ``<key>_label``."""
+        out = []
+        for row in self.rows:
+            item: dict[str, Any] = {}
+            for c in self.export_columns:
+                value = row.get(c.key)
+                if isinstance(value, datetime):
+                    value = value.isoformat()
+                item[c.key] = value
+                if c.kind == "model":
+                    item[f"{c.key}_label"] = row.get(f"{c.key}_label", "")
+            for key in self.export_extra:
+                item[key] = row.get(key)
+            out.append(item)
+        return out
+
+
+def export_response(table: Table, fmt: str, filename: str) -> HttpResponse:
+    """``table`` as a CSV (header row of column keys) or JSON (``{"table", "columns", "rows"}``)
+    download. Raises ValueError on an unknown format."""
+    rows = table.export_rows()
+    if fmt == "json":
+        payload = {
+            "table": table.id,
+            "title": table.title,
+            "columns": [{"key": c.key, "label": c.label, "kind": c.kind} for c in table.export_columns],
+            "rows": rows,
+        }
+        response: HttpResponse = JsonResponse(
+            payload, encoder=DjangoJSONEncoder, json_dumps_params={"indent": 1}
+        )
+    elif fmt == "csv":
+        buffer = io.StringIO()
+        keys = list(rows[0]) if rows else [c.key for c in table.export_columns]
+        writer = csv.DictWriter(buffer, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()})
+        response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    else:
+        raise ValueError(f"unknown export format {fmt!r}")
+    response["Content-Disposition"] = f'attachment; filename="{filename}-{table.id}.{fmt}"'
+    return response

@@ -1,0 +1,151 @@
+"""The analyst pages (analytics/views.py): permissions, content, switches and exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from analytics.models import CallRollup
+from tests.analytics.dashboard_data import build_dashboard_experiment
+
+PAGES = ["/results/", "/results/ana/", "/routing/health/"]
+
+
+@pytest.fixture
+def staff(client, db):
+    user = get_user_model().objects.create_user("analyst", "a@example.com", "pw", is_staff=True)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def ana(db):
+    return build_dashboard_experiment()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", PAGES)
+def test_pages_need_a_staff_login(client, url, ana):
+    anonymous = client.get(url)
+    assert anonymous.status_code == 302 and "/admin/login/" in anonymous["Location"]
+    client.force_login(get_user_model().objects.create_user("viewer", "v@example.com", "pw"))
+    assert client.get(url).status_code == 302  # logged in but not staff
+
+
+def test_experiments_list_shows_units_split_srm_verdict_and_filters(staff, ana):
+    page = staff.get("/results/").content.decode()
+    assert "Faster Avocado" not in page or "ana" in page
+    assert ">ana<" in page or "ana</td>" in page
+    assert "90" in page  # units so far
+    assert "control 33.3 %" in page  # split per variant
+    assert "Sample ratio" in page and 'title="code: running"' in page
+    assert staff.get("/results/", {"status": "draft"}).content.decode().count("ana</td>") == 0
+    assert "No experiment matches." in staff.get("/results/", {"q": "nothing-like-this"}).content.decode()
+    assert "ana</td>" in staff.get("/results/", {"q": "an", "status": "running"}).content.decode()
+
+
+def test_results_page_has_health_forest_plot_lift_power_and_distributions(staff, ana):
+    response = staff.get("/results/ana/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    for text in (
+        "Sample ratio OK",
+        "New units per day (UTC)",
+        "Lift with its 95 % confidence interval (shared axis)",
+        "Cumulative relative lift of task_success",
+        "MDE now",
+        "Days still needed",
+        "Latency p95",
+        "Results as of",
+        "/admin/muse_experiments/experiment/",
+        "Recompute now",
+    ):
+        assert text in page, text
+    assert page.count('<svg class="forest') >= 6  # 3 metrics × 2 treatments at least
+    assert " UTC</strong>" in page  # the snapshot time states its zone
+    assert 'title="' + ana.endpoints["control"] + '">avocado-v14<' in page  # label, id on hover
+    assert "e-0" not in page and "e-06" not in page  # no scientific notation anywhere
+    assert "$0.00000800" in page or "$0.000008" in page  # money as money (cheap arm per call)
+
+
+def test_switches_change_what_the_metric_table_shows(staff, ana):
+    freq = staff.get("/results/ana/").content.decode()
+    bayes = staff.get("/results/ana/", {"engine": "bayesian"}).content.decode()
+    assert "p-value" in freq and "Chance to beat control" not in freq
+    assert "Chance to beat control" in bayes and "credible interval" in bayes
+    served = staff.get("/results/ana/", {"analysis": "served"}).content.decode()
+    assert "Served as assigned: only units" in served
+    metric = staff.get("/results/ana/", {"metric": "latency_ms"}).content.decode()
+    assert "Cumulative relative lift of latency_ms" in metric
+    future = staff.get("/results/ana/", {"from": "2099-01-01"}).content.decode()
+    assert '"labels": []' in future  # the date range empties the time series
+    bad = staff.get("/results/ana/", {"engine": "magic", "phase": "9", "from": "yesterday"}).content.decode()
+    assert "Unknown engine" in bad and "No phase" in bad and "must be a date" in bad
+
+
+def test_every_table_exports_csv_and_json_with_raw_values(staff, ana):
+    for table in ("split", "metrics", "power", "calls", "kills"):
+        js = staff.get("/results/ana/", {"export": "json", "table": table})
+        assert js.status_code == 200 and js.json()["table"] == table
+        assert "attachment" in js["Content-Disposition"]
+        cs = staff.get("/results/ana/", {"export": "csv", "table": table})
+        assert cs.status_code == 200 and cs["Content-Type"].startswith("text/csv")
+    metrics = staff.get("/results/ana/", {"export": "json", "table": "metrics"}).json()["rows"]
+    latency = next(r for r in metrics if r["metric_name"] == "latency_ms" and r["variant"] == "fast")
+    assert latency["relative_lift"] < -0.3 and latency["verdict"] == "better"  # lower is better
+    calls = list(
+        csv.DictReader(
+            io.StringIO(staff.get("/results/ana/", {"export": "csv", "table": "calls"}).content.decode())
+        )
+    )
+    assert [r["variant"] for r in calls] == ["control", "fast", "cheap"]
+    # 30 units per arm with 1, 2 and 3 calls each; the control arm also has one fallback call
+    assert [int(r["calls"]) for r in calls] == [31, 60, 90]
+    assert staff.get("/results/", {"export": "json", "table": "experiments"}).json()["rows"][0]["units"] == 90
+    health = staff.get("/routing/health/", {"export": "csv", "table": "endpoints"})
+    assert health.status_code == 200 and "endpoint_label" in health.content.decode().splitlines()[0]
+    assert staff.get("/results/ana/", {"export": "xml", "table": "metrics"}).status_code == 404
+    assert staff.get("/results/ana/", {"export": "csv", "table": "nope"}).status_code == 404
+
+
+def test_routing_health_reads_the_rollup(staff, ana):
+    assert CallRollup.objects.filter(experiment_id=ana.experiment.id).exists()
+    page = staff.get("/routing/health/").content.decode()
+    assert "Model catalogue and routing health" in page and "Calls (24 h)" in page
+    rows = staff.get("/routing/health/", {"export": "json", "table": "endpoints"}).json()["rows"]
+    v14 = next(r for r in rows if r["endpoint_label"] == "avocado-v14")
+    assert v14["calls_day"] == 10 and v14["circuit"] == "closed" and v14["killed"] == "live"
+    assert 900 <= v14["p50_day"] <= 1500
+
+
+def test_recompute_button_enqueues_a_snapshot(staff, ana, django_capture_on_commit_callbacks):
+    from muse_experiments.celery import app
+
+    before = ana.experiment.results.count()
+    app.conf.task_always_eager = True  # the task runs in this process, on the test database
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = staff.post("/results/ana/recompute")
+    finally:
+        app.conf.task_always_eager = False
+    assert response.status_code == 302 and response["Location"] == "/results/ana/"
+    assert ana.experiment.results.count() == before + 1
+    assert staff.get("/results/ana/recompute").status_code == 405
+
+
+def test_an_experiment_without_results_says_what_to_do(staff, db):
+    from tests.factories import make_experiment, seed_catalogue
+
+    seed_catalogue()
+    make_experiment(key="fresh")
+    page = staff.get("/results/fresh/").content.decode()
+    assert "No results computed yet for phase 1" in page and "Recompute now" in page
+
+
+def test_api_docs_are_served_from_local_static_files(client):
+    for url in ("/api/docs/", "/api/redoc/"):
+        page = client.get(url).content.decode()
+        assert "cdn" not in page.lower() and "/static/drf_spectacular_sidecar/" in page
