@@ -20,6 +20,12 @@ def analysis_settings_for(*, experiment: Experiment) -> ExperimentAnalysisSettin
     return found or ExperimentAnalysisSettings(experiment=experiment)
 
 
+def metric_names() -> list[str]:
+    """Every defined metric name (built-in and custom): the experiments app validates primary and
+    guardrail metrics against it (``settings.METRIC_NAMES_LOOKUP``)."""
+    return list(MetricDefinition.objects.values_list("name", flat=True))
+
+
 def metric_names_for(
     *, experiment: Experiment, settings: ExperimentAnalysisSettings
 ) -> list[tuple[str, str]]:

@@ -9,9 +9,7 @@ services' own rules, so invalid configurations come back as form errors.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -21,6 +19,8 @@ from django.utils.html import format_html, format_html_join
 
 from . import selectors, services
 from .admin_base import ReadOnlyAdmin
+from .audit_text import describe_changes, percent
+from .auth import SCOPES, api_key_create
 from .forms import (
     ExperimentForm,
     ForcedAssignmentForm,
@@ -78,14 +78,10 @@ class ForcedAssignmentInline(admin.TabularInline):
         return formset
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
 @admin.register(Experiment)
 class ExperimentAdmin(admin.ModelAdmin):
     form = ExperimentForm
-    list_display = ("key", "name", "status", "unit_type", "coverage", "phase", "layer", "started_at")
+    list_display = ("key", "name", "status", "unit_type", "coverage_percent", "phase", "layer", "started_at")
     list_filter = ("status", "unit_type", "layer")
     search_fields = ("key", "name", "owner")
     readonly_fields = (
@@ -114,6 +110,7 @@ class ExperimentAdmin(admin.ModelAdmin):
                     "seed",
                     "primary_metric",
                     "guardrail_metrics",
+                    "base_version",
                 )
             },
         )
@@ -128,6 +125,8 @@ class ExperimentAdmin(admin.ModelAdmin):
             {"fields": ("status", "phase", "started_at", "stopped_at", "created_at", "updated_at")},
         )
         history = ("History", {"fields": ("phase_history", "audit_history")})
+        if obj.status in services.LIVE_STATUSES:
+            allocation[1]["fields"] = (*allocation[1]["fields"], "confirm_new_phase")
         return [main, allocation, state, history]
 
     def get_inlines(self, request, obj):
@@ -147,7 +146,12 @@ class ExperimentAdmin(admin.ModelAdmin):
         fields["condition"] = fields.get("condition") or {}
         if change:
             experiment = services.experiment_update(
-                experiment=form.instance, actor=actor, variants=variant_formset.variant_inputs(), **fields
+                experiment=form.instance,
+                actor=actor,
+                variants=variant_formset.variant_inputs(),
+                removed=variant_formset.removed_keys(),
+                expected_version=form.cleaned_data["base_version"],
+                **fields,
             )
             forced = next((fs for fs in formsets if isinstance(fs, ForcedAssignmentFormSet)), None)
             if forced is not None:
@@ -180,6 +184,10 @@ class ExperimentAdmin(admin.ModelAdmin):
 
     # --- read-only panels ------------------------------------------------------------------------
 
+    @admin.display(description="Coverage", ordering="coverage")
+    def coverage_percent(self, obj: Experiment) -> str:
+        return percent(obj.coverage)
+
     @admin.display(description="Phases")
     def phase_history(self, obj: Experiment) -> str:
         phases = obj.phases.order_by("-number")
@@ -187,14 +195,14 @@ class ExperimentAdmin(admin.ModelAdmin):
             return "No phase yet (starts with the first start)."
         rows = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (
                     p.number,
                     p.get_reason_display(),
                     p.seed,
-                    p.coverage,
-                    _json(p.weights),
+                    percent(p.coverage),
+                    ", ".join(f"{k} {percent(w)}" for k, w in p.weights.items()),
                     p.started_at,
                     p.ended_at or "open",
                 )
@@ -212,14 +220,25 @@ class ExperimentAdmin(admin.ModelAdmin):
         entries = selectors.experiment_audit_history(obj)
         if not entries:
             return "No changes recorded."
+        models = selectors.model_labels()
         rows = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-            ((e.at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, e.action, _json(e.changes)) for e in entries),
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><ul>{}</ul></td></tr>",
+            (
+                (
+                    e.at.strftime("%Y-%m-%d %H:%M:%S"),
+                    e.actor,
+                    e.action,
+                    format_html_join(
+                        "", "<li>{}</li>", ((line,) for line in describe_changes(e.changes, models=models))
+                    ),
+                )
+                for e in entries
+            ),
         )
         return format_html(
             '<table class="audit-history"><thead><tr><th>when (UTC)</th><th>who</th><th>action</th>'
-            "<th>what (before → after)</th></tr></thead><tbody>{}</tbody></table>",
+            "<th>what changed (before → after)</th></tr></thead><tbody>{}</tbody></table>",
             rows,
         )
 
@@ -337,18 +356,19 @@ class ExperimentAdmin(admin.ModelAdmin):
 
 @admin.register(Layer)
 class LayerAdmin(admin.ModelAdmin):
-    list_display = ("key", "description", "ranges")
+    list_display = ("key", "description", "hash_version", "ranges")
+    fields = ("key", "description", "hash_version")
     search_fields = ("key",)
 
     @admin.display(description="Experiments [start, end)")
     def ranges(self, obj: Layer) -> str:
         return ", ".join(
-            f"{e.key} [{e.layer_start:g}, {e.layer_end:g})"
+            f"{e.key} [{percent(e.layer_start)}, {percent(e.layer_end)})"
             for e in obj.experiments.exclude(status="archived")
         )
 
     def get_readonly_fields(self, request, obj=None):
-        return ("key",) if obj is not None and obj.experiments.exists() else ()
+        return ("key", "hash_version") if obj is not None and obj.experiments.exists() else ()
 
     def save_model(self, request, obj, form, change):
         services.layer_save(layer=obj, actor=request.user.get_username())
@@ -372,6 +392,10 @@ class ExperimentPhaseAdmin(ReadOnlyAdmin):
 
 @admin.register(Exposure)
 class ExposureAdmin(ReadOnlyAdmin):
+    """Exposures are the analysis sample and the durable sticky assignment: never edited or
+    deleted by hand (deleting one would silently change results and re-hash the unit)."""
+
+    can_delete_rows = False
     list_display = ("experiment", "phase", "unit_id", "variant_key", "reason", "first_exposed_at")
     list_filter = ("experiment", "phase", "reason")
     search_fields = ("unit_id",)
@@ -408,14 +432,68 @@ class PlatformConfigAdmin(admin.ModelAdmin):
         obj.pk = saved.pk
 
 
+class ApiKeyAddForm(forms.ModelForm):
+    """New key: name, scopes and rate limit; the key itself is generated (``auth.api_key_create``)."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=[(s, s) for s in SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="What the key may call.",
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("name", "scopes", "rate_limit_per_minute", "owner")
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    """Keys are listed by their public prefix; the stored digest is never shown. New keys are made
-    with ``manage.py create_api_key`` (the raw key is printed once)."""
+    """Keys are listed by their public prefix; the stored digest is never shown. Adding a key
+    generates it and shows the raw key once, on the page answering the save (it is stored only as
+    its SHA-256 digest, never in a message or the session); ``manage.py create_api_key`` does the
+    same on the command line."""
 
     list_display = ("name", "prefix", "scopes", "rate_limit_per_minute", "created_at", "revoked_at")
     fields = ("name", "prefix", "scopes", "rate_limit_per_minute", "owner", "created_at", "revoked_at")
     readonly_fields = ("prefix", "created_at")
 
-    def has_add_permission(self, request):
-        return False  # a key needs its raw value shown once: create_api_key does that
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiKeyAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return ("name", "scopes", "rate_limit_per_minute", "owner") if obj is None else self.fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return super().save_model(request, obj, form, change)
+        try:
+            key, raw = api_key_create(
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                rate_limit_per_minute=form.cleaned_data["rate_limit_per_minute"],
+                owner=form.cleaned_data.get("owner"),
+            )
+        except ValueError as exc:  # the form already checks these; a race is still a clear error
+            raise PermissionDenied(str(exc)) from None
+        obj.pk = key.pk
+        obj._raw_key = raw  # shown once by response_add, never stored
+
+    def response_add(self, request, obj, post_url_continue=None):
+        response = TemplateResponse(
+            request,
+            "admin/muse_experiments/apikey/created.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": f"API key {obj.name} created",
+                "key": ApiKey.objects.get(pk=obj.pk),
+                "raw_key": obj._raw_key,
+            },
+        )
+        response["Cache-Control"] = "no-store"
+        return response

@@ -1,18 +1,21 @@
-"""Read API for experiments: list, detail and the assignment preview."""
+"""API for experiments: list, detail, edit (optimistic concurrency) and the assignment preview."""
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .api_base import AttributesField, StrictSerializer
+from . import services
+from .api_base import AttributesField, FiniteFloatField, StrictSerializer
 from .assignment.engine import REASONS
 from .auth import HasScope
 from .models import Experiment
-from .selectors import assignment_preview
+from .selectors import assignment_preview, models_by_public_id
 
 
 class VariantOutputSerializer(serializers.Serializer):
@@ -34,6 +37,7 @@ class ExperimentOutputSerializer(serializers.Serializer):
     primary_metric = serializers.CharField()
     guardrail_metrics = serializers.JSONField()
     started_at = serializers.DateTimeField(allow_null=True)
+    version = serializers.IntegerField(help_text="Send it back with an edit (PATCH): optimistic concurrency.")
     variants = VariantOutputSerializer(many=True)
 
 
@@ -49,14 +53,120 @@ class ExperimentListApi(APIView):
         return Response(ExperimentOutputSerializer(qs, many=True).data)
 
 
+class VariantEditSerializer(StrictSerializer):
+    key = serializers.SlugField(max_length=100)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    weight = FiniteFloatField(min_value=0.0, max_value=1.0, help_text="Share 0–1 of the traffic.")
+    model = serializers.CharField(max_length=200, help_text="Model public id.")
+    is_control = serializers.BooleanField(required=False, default=False)
+    overrides = serializers.DictField(required=False, default=dict)
+    delete = serializers.BooleanField(
+        required=False, default=False, help_text="Remove this variant (only an explicit delete removes one)."
+    )
+
+
+class ExperimentEditSerializer(StrictSerializer):
+    version = serializers.IntegerField(min_value=1, help_text="The version this edit is based on (from GET).")
+    name = serializers.CharField(max_length=200, required=False)
+    hypothesis = serializers.CharField(required=False, allow_blank=True)
+    owner = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    coverage = FiniteFloatField(required=False, min_value=0.0, max_value=1.0, help_text="Share 0–1.")
+    layer_start = FiniteFloatField(required=False, min_value=0.0, max_value=1.0)
+    layer_end = FiniteFloatField(required=False, min_value=0.0, max_value=1.0)
+    condition = serializers.DictField(required=False)
+    primary_metric = serializers.CharField(max_length=100, required=False)
+    guardrail_metrics = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
+    variants = VariantEditSerializer(
+        many=True, required=False, help_text="Every variant, each kept or deleted."
+    )
+
+
+def _actor(user) -> str:
+    """Audit actor of an API call: ``api:<key name> (<prefix>)`` or the staff user's name."""
+    key = getattr(user, "key", None)
+    return f"api:{key.name} ({key.prefix})" if key is not None else f"api:{user.get_username()}"
+
+
+def _detail(experiment: Experiment) -> dict:
+    experiment = Experiment.objects.prefetch_related("variants__endpoint").get(pk=experiment.pk)
+    return ExperimentOutputSerializer(experiment).data
+
+
 class ExperimentDetailApi(APIView):
-    permission_classes = [HasScope]
+    """An experiment with its variants (GET, scope ``analytics:read``) and its edit (PATCH, scope
+    ``experiments:write``): the edit carries the ``version`` it was based on and is refused with
+    409 when the experiment changed since (the admin uses the same version)."""
+
     required_scope = "analytics:read"
+
+    def get_permissions(self):
+        self.required_scope = "experiments:write" if self.request.method == "PATCH" else "analytics:read"
+        return [HasScope()]
 
     @extend_schema(responses=ExperimentOutputSerializer)
     def get(self, request, key):
         experiment = get_object_or_404(Experiment.objects.prefetch_related("variants__endpoint"), key=key)
         return Response(ExperimentOutputSerializer(experiment).data)
+
+    @extend_schema(
+        request=ExperimentEditSerializer,
+        responses={
+            200: ExperimentOutputSerializer,
+            400: OpenApiResponse(description="Field errors"),
+            404: OpenApiResponse(description="Unknown experiment"),
+            409: OpenApiResponse(description="The experiment changed since `version`: nothing saved"),
+        },
+    )
+    def patch(self, request, key):
+        experiment = get_object_or_404(Experiment, key=key)
+        data = ExperimentEditSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        version = fields.pop("version")
+        rows = fields.pop("variants", None)
+        variants, removed = None, []
+        if rows is not None:
+            models = models_by_public_id(r["model"] for r in rows)
+            unknown = sorted({r["model"] for r in rows} - set(models))
+            if unknown:
+                raise serializers.ValidationError({"variants": [f"Unknown model(s): {', '.join(unknown)}."]})
+            removed = [r["key"] for r in rows if r["delete"]]
+            variants = [
+                services.VariantInput(
+                    key=r["key"],
+                    name=r["name"],
+                    weight=r["weight"],
+                    endpoint=models[r["model"]],
+                    is_control=r["is_control"],
+                    overrides=r["overrides"],
+                )
+                for r in rows
+                if not r["delete"]
+            ]
+        try:
+            with transaction.atomic():
+                experiment = services.experiment_update(
+                    experiment=experiment,
+                    actor=_actor(request.user),
+                    variants=variants,
+                    removed=removed,
+                    expected_version=version,
+                    **fields,
+                )
+        except services.EditConflict as exc:
+            return Response(
+                {
+                    "error": {
+                        "code": "conflict",
+                        "message": exc.message_dict["version"][0],
+                        "current_version": exc.current,
+                    }
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        except ValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        return Response(_detail(experiment))
 
 
 class DecisionOutputSerializer(serializers.Serializer):

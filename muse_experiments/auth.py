@@ -21,7 +21,16 @@ from .models import ApiKey
 KEY_PREFIX = "muse"
 #: Every scope a key can hold: call completions, post events, read results, operate kill switches,
 #: manage training opt-outs, export and ingest training data.
-SCOPES = ("completions", "events", "analytics:read", "ops", "training", "training:export", "training:ingest")
+SCOPES = (
+    "completions",
+    "events",
+    "analytics:read",
+    "experiments:write",
+    "ops",
+    "training",
+    "training:export",
+    "training:ingest",
+)
 
 
 @dataclass(frozen=True)

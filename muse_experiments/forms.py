@@ -14,21 +14,34 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms.models import BaseInlineFormSet
 
-from . import services
+from . import selectors, services
 from .api_base import MAX_JSON_DEPTH, depth_exceeds
+from .audit_text import describe_changes
 from .models import Experiment, ExperimentStatus, ForcedAssignment, PlatformConfig, Variant
 from .validation import condition_errors, overrides_errors
 
 
 def endpoint_label(endpoint: Any) -> str:
-    """``public_id — provider kind — enabled|disabled`` (disabled when the endpoint or its provider
-    is switched off), for the model picker."""
+    """``version label — provider kind — enabled|disabled`` (``avocado-v14 — Native … — enabled``;
+    the public id when there is no label; disabled when the endpoint or its provider is switched
+    off), for the model picker. The public id shows on hover (:class:`EndpointSelect`)."""
     provider = endpoint.provider
     if not provider.enabled:
         state = "disabled (provider off)"
     else:
         state = "enabled" if endpoint.enabled else "disabled"
-    return f"{endpoint.public_id} — {provider.get_kind_display()} — {state}"
+    return f"{endpoint.version_label or endpoint.public_id} — {provider.get_kind_display()} — {state}"
+
+
+class EndpointSelect(forms.Select):
+    """The model picker: each option carries the model's public id as its hover title."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex=subindex, attrs=attrs)
+        instance = getattr(value, "instance", None)
+        if instance is not None:
+            option["attrs"]["title"] = instance.public_id
+        return option
 
 
 class BoundedJSONField(forms.JSONField):
@@ -69,6 +82,23 @@ class FiniteFloatField(forms.FloatField):
         return number
 
 
+class PercentField(FiniteFloatField):
+    """A share in [0, 1] entered and shown as a percentage (0–100), like variant weights: the form
+    shows ``share × 100`` and ``cleaned_data`` holds the share."""
+
+    def __init__(self, *, max_percent: float = 100, **kwargs: Any) -> None:
+        super().__init__(min_value=0, max_value=max_percent, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return round(value * 100, 6)
+        return value
+
+    def clean(self, value: Any) -> float | None:
+        number = super().clean(value)
+        return None if number is None else number / 100
+
+
 class MetricListField(forms.CharField):
     """Comma-separated metric names ⇄ a list of names."""
 
@@ -87,17 +117,18 @@ class MetricListField(forms.CharField):
 class ExperimentForm(forms.ModelForm):
     """The experiment's own fields. Key, unit type and seed lock once it started."""
 
-    coverage = FiniteFloatField(
-        min_value=0, max_value=1, initial=1.0, help_text=Experiment._meta.get_field("coverage").help_text
+    coverage = PercentField(
+        label="Coverage (%)",
+        initial=1.0,
+        help_text="Percent (0–100) of eligible units that enter the experiment.",
     )
-    layer_start = FiniteFloatField(
-        min_value=0,
-        max_value=1,
+    layer_start = PercentField(
+        label="Layer range start (%)",
         initial=0.0,
-        help_text="Start (0–1) of this experiment's slice of the layer.",
+        help_text="Start (0–100 %) of this experiment's slice of the layer.",
     )
-    layer_end = FiniteFloatField(
-        min_value=0, max_value=1, initial=1.0, help_text="End (0–1, exclusive) of the slice."
+    layer_end = PercentField(
+        label="Layer range end (%)", initial=1.0, help_text="End (0–100 %, exclusive) of the slice."
     )
     condition = BoundedJSONField(
         required=False,
@@ -107,6 +138,14 @@ class ExperimentForm(forms.ModelForm):
         '"client_version": {"$vgte": "2.3.0"}}. Empty means everyone.',
     )
     guardrail_metrics = MetricListField(required=False, help_text="Comma-separated metric names.")
+    base_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+    confirm_new_phase = forms.BooleanField(
+        required=False,
+        label="Confirm: start a new phase",
+        help_text="A change of weights, coverage, the layer range or the variants of a running or "
+        "paused experiment closes the current phase and starts the next (analysis reads one phase). "
+        "The save lists the changes and asks for this box first.",
+    )
 
     class Meta:
         model = Experiment
@@ -114,6 +153,9 @@ class ExperimentForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["base_version"].required = True
+            self.fields["base_version"].initial = self.instance.version
         if self.instance.pk and self.instance.status != ExperimentStatus.DRAFT:
             for name in services.DRAFT_ONLY_FIELDS:
                 if name in self.fields:
@@ -130,6 +172,13 @@ class ExperimentForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        if self.instance.pk and data.get("base_version") is not None:
+            # Lock the row for the rest of the admin's transaction: no save can slip in between this
+            # check and ours (optimistic concurrency; the service checks the same version again).
+            try:
+                services.experiment_lock(experiment=self.instance, expected_version=data["base_version"])
+            except services.EditConflict as exc:
+                self.add_error(None, exc.message_dict["version"])
         if self.errors:
             return data
         values = {name: data.get(name) for name in services.EDITABLE_FIELDS}
@@ -152,15 +201,15 @@ class VariantForm(forms.ModelForm):
     overrides = BoundedJSONField(
         required=False,
         initial=dict,
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 40}),
-        help_text='e.g. {"reasoning_effort": "low", "temperature": 0.2, "max_output_tokens": 4096, '
-        '"allowed_tools": ["search"], "system_prompt_version": "v7"}',
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 28}),
+        help_text='e.g. {"reasoning_effort": "low", "temperature": 0.2}',
     )
 
     class Meta:
         model = Variant
         fields = ("key", "name", "weight_percent", "endpoint", "is_control", "overrides")
         field_classes = {"endpoint": EndpointChoiceField}
+        widgets = {"endpoint": EndpointSelect}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -204,6 +253,11 @@ class VariantFormSet(BaseInlineFormSet):
             for f in rows
         ]
 
+    def removed_keys(self) -> list[str]:
+        """Keys (as stored) of the variants whose DELETE box was ticked: the only ones removed."""
+        pks = [f.instance.pk for f in self.initial_forms if f.instance.pk and self._should_delete_form(f)]
+        return list(Variant.objects.filter(pk__in=pks).values_list("key", flat=True))
+
     def clean(self) -> None:
         super().clean()
         if any(self.errors):
@@ -211,8 +265,31 @@ class VariantFormSet(BaseInlineFormSet):
         running = self.instance.pk is not None and self.instance.status == ExperimentStatus.RUNNING
         try:
             services.validate_variants(self.variant_inputs(), require_enabled=running)
+            plan = self.change_plan()
         except ValidationError as exc:
             raise ValidationError([m for msgs in exc.message_dict.values() for m in msgs]) from None
+        if plan is not None and plan.opens_phase and not self.data.get("confirm_new_phase"):
+            stored = Experiment.objects.get(pk=self.instance.pk)
+            raise ValidationError(
+                [
+                    f"Not saved yet: this save closes phase {stored.phase} and starts phase "
+                    f"{stored.phase + 1}; exposures so far stay with phase {stored.phase}. Tick "
+                    "“Confirm: start a new phase” and save again to apply:",
+                    *describe_changes(plan.changes, models=selectors.model_labels()),
+                ],
+                code="confirm_new_phase",
+            )
+
+    def change_plan(self) -> services.ChangePlan | None:
+        """What saving would change (None for a new experiment); the form's edits are already on
+        ``self.instance`` when the admin validates the formsets."""
+        if self.instance.pk is None:
+            return None
+        stored = Experiment.objects.get(pk=self.instance.pk)
+        fields = {name: getattr(self.instance, name) for name in services.EDITABLE_FIELDS}
+        return services.experiment_change_plan(
+            experiment=stored, variants=self.variant_inputs(), removed=self.removed_keys(), **fields
+        )
 
 
 class ForcedAssignmentForm(forms.ModelForm):
@@ -240,10 +317,10 @@ class ForcedAssignmentFormSet(BaseInlineFormSet):
 class PlatformConfigForm(forms.ModelForm):
     """The global holdout: a share (0–0.5) of users that no experiment touches."""
 
-    holdout_share = FiniteFloatField(
-        min_value=0,
-        max_value=services.MAX_HOLDOUT_SHARE,
-        help_text=PlatformConfig._meta.get_field("holdout_share").help_text,
+    holdout_share = PercentField(
+        label="Holdout share (%)",
+        max_percent=services.MAX_HOLDOUT_SHARE * 100,
+        help_text="Percent (0–50) of users that no experiment touches; they get the default model.",
     )
 
     class Meta:

@@ -31,11 +31,30 @@ class UnitType(models.TextChoices):
     USER = "user", "User id"
 
 
+class LayerHash(models.IntegerChoices):
+    """How a layer hashes units onto its [0, 1) space (see ``assignment.engine.LayerSpec``)."""
+
+    GROWTHBOOK = 1, "GrowthBook namespace hash (compatible; correlated for similar layer keys)"
+    UNBIASED = 2, "Unbiased hash (independent layers whatever their keys; the default)"
+
+
 class Layer(models.Model):
-    """A namespace: experiments in one layer take disjoint ranges of its hash space."""
+    """A namespace: experiments in one layer take disjoint ranges of its hash space.
+
+    ``hash_version`` 2 (the default for new layers) makes layers independent whatever their keys;
+    1 is GrowthBook's namespace hash, kept for layers that must line up with GrowthBook namespaces
+    (and for layers created before version 2 existed, so their units keep their assignment).
+    """
 
     key = models.SlugField(max_length=64, unique=True, validators=[key_validator])
     description = models.TextField(blank=True)
+    hash_version = models.PositiveSmallIntegerField(
+        choices=LayerHash.choices,
+        default=LayerHash.UNBIASED,
+        help_text="Unbiased keeps layers independent. Choose the GrowthBook hash only to match units "
+        "with a GrowthBook namespace of the same key; it correlates layers whose keys differ in a "
+        "few characters (layer-a / layer-b). Fixed once an experiment uses the layer.",
+    )
 
     def __str__(self) -> str:
         return self.key
@@ -71,6 +90,12 @@ class Experiment(models.Model):
     stopped_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    version = models.PositiveIntegerField(
+        default=1,
+        editable=False,
+        help_text="Bumped by every change; an edit based on an older version is refused "
+        "(optimistic concurrency, shared by the admin and the API).",
+    )
 
     class Meta:
         ordering = ["key"]
@@ -223,6 +248,7 @@ class ApiScope(models.TextChoices):
     COMPLETIONS = "completions"
     EVENTS = "events"
     ANALYTICS_READ = "analytics:read"
+    EXPERIMENTS_WRITE = "experiments:write"  # edit experiments (PATCH, with the version read)
     OPS = "ops"
     TRAINING = "training"  # users' training opt-out
     TRAINING_EXPORT = "training:export"  # stream the training export

@@ -24,7 +24,7 @@ from .assignment.engine import (
     route,
 )
 from .config_version import VersionedSnapshot, current
-from .models import AuditEntry, Experiment, ExperimentStatus, Exposure, PlatformConfig
+from .models import AuditEntry, Experiment, ExperimentStatus, Exposure, PlatformConfig, Variant
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,11 @@ def experiment_spec(exp: Experiment) -> ExperimentSpec:
             for v in exp.variants.all()
         ),
         coverage=exp.coverage,
-        layer=LayerSpec(key=exp.layer.key, start=exp.layer_start, end=exp.layer_end) if exp.layer else None,
+        layer=LayerSpec(
+            key=exp.layer.key, start=exp.layer_start, end=exp.layer_end, hash_version=exp.layer.hash_version
+        )
+        if exp.layer
+        else None,
         condition=exp.condition or None,
         forced={f.unit_id: f.variant.key for f in exp.forced.all()},
     )
@@ -259,3 +263,23 @@ def running_experiments_evaluated_before(*, experiment: Experiment) -> list[Expe
     if experiment.layer_id is not None:
         qs = qs.exclude(layer_id=experiment.layer_id)
     return list(qs)
+
+
+def model_labels() -> dict[str, str]:
+    """``{model public id: version label}`` (``avocado/3f…`` → ``avocado-v14``; the id itself when a
+    model has no label), for showing models by label with the id on hover. Reads the variant's
+    model table through the foreign key, so this app does not import routing."""
+    endpoint_model = Variant._meta.get_field("endpoint").related_model
+    return {
+        pid: label or pid for pid, label in endpoint_model.objects.values_list("public_id", "version_label")
+    }
+
+
+def models_by_public_id(public_ids: Iterable[str]) -> dict[str, Any]:
+    """``{public id: ModelEndpoint}`` for the ids that exist (provider loaded), through the
+    variant's foreign key so this app does not import routing."""
+    endpoint_model = Variant._meta.get_field("endpoint").related_model
+    return {
+        e.public_id: e
+        for e in endpoint_model.objects.select_related("provider").filter(public_id__in=set(public_ids))
+    }

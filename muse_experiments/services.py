@@ -29,11 +29,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from . import config_version, sticky
+from .audit_text import percent
 from .models import (
     AuditEntry,
     Experiment,
@@ -157,7 +160,7 @@ def layer_overlap_errors(
     *, layer: Layer | None, start: float, end: float, exclude_id: int | None
 ) -> list[str]:
     """Messages naming every non-archived experiment of ``layer`` whose ``[start, end)`` slice
-    intersects ``[start, end)`` (e.g. ``"overlaps experiment checkout [0.2, 0.5)"``)."""
+    intersects ``[start, end)`` (e.g. ``"overlaps experiment checkout [20 %, 50 %)"``)."""
     if layer is None:
         return []
     others = (
@@ -168,7 +171,7 @@ def layer_overlap_errors(
         .values_list("key", "layer_start", "layer_end")
     )
     return [
-        f"Layer range [{start:g}, {end:g}) overlaps experiment {key} [{a:g}, {b:g})."
+        f"Layer range [{percent(start)}, {percent(end)}) overlaps experiment {key} [{percent(a)}, {percent(b)})."
         for key, a, b in others
         if start < b and a < end
     ]
@@ -181,10 +184,10 @@ def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | N
     errors: dict[str, list[str]] = {}
     coverage = values.get("coverage", 1.0)
     if not is_finite_number(coverage) or not 0 <= coverage <= 1:
-        _add(errors, "coverage", "Coverage must be a finite number between 0 and 1.")
+        _add(errors, "coverage", "Coverage must be a finite number between 0 and 100 %.")
     start, end = values.get("layer_start", 0.0), values.get("layer_end", 1.0)
     if not (is_finite_number(start) and is_finite_number(end) and 0 <= start < end <= 1):
-        _add(errors, "layer_end", "The layer range needs finite bounds with 0 ≤ start < end ≤ 1.")
+        _add(errors, "layer_end", "The layer range needs finite bounds with 0 % ≤ start < end ≤ 100 %.")
     elif values.get("layer") is not None:
         for message in layer_overlap_errors(
             layer=values["layer"], start=start, end=end, exclude_id=exclude_id
@@ -195,8 +198,30 @@ def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | N
     guardrails = values.get("guardrail_metrics", [])
     if not isinstance(guardrails, list) or not all(isinstance(m, str) and m for m in guardrails):
         _add(errors, "guardrail_metrics", "Guardrail metrics must be a list of metric names.")
+    else:
+        known = metric_names()
+        if known is not None:
+            primary = values.get("primary_metric")
+            if primary is not None and primary not in known:
+                _add(errors, "primary_metric", _unknown_metric(primary, known))
+            for name in guardrails:
+                if name not in known:
+                    _add(errors, "guardrail_metrics", _unknown_metric(name, known))
     if errors:
         raise ValidationError(errors)
+
+
+def metric_names() -> frozenset[str] | None:
+    """Names of the metrics results can be computed for, from the callable named by
+    ``settings.METRIC_NAMES_LOOKUP`` (a dotted path, injected so that this app never imports the
+    analytics app); None when no lookup is configured (then any name is accepted)."""
+    path = getattr(settings, "METRIC_NAMES_LOOKUP", "")
+    return frozenset(import_string(path)()) if path else None
+
+
+def _unknown_metric(name: str, known: frozenset[str]) -> str:
+    listed = ", ".join(sorted(known)[:20])
+    return f"Unknown metric {name!r}: define it under Analytics → Metric definitions first (known: {listed})."
 
 
 def _as_condition(condition: Any) -> Any:
@@ -294,7 +319,7 @@ def experiment_create(
     experiment = Experiment(**values)
     _full_clean(experiment)
     experiment.save()
-    _write_variants(experiment=experiment, variants=variants)
+    _write_variants(experiment=experiment, variants=variants, rows={})
     _audit(
         actor=actor,
         action="create",
@@ -308,29 +333,142 @@ def experiment_create(
     return experiment
 
 
-def _write_variants(*, experiment: Experiment, variants: Sequence[VariantInput]) -> dict[str, Any]:
-    """Make the experiment's variants equal ``variants`` (matched by id, else key); returns the
-    diff ``{"added": {key: state}, "removed": {key: state}, "changed": {key: {field: [b, a]}}}``."""
-    existing = {v.pk: v for v in experiment.variants.select_related("endpoint")}
-    by_key = {v.key: v.pk for v in existing.values()}
-    pk_of: dict[int, int] = {}  # index in ``variants`` -> existing variant pk
-    for i, vi in enumerate(variants):
-        pk = vi.id if vi.id in existing else (by_key.get(vi.key) if vi.id is None else None)
-        if pk is not None and pk not in pk_of.values():
-            pk_of[i] = pk
-    diff: dict[str, Any] = {"added": {}, "removed": {}, "changed": {}}
+class EditConflict(ValidationError):
+    """An edit based on an older version of the experiment (someone saved in between): nothing
+    was written. ``expected``/``current`` are version numbers; the API answers 409 with it."""
+
+    def __init__(self, *, experiment: Experiment, expected: int) -> None:
+        self.expected, self.current = expected, experiment.version
+        last = (
+            AuditEntry.objects.filter(object_type="Experiment", object_id=str(experiment.pk))
+            .order_by("-at", "-pk")
+            .first()
+        )
+        by = (
+            f", last changed by {last.actor} at {last.at:%Y-%m-%d %H:%M:%S} UTC ({last.action})"
+            if last
+            else ""
+        )
+        super().__init__(
+            {
+                "version": [
+                    f"Experiment {experiment.key} changed since this edit began (edit based on version "
+                    f"{expected}, now version {experiment.version}{by}). Nothing was saved: reload it and "
+                    "apply the change again."
+                ]
+            }
+        )
+
+
+def experiment_lock(*, experiment: Experiment, expected_version: int | None = None) -> Experiment:
+    """The experiment row, locked (``SELECT … FOR UPDATE``) until the caller's transaction ends;
+    raises :class:`EditConflict` when ``expected_version`` is given and is not the stored version."""
+    locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+    if expected_version is not None and expected_version != locked.version:
+        raise EditConflict(experiment=locked, expected=expected_version)
+    return locked
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """What an update would do: ``changes`` is the audit diff (``{field: [before, after]}``,
+    ``"variants": {"added"|"removed"|"changed": …}``); ``opens_phase`` tells whether it starts
+    phase ``phase + 1``."""
+
+    changes: dict[str, Any]
+    opens_phase: bool
+    variant_rows: dict[int, int]  # index in the submitted variants -> existing variant pk
+
+    @property
+    def changed_fields(self) -> list[str]:
+        return [name for name in self.changes if name in EDITABLE_FIELDS]
+
+
+def experiment_change_plan(
+    *,
+    experiment: Experiment,
+    variants: Sequence[VariantInput] | None = None,
+    removed: Iterable[str] = (),
+    **fields: Any,
+) -> ChangePlan:
+    """The diff an :func:`experiment_update` with these arguments would record, without writing
+    (the admin shows it and asks to confirm before a save opens a new phase).
+
+    Variants are matched to the stored ones by ``id``, else ``key``. A stored variant that is
+    neither matched nor named in ``removed`` (keys) is an error: only an explicit delete removes a
+    variant. Raises ValidationError (``variants``) for that.
+    """
+    before = {name: getattr(experiment, name) for name in EDITABLE_FIELDS}
+    after = {**before, **fields}
+    if "condition" in fields:
+        after["condition"] = _as_condition(fields["condition"])
+    if "guardrail_metrics" in fields:
+        after["guardrail_metrics"] = list(fields["guardrail_metrics"] or [])
+    changes: dict[str, Any] = {
+        name: [_jsonable(before[name]), _jsonable(after[name])]
+        for name in EDITABLE_FIELDS
+        if after[name] != before[name]
+    }
+    rows: dict[int, int] = {}
+    if variants is not None:
+        existing = {v.pk: v for v in experiment.variants.select_related("endpoint")}
+        by_key = {v.key: v.pk for v in existing.values()}
+        for i, vi in enumerate(variants):
+            pk = vi.id if vi.id in existing else (by_key.get(vi.key) if vi.id is None else None)
+            if pk is not None and pk not in rows.values():
+                rows[i] = pk
+        removed = set(removed)
+        missing = [v.key for pk, v in existing.items() if pk not in rows.values() and v.key not in removed]
+        if missing:
+            raise ValidationError(
+                {
+                    "variants": [
+                        f"Variant(s) {', '.join(sorted(missing))} missing from the submitted set. A variant "
+                        "is removed only when it is explicitly deleted; reload the page if it is stale."
+                    ]
+                }
+            )
+        diff: dict[str, Any] = {"added": {}, "removed": {}, "changed": {}}
+        for pk, v in existing.items():
+            if pk not in rows.values():
+                diff["removed"][v.key] = _variant_state(v)
+        for i, vi in enumerate(variants):
+            state = {**_variant_state(vi), "weight": float(vi.weight), "key": vi.key}
+            if i not in rows:
+                diff["added"][vi.key] = {k: v for k, v in state.items() if k != "key"}
+                continue
+            old = existing[rows[i]]
+            old_state = {**_variant_state(old), "key": old.key}
+            changed = {f: [old_state[f], state[f]] for f in state if old_state[f] != state[f]}
+            if changed:
+                diff["changed"][vi.key] = changed
+        diff = {k: v for k, v in diff.items() if v}
+        if diff:
+            changes["variants"] = diff
+    opens_phase = (
+        experiment.status in LIVE_STATUSES
+        and experiment.phase > 0
+        and ("variants" in changes or any(name in PHASE_FIELDS for name in changes))
+    )
+    return ChangePlan(changes=changes, opens_phase=opens_phase, variant_rows=rows)
+
+
+def _write_variants(
+    *, experiment: Experiment, variants: Sequence[VariantInput], rows: Mapping[int, int]
+) -> None:
+    """Make the experiment's variants equal ``variants``; ``rows`` maps input positions to the
+    existing variants they edit (:attr:`ChangePlan.variant_rows`), the rest are deleted."""
+    existing = {v.pk: v for v in experiment.variants.all()}
     for pk, v in existing.items():
-        if pk not in pk_of.values():
-            diff["removed"][v.key] = _variant_state(v)
+        if pk not in rows.values():
             v.delete()
     # Renames go through a temporary key so swapping two keys never trips the unique constraint.
-    for i, pk in pk_of.items():
+    for i, pk in rows.items():
         if existing[pk].key != variants[i].key:
             Variant.objects.filter(pk=pk).update(key=f"__renaming-{pk}")
     for position, vi in enumerate(variants):
-        pk = pk_of.get(position)
+        pk = rows.get(position)
         variant = existing[pk] if pk is not None else Variant(experiment=experiment)
-        before = {**_variant_state(variant), "key": variant.key} if pk is not None else None
         variant.key = vi.key
         variant.name = vi.name or vi.key
         variant.weight = float(vi.weight)
@@ -340,14 +478,6 @@ def _write_variants(*, experiment: Experiment, variants: Sequence[VariantInput])
         variant.position = position
         _full_clean(variant, exclude=["experiment"], validate_unique=False)
         variant.save()
-        if before is None:
-            diff["added"][vi.key] = _variant_state(variant)
-        else:
-            after = {**_variant_state(variant), "key": variant.key}
-            changed = {f: [before[f], after[f]] for f in after if before[f] != after[f]}
-            if changed:
-                diff["changed"][vi.key] = changed
-    return {k: v for k, v in diff.items() if v}
 
 
 def _current_phase_seed(experiment: Experiment) -> str:
@@ -377,30 +507,31 @@ def experiment_update(
     experiment: Experiment,
     actor: str,
     variants: Sequence[VariantInput] | None = None,
+    removed: Iterable[str] = (),
+    expected_version: int | None = None,
     **fields: Any,
 ) -> Experiment:
     """Change an experiment's fields (any of :data:`EDITABLE_FIELDS`) and/or its variant set.
 
-    ``variants`` (when given) replaces the set: inputs are matched to existing variants by ``id``
-    (else ``key``); unmatched variants are deleted. Rules: ``key``/``unit_type``/``seed`` only
-    while draft (re-randomise instead); once stopped or archived only descriptive fields change.
-    While running or paused, a change of weights, coverage, layer slice or variants opens a new
-    phase with the same seed. Running experiments need enabled models. No-op changes write
-    nothing. Raises ValidationError (field errors).
+    ``variants`` (when given) is the new set: inputs are matched to existing variants by ``id``
+    (else ``key``); a stored variant missing from it must be named in ``removed`` (its key), never
+    deleted by omission. ``expected_version`` (the admin and the API always pass it) is the
+    ``version`` the edit was based on: a different stored version raises :class:`EditConflict`
+    and writes nothing. Rules: ``key``/``unit_type``/``seed`` only while draft (re-randomise
+    instead); once stopped or archived only descriptive fields change. While running or paused, a
+    change of weights, coverage, layer slice or variants opens a new phase with the same seed.
+    Running experiments need enabled models. No-op changes write nothing. Every write bumps
+    ``version``. Raises ValidationError (field errors).
     """
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise ValidationError(dict.fromkeys(unknown, "This field cannot be edited."))
-    experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
-    before = {name: getattr(experiment, name) for name in EDITABLE_FIELDS}
-    after = {**before, **fields}
-    if "condition" in fields:
-        after["condition"] = _as_condition(fields["condition"])
-    if "guardrail_metrics" in fields:
-        after["guardrail_metrics"] = list(fields["guardrail_metrics"] or [])
-    changed = [name for name in EDITABLE_FIELDS if after[name] != before[name]]
-    current_variants = list(experiment.variants.select_related("endpoint__provider"))
-    variants_changed = variants is not None and _variants_differ(current_variants, variants)
+    experiment = experiment_lock(experiment=experiment, expected_version=expected_version)
+    plan = experiment_change_plan(experiment=experiment, variants=variants, removed=removed, **fields)
+    changed = plan.changed_fields
+    after = {name: fields.get(name, getattr(experiment, name)) for name in EDITABLE_FIELDS}
+    after["condition"] = _as_condition(after["condition"])
+    after["guardrail_metrics"] = list(after["guardrail_metrics"] or [])
 
     errors: dict[str, list[str]] = {}
     if experiment.status != ExperimentStatus.DRAFT:
@@ -412,25 +543,25 @@ def experiment_update(
         for name in changed:
             if name not in DESCRIPTIVE_FIELDS and name not in DRAFT_ONLY_FIELDS:
                 _add(errors, name, f"A {experiment.status} experiment's configuration cannot change.")
-        if variants_changed:
+        if "variants" in plan.changes:
             _add(errors, "variants", f"A {experiment.status} experiment's variants cannot change.")
     if errors:
         raise ValidationError(errors)
     validate_experiment_fields(after, exclude_id=experiment.pk)
     if variants is not None:
         validate_variants(variants, require_enabled=experiment.status == ExperimentStatus.RUNNING)
-    if not changed and not variants_changed:
+    if not plan.changes:
         return experiment
 
     for name in changed:
         setattr(experiment, name, after[name])
+    experiment.version += 1
     _full_clean(experiment)
     experiment.save()
-    diff: dict[str, Any] = {name: [_jsonable(before[name]), _jsonable(after[name])] for name in changed}
-    if variants_changed:
-        diff["variants"] = _write_variants(experiment=experiment, variants=variants)
-    starts_phase = variants_changed or any(name in PHASE_FIELDS for name in changed)
-    if experiment.status in LIVE_STATUSES and experiment.phase > 0 and starts_phase:
+    diff = dict(plan.changes)
+    if "variants" in plan.changes:
+        _write_variants(experiment=experiment, variants=variants or [], rows=plan.variant_rows)
+    if plan.opens_phase:
         phase = _open_phase(
             experiment=experiment, seed=_current_phase_seed(experiment), reason=PhaseReason.CHANGE
         )
@@ -441,17 +572,15 @@ def experiment_update(
     return experiment
 
 
-def _variants_differ(current: Sequence[Variant], new: Sequence[VariantInput]) -> bool:
-    old = [(v.key, _variant_state(v)) for v in current]
-    return old != [(v.key, {**_variant_state(v), "weight": float(v.weight)}) for v in new]
-
-
-def _transition(*, experiment: Experiment, to: str) -> tuple[Experiment, str]:
-    experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
+def _transition(
+    *, experiment: Experiment, to: str, expected_version: int | None = None
+) -> tuple[Experiment, str]:
+    experiment = experiment_lock(experiment=experiment, expected_version=expected_version)
     if to not in ALLOWED_TRANSITIONS[experiment.status]:
         raise ValidationError({"status": f"Cannot go from {experiment.status} to {to}."})
     before = experiment.status
     experiment.status = to
+    experiment.version += 1
     return experiment, before
 
 
@@ -485,7 +614,7 @@ def experiment_start(*, experiment: Experiment, actor: str) -> Experiment:
         experiment.started_at = timezone.now()
         _open_phase(experiment=experiment, seed=experiment.hash_seed, reason=PhaseReason.START)
         changes["phase"] = [0, 1]
-    experiment.save(update_fields=["status", "phase", "started_at", "updated_at"])
+    experiment.save(update_fields=["status", "phase", "started_at", "updated_at", "version"])
     _audit(
         actor=actor,
         action="start" if before == ExperimentStatus.DRAFT else "resume",
@@ -500,7 +629,7 @@ def experiment_start(*, experiment: Experiment, actor: str) -> Experiment:
 def experiment_pause(*, experiment: Experiment, actor: str) -> Experiment:
     """running → paused: traffic stops entering; the phase stays open. Raises ValidationError."""
     experiment, before = _transition(experiment=experiment, to=ExperimentStatus.PAUSED)
-    experiment.save(update_fields=["status", "updated_at"])
+    experiment.save(update_fields=["status", "updated_at", "version"])
     _audit(actor=actor, action="pause", obj=experiment, changes={"status": [before, experiment.status]})
     config_version.bump()
     return experiment
@@ -514,7 +643,7 @@ def experiment_stop(*, experiment: Experiment, actor: str) -> Experiment:
     ExperimentPhase.objects.filter(experiment=experiment, ended_at__isnull=True).update(
         ended_at=experiment.stopped_at
     )
-    experiment.save(update_fields=["status", "stopped_at", "updated_at"])
+    experiment.save(update_fields=["status", "stopped_at", "updated_at", "version"])
     _audit(actor=actor, action="stop", obj=experiment, changes={"status": [before, experiment.status]})
     config_version.bump()
     return experiment
@@ -524,7 +653,7 @@ def experiment_stop(*, experiment: Experiment, actor: str) -> Experiment:
 def experiment_archive(*, experiment: Experiment, actor: str) -> Experiment:
     """draft/stopped → archived: hidden from layer overlap checks; read-only. Raises ValidationError."""
     experiment, before = _transition(experiment=experiment, to=ExperimentStatus.ARCHIVED)
-    experiment.save(update_fields=["status", "updated_at"])
+    experiment.save(update_fields=["status", "updated_at", "version"])
     _audit(actor=actor, action="archive", obj=experiment, changes={"status": [before, experiment.status]})
     config_version.bump()
     return experiment
@@ -535,7 +664,7 @@ def experiment_rerandomise(*, experiment: Experiment, actor: str, seed: str = ""
     """Open a new phase with a new seed (running or paused experiments): every unit is hashed
     afresh and no earlier sticky assignment applies. ``seed`` defaults to ``<key>-<8 hex>``.
     Raises ValidationError when the experiment is not running or paused."""
-    experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
+    experiment = experiment_lock(experiment=experiment)
     if experiment.status not in LIVE_STATUSES:
         raise ValidationError(
             {"status": f"Only running or paused experiments can be re-randomised, not {experiment.status}."}
@@ -545,9 +674,10 @@ def experiment_rerandomise(*, experiment: Experiment, actor: str, seed: str = ""
     if new_seed == old_seed:
         raise ValidationError({"seed": "The new seed must differ from the current one."})
     experiment.seed = new_seed
+    experiment.version += 1
     _full_clean(experiment)
     phase = _open_phase(experiment=experiment, seed=new_seed, reason=PhaseReason.RERANDOMISE)
-    experiment.save(update_fields=["seed", "phase", "updated_at"])
+    experiment.save(update_fields=["seed", "phase", "updated_at", "version"])
     _audit(
         actor=actor,
         action="rerandomise",
@@ -607,6 +737,7 @@ def forced_assignments_replace(
         for u in sorted(set(before) | set(after))
         if before.get(u) != after.get(u)
     }
+    Experiment.objects.filter(pk=experiment.pk).update(version=models.F("version") + 1)
     _audit(actor=actor, action="forced_assignments", obj=experiment, changes={"forced": diff})
     config_version.bump()
     return out
@@ -617,14 +748,18 @@ def forced_assignments_replace(
 
 @transaction.atomic
 def layer_save(*, layer: Layer, actor: str) -> Layer:
-    """Create or edit a layer (namespace). Its key salts the layer hash, so it cannot change once
-    an experiment uses the layer. Raises ValidationError (field errors)."""
-    before = Layer.objects.filter(pk=layer.pk).values("key", "description").first() if layer.pk else None
-    if before and before["key"] != layer.key and Experiment.objects.filter(layer_id=layer.pk).exists():
-        raise ValidationError({"key": "A layer's key cannot change once experiments use it."})
+    """Create or edit a layer (namespace). Its key salts the layer hash and ``hash_version`` picks
+    the hash, so neither can change once an experiment uses the layer. Raises ValidationError."""
+    fields = ("key", "description", "hash_version")
+    before = Layer.objects.filter(pk=layer.pk).values(*fields).first() if layer.pk else None
+    if before and Experiment.objects.filter(layer_id=layer.pk).exists():
+        if before["key"] != layer.key:
+            raise ValidationError({"key": "A layer's key cannot change once experiments use it."})
+        if before["hash_version"] != layer.hash_version:
+            raise ValidationError({"hash_version": "A layer's hash cannot change once experiments use it."})
     _full_clean(layer)
     layer.save()
-    after = {"key": layer.key, "description": layer.description}
+    after = {name: getattr(layer, name) for name in fields}
     diff = {k: [before[k] if before else None, v] for k, v in after.items() if not before or before[k] != v}
     if diff:
         _audit(actor=actor, action="update" if before else "create", obj=layer, changes=diff)
@@ -650,7 +785,7 @@ def platform_config_update(
     if holdout_share is not None and (
         not is_finite_number(holdout_share) or not 0 <= holdout_share <= MAX_HOLDOUT_SHARE
     ):
-        _add(errors, "holdout_share", "The holdout share must be a finite number between 0 and 0.5.")
+        _add(errors, "holdout_share", "The holdout share must be a finite number between 0 and 50 %.")
     if holdout_seed is not None and not holdout_seed.strip():
         _add(errors, "holdout_seed", "The holdout seed cannot be empty.")
     if errors:

@@ -221,6 +221,9 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Platform ------------------------------------------------------------------------------
+# The metric names experiments may use (primary and guardrails), injected as a dotted path so the
+# experiments app never imports analytics; empty accepts any name.
+METRIC_NAMES_LOOKUP = "analytics.selectors.metric_names"
 # How long POST /api/v1/completions waits for the worker before answering 202 with a job URL.
 COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
 # Seconds a session's encrypted provider reasoning stays in the server-side store after its last

@@ -36,10 +36,10 @@ def form_data(experiment=None, *, variants=None, forced=(), **fields) -> dict[st
         "owner": "",
         "unit_type": "session",
         "seed": "",
-        "coverage": "1",
+        "coverage": "100",
         "layer": "",
         "layer_start": "0",
-        "layer_end": "1",
+        "layer_end": "100",
         "condition": "{}",
         "primary_metric": "task_success",
         "guardrail_metrics": "",
@@ -50,8 +50,17 @@ def form_data(experiment=None, *, variants=None, forced=(), **fields) -> dict[st
             name=experiment.name,
             unit_type=experiment.unit_type,
             seed=experiment.seed,
-            coverage=str(experiment.coverage),
+            coverage=str(experiment.coverage * 100),
+            base_version=str(experiment.version),
+            layer=str(experiment.layer_id or ""),
+            layer_start=str(experiment.layer_start * 100),
+            layer_end=str(experiment.layer_end * 100),
+            hypothesis=experiment.hypothesis,
+            primary_metric=experiment.primary_metric,
+            guardrail_metrics=", ".join(experiment.guardrail_metrics),
         )
+        if experiment.status in ("running", "paused"):
+            base["confirm_new_phase"] = "on"  # tests of the confirmation step drop it
     base.update({k: str(v) for k, v in fields.items()})
     existing = {v.key: v.pk for v in experiment.variants.all()} if experiment else {}
     variants = (
@@ -136,9 +145,10 @@ def test_the_model_picker_shows_provider_and_enabled_state(admin_client, catalog
     ModelEndpoint.objects.filter(public_id=V2).update(enabled=False)
     experiment = make_experiment(start=False)
     page = admin_client.get(change_url(experiment)).content.decode()
-    assert f"{V14} — Native (Avocado inference service) — enabled" in page
-    assert f"{V2} — Native (Avocado inference service) — disabled" in page
-    assert "azure/muse-special — Azure OpenAI — enabled" in page
+    # models by version label, the public id on hover
+    assert f'title="{V14}">avocado-v14 — Native (Avocado inference service) — enabled' in page
+    assert f'title="{V2}">avocado-v2 — Native (Avocado inference service) — disabled' in page
+    assert "Azure OpenAI — enabled" in page and 'title="azure/muse-special"' in page
 
 
 # --------------------------------------------------------------------------- saving through services
@@ -224,7 +234,7 @@ def test_invalid_variant_sets_come_back_as_form_errors(admin_client, catalogue, 
     assert message in errors_of(response)
     assert message in response.content.decode()
     assert dict(experiment.variants.values_list("key", "weight")) == {"control": 0.5, "treatment": 0.5}
-    assert not AuditEntry.objects.filter(action="update").exists()
+    assert not AuditEntry.objects.filter(action="update").exclude(actor="pm").exists()
 
 
 def test_a_disabled_model_is_refused_for_a_running_experiment(admin_client, catalogue):
@@ -244,7 +254,7 @@ def test_a_disabled_model_is_refused_for_a_running_experiment(admin_client, cata
         ({"condition": '{"tier": {"$gteq": 1}}'}, "Unknown operator $gteq at tier."),
         ({"condition": '["pro"]'}, "The condition must be a JSON object"),
         ({"coverage": "nan"}, "Enter a finite number (not NaN or infinity)."),
-        ({"coverage": "1.5"}, "Ensure this value is less than or equal to 1"),
+        ({"coverage": "150"}, "Ensure this value is less than or equal to 100"),
     ],
 )
 def test_invalid_experiment_fields_come_back_as_form_errors(admin_client, catalogue, fields, message):
@@ -256,9 +266,9 @@ def test_invalid_experiment_fields_come_back_as_form_errors(admin_client, catalo
 def test_an_overlapping_layer_range_names_the_other_experiment(admin_client, catalogue):
     layer = Layer.objects.create(key="ranking")
     make_experiment(key="first", layer=layer, layer_start=0.0, layer_end=0.5)
-    data = form_data(key="second", layer=layer.pk, layer_start="0.25", layer_end="0.75")
+    data = form_data(key="second", layer=layer.pk, layer_start="25", layer_end="75")
     response = admin_client.post(reverse("admin:muse_experiments_experiment_add"), data)
-    assert "Layer range [0.25, 0.75) overlaps experiment first [0, 0.5)." in errors_of(response)
+    assert "Layer range [25 %, 75 %) overlaps experiment first [0 %, 50 %)." in errors_of(response)
     assert not Experiment.objects.filter(key="second").exists()
 
 
@@ -323,20 +333,20 @@ def test_the_holdout_is_edited_in_the_admin_with_audit(admin_client, catalogue, 
     PlatformConfig.objects.get_or_create(pk=1)
     url = reverse("admin:muse_experiments_platformconfig_change", args=[1])
     assert admin_client.get(url).status_code == 200
-    response = admin_client.post(url, {"holdout_share": "0.1", "holdout_seed": "global-holdout"})
+    response = admin_client.post(url, {"holdout_share": "10", "holdout_seed": "global-holdout"})
     assert response.status_code == 302
     assert PlatformConfig.objects.get(pk=1).holdout_share == 0.1
     entry = AuditEntry.objects.get(object_type="PlatformConfig")
     assert (entry.actor, entry.changes) == (admin_user.username, {"holdout_share": [0.0, 0.1]})
-    response = admin_client.post(url, {"holdout_share": "0.9", "holdout_seed": "global-holdout"})
-    assert response.status_code == 200 and "less than or equal to 0.5" in response.content.decode()
+    response = admin_client.post(url, {"holdout_share": "90", "holdout_seed": "global-holdout"})
+    assert response.status_code == 200 and "less than or equal to 50" in response.content.decode()
 
 
 def test_the_audit_history_is_visible_on_the_experiment_page(admin_client, catalogue):
     experiment = make_experiment()
     admin_client.post(change_url(experiment), form_data(experiment, hypothesis="faster answers"))
     page = admin_client.get(change_url(experiment)).content.decode()
-    assert "&quot;hypothesis&quot;: [&quot;&quot;, &quot;faster answers&quot;]" in page
+    assert "<li>hypothesis: — → faster answers</li>" in page
 
 
 def test_the_preview_page_of_a_malformed_experiment_id_is_a_404(admin_client, catalogue):
@@ -362,3 +372,158 @@ def test_starting_an_experiment_warns_about_older_running_ones_that_take_its_tra
     url = reverse("admin:muse_experiments_experiment_lifecycle", args=[newer.pk, "start"])
     page = admin_client.post(url, follow=True).content.decode().lower()  # the admin capitalises messages
     assert "newer: running experiments evaluated first may take its traffic: older." in page
+
+
+# --------------------------------------------------------------------------- integrity of edits
+
+
+def three_arm(**kwargs):
+    from muse_experiments import services
+
+    experiment = make_experiment(start=False, **kwargs)
+    services.experiment_update(
+        experiment=experiment,
+        actor="pm",
+        variants=[
+            *[
+                services.VariantInput(
+                    key=v.key, weight=w, endpoint=v.endpoint, is_control=v.is_control, id=v.pk
+                )
+                for v, w in zip(experiment.variants.all(), [0.34, 0.33], strict=True)
+            ],
+            services.VariantInput(key="third", weight=0.33, endpoint=ModelEndpoint.objects.get(public_id=V2)),
+        ],
+    )
+    services.experiment_start(experiment=experiment, actor="pm")
+    return Experiment.objects.get(pk=experiment.pk)
+
+
+THREE = [("control", V14, 34, True), ("treatment", V15, 33, False), ("third", V2, 33, False)]
+
+
+def test_a_variant_left_out_of_the_form_is_not_deleted(admin_client, catalogue):
+    experiment = three_arm()
+    data = form_data(experiment, variants=[("control", V14, 50, True), ("treatment", V15, 50, False)])
+    assert data["variants-TOTAL_FORMS"] == "2" and data["variants-INITIAL_FORMS"] == "3"
+    response = admin_client.post(change_url(experiment), data)
+    assert "Variant(s) third missing from the submitted set" in errors_of(response)
+    assert sorted(experiment.variants.values_list("key", flat=True)) == ["control", "third", "treatment"]
+    assert Experiment.objects.get(pk=experiment.pk).phase == 1
+    assert not AuditEntry.objects.filter(action="update").exclude(actor="pm").exists()
+
+
+def test_an_explicit_delete_removes_a_variant(admin_client, catalogue):
+    experiment = three_arm()
+    data = form_data(experiment, variants=[*THREE[:2], ("third", V2, 0, False)])
+    data.update(
+        {"variants-0-weight_percent": "50", "variants-1-weight_percent": "50", "variants-2-DELETE": "on"}
+    )
+    response = admin_client.post(change_url(experiment), data)
+    assert response.status_code == 302, errors_of(response)
+    assert sorted(experiment.variants.values_list("key", flat=True)) == ["control", "treatment"]
+    assert (
+        "third" in AuditEntry.objects.exclude(actor="pm").get(action="update").changes["variants"]["removed"]
+    )
+
+
+def test_a_stale_edit_is_refused_and_the_newer_weights_stay(admin_client, client, admin_user, catalogue):
+    experiment = three_arm()
+    pm1_form = form_data(experiment, variants=THREE)  # PM1 opens the page (version v)
+    pm2 = form_data(
+        experiment,
+        variants=[("control", V14, 50, True), ("treatment", V15, 25, False), ("third", V2, 25, False)],
+    )
+    assert admin_client.post(change_url(experiment), pm2).status_code == 302  # PM2 saves 50/25/25
+    pm1_form["hypothesis"] = "only the hypothesis"
+    response = admin_client.post(change_url(experiment), pm1_form)
+    message = errors_of(response)
+    assert (
+        "changed since this edit began" in message
+        and f"now version {experiment.version + 1}, last changed by admin" in message
+    )
+    after = Experiment.objects.get(pk=experiment.pk)
+    assert dict(after.variants.values_list("key", "weight")) == {
+        "control": 0.5,
+        "treatment": 0.25,
+        "third": 0.25,
+    }
+    assert after.hypothesis == "" and after.phase == 2
+    assert AuditEntry.objects.filter(action="update").exclude(actor="pm").count() == 1
+
+
+def test_a_save_that_opens_a_phase_lists_the_changes_and_asks_to_confirm(admin_client, catalogue):
+    experiment = make_experiment()
+    data = form_data(
+        experiment, variants=[("control", V14, 20, True), ("treatment", V15, 80, False)], coverage="50"
+    )
+    del data["confirm_new_phase"]
+    response = admin_client.post(change_url(experiment), data)
+    errors = errors_of(response)
+    assert "closes phase 1 and starts phase 2" in errors
+    assert "coverage: 100 % → 50 %" in errors
+    assert "variant treatment weight: 50 % → 80 %" in errors
+    assert 'name="confirm_new_phase"' in response.content.decode()
+    assert Experiment.objects.get(pk=experiment.pk).phase == 1  # nothing saved
+    data["confirm_new_phase"] = "on"
+    assert admin_client.post(change_url(experiment), data).status_code == 302
+    assert Experiment.objects.get(pk=experiment.pk).phase == 2
+
+
+def test_a_descriptive_edit_of_a_running_experiment_needs_no_confirmation(admin_client, catalogue):
+    experiment = make_experiment()
+    data = form_data(experiment, hypothesis="better")
+    del data["confirm_new_phase"]
+    assert admin_client.post(change_url(experiment), data).status_code == 302
+    assert Experiment.objects.get(pk=experiment.pk).phase == 1
+
+
+@pytest.mark.parametrize("field", ["primary_metric", "guardrail_metrics"])
+def test_an_unknown_metric_name_is_a_form_error(admin_client, catalogue, field):
+    response = admin_client.post(
+        reverse("admin:muse_experiments_experiment_add"), form_data(**{field: "nope_metric"})
+    )
+    assert "Unknown metric &#x27;nope_metric&#x27;" in errors_of(
+        response
+    ) or "Unknown metric 'nope_metric'" in errors_of(response)
+    assert not Experiment.objects.exists()
+
+
+def test_the_experiment_page_links_to_its_results_and_preview_and_shows_percent(admin_client, catalogue):
+    experiment = make_experiment(key="linked")
+    page = admin_client.get(change_url(experiment)).content.decode()
+    assert f'href="{reverse("results-page", args=["linked"])}"' in page
+    assert reverse("admin:muse_experiments_experiment_preview", args=[experiment.pk]) in page
+    assert 'name="coverage" value="100.0"' in page and "Coverage (%)" in page
+    assert "<td>control 50 %, treatment 50 %</td>" in page  # the phase table, in percent
+    assert f'name="base_version" value="{experiment.version}"' in page
+
+
+def test_exposures_and_audit_entries_cannot_be_deleted_in_the_admin(admin_client, catalogue):
+    for model in ("exposure", "auditentry", "experimentphase"):
+        url = reverse(f"admin:muse_experiments_{model}_changelist")
+        page = admin_client.get(url).content.decode()
+        assert 'value="delete_selected"' not in page
+        assert admin_client.get(reverse(f"admin:muse_experiments_{model}_add")).status_code == 403
+
+
+def test_an_api_key_is_created_in_the_admin_and_shown_once(admin_client, catalogue):
+    from muse_experiments.auth import digest_key
+    from muse_experiments.models import ApiKey
+
+    url = reverse("admin:muse_experiments_apikey_add")
+    assert admin_client.get(url).status_code == 200
+    response = admin_client.post(
+        url, {"name": "ci", "scopes": ["events", "analytics:read"], "rate_limit_per_minute": "60"}
+    )
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    page = response.content.decode()
+    key = ApiKey.objects.get(name="ci")
+    raw = page.split('class="raw-api-key"', 1)[1].split(">", 1)[1].split("<", 1)[0]
+    assert raw.startswith(f"muse_{key.prefix}_") and key.digest == digest_key(raw)
+    assert key.scopes == ["analytics:read", "events"] and key.rate_limit_per_minute == 60
+    assert (
+        raw
+        not in admin_client.get(
+            reverse("admin:muse_experiments_apikey_change", args=[key.pk])
+        ).content.decode()
+    )

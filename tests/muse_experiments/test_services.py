@@ -397,8 +397,8 @@ def test_overlapping_layer_ranges_are_refused_and_archived_experiments_free_thei
     with pytest.raises(ValidationError) as exc:
         make_experiment(key="c", layer=layer, layer_start=0.4, layer_end=0.6, start=False)
     assert exc.value.message_dict["layer_start"] == [
-        "Layer range [0.4, 0.6) overlaps experiment a [0, 0.5).",
-        "Layer range [0.4, 0.6) overlaps experiment b [0.5, 1).",
+        "Layer range [40 %, 60 %) overlaps experiment a [0 %, 50 %).",
+        "Layer range [40 %, 60 %) overlaps experiment b [50 %, 100 %).",
     ]
     services.experiment_archive(experiment=a, actor="pm")
     c = make_experiment(key="c", layer=layer, layer_start=0.1, layer_end=0.4, start=False)
@@ -409,7 +409,7 @@ def test_an_empty_or_inverted_layer_range_is_refused(catalogue):
     layer = Layer.objects.create(key="l1")
     with pytest.raises(ValidationError) as exc:
         make_experiment(key="x", layer=layer, layer_start=0.5, layer_end=0.5, start=False)
-    assert "0 ≤ start < end ≤ 1" in exc.value.message_dict["layer_end"][0]
+    assert "0 % ≤ start < end ≤ 100 %" in exc.value.message_dict["layer_end"][0]
 
 
 def test_a_running_experiment_cannot_switch_to_a_disabled_model(catalogue):
