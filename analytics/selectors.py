@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from muse_experiments.models import Experiment
 
 from .analysis import MetricSpec
+from .builtin_metrics import BUILTIN_METRICS
 from .models import ExperimentAnalysisSettings, MetricDefinition, MetricType, ResultSnapshot
 from .queries import Component
 
@@ -21,9 +22,11 @@ def analysis_settings_for(*, experiment: Experiment) -> ExperimentAnalysisSettin
 
 
 def metric_names() -> list[str]:
-    """Every defined metric name (built-in and custom): the experiments app validates primary and
-    guardrail metrics against it (``settings.METRIC_NAMES_LOOKUP``)."""
-    return list(MetricDefinition.objects.values_list("name", flat=True))
+    """Every metric name results can be computed for: the built-ins (always: results re-create a
+    missing one) and the custom definitions. The experiments app validates primary and guardrail
+    metrics against it (``settings.METRIC_NAMES_LOOKUP``)."""
+    builtin = [m["name"] for m in BUILTIN_METRICS]
+    return sorted({*builtin, *MetricDefinition.objects.values_list("name", flat=True)})
 
 
 def metric_names_for(
