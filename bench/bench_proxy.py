@@ -45,7 +45,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib import REPO, Processes, ensure_venv, free_port, pct, read_procfile, recreate_database, wait_http
+from benchlib import (
+    REPO,
+    Processes,
+    ensure_venv,
+    free_port,
+    pct,
+    recreate_database,
+    tree_cpu_s,
+    wait_http,
+)
 
 LITELLM_VERSION = "1.108.7"
 LITELLM_VENV = REPO / "var" / f"litellm-{LITELLM_VERSION}"
@@ -56,7 +65,8 @@ UPSTREAM_MODEL = "avocado-v14"
 UPSTREAM_KEY = "sk-instant-upstream"
 #: Ports this harness binds (the bench developer's fixed range); a taken port is skipped.
 PORTS = range(18200, 18300)
-#: Process types of the Procfile not started: scheduled work, off the request path.
+#: Process types of the Procfile not started unless ``$MUSE_FORMATION`` names them: scheduled
+#: work, off the request path.
 SKIP_PROCESSES = frozenset({"beat"})
 #: Issue 10's goals: ``(text, metric, concurrency, bound on platform / LiteLLM, "le" | "ge")``.
 GOALS = (
@@ -77,11 +87,24 @@ class Sample:
     latencies_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     failures: list[str] = field(default_factory=list)
+    #: CPU seconds the target's own processes used meanwhile (``None``: not measured, e.g. direct).
+    cpu_s: float | None = None
 
-    def add(self, latencies_ms: list[float], wall_s: float, failures: list[str]) -> None:
+    def add(
+        self, latencies_ms: list[float], wall_s: float, failures: list[str], cpu_s: float | None = None
+    ) -> None:
         self.latencies_ms += latencies_ms
         self.wall_s += wall_s
         self.failures += failures
+        if cpu_s is not None:
+            self.cpu_s = (self.cpu_s or 0.0) + cpu_s
+
+    @property
+    def cpu_ms_per_call(self) -> float | None:
+        """The target's own CPU milliseconds per completed call."""
+        if self.cpu_s is None or not self.latencies_ms:
+            return None
+        return self.cpu_s * 1000 / len(self.latencies_ms)
 
     @property
     def p50(self) -> float:
@@ -98,20 +121,18 @@ class Sample:
 
 
 def figures(samples: dict[tuple[str, int], Sample], level: int) -> dict[str, dict[str, float]]:
-    """``{metric: {target: value}}`` at one concurrency: p50, p99, throughput, and ``added_p50`` /
-    ``added_p99`` (the target's percentile minus the direct call's; absent for direct)."""
-    out: dict[str, dict[str, float]] = {
-        "p50": {},
-        "p99": {},
-        "added_p50": {},
-        "added_p99": {},
-        "throughput": {},
-    }
+    """``{metric: {target: value}}`` at one concurrency: p50, p99, throughput, ``cpu`` (the target's
+    own CPU ms per call, where measured) and ``added_p50`` / ``added_p99`` (the target's percentile
+    minus the direct call's; absent for direct)."""
+    metrics = ("p50", "p99", "added_p50", "added_p99", "throughput", "cpu")
+    out: dict[str, dict[str, float]] = {m: {} for m in metrics}
     for target in TARGETS:
         s = samples.get((target, level))
         if s is None or not s.latencies_ms:
             continue
         out["p50"][target], out["p99"][target], out["throughput"][target] = s.p50, s.p99, s.throughput
+        if s.cpu_ms_per_call is not None:
+            out["cpu"][target] = s.cpu_ms_per_call
     for q in ("p50", "p99"):
         if "direct" in out[q]:
             for target in ("litellm", "platform"):
@@ -138,6 +159,7 @@ def render_table(samples: dict[tuple[str, int], Sample], levels: list[int]) -> s
         ("added p50 at {c} client{s} (minus direct)", "added_p50", "{:.2f} ms", True),
         ("added p99 at {c} client{s} (minus direct)", "added_p99", "{:.2f} ms", True),
         ("throughput at {c} client{s}", "throughput", "{:,.0f}/s", True),
+        ("proxy CPU per call at {c} client{s}", "cpu", "{:.2f} ms", True),
     )
     for c in levels:
         figs = figures(samples, c)
@@ -221,8 +243,11 @@ async def drive(client, model: str, n: int, concurrency: int) -> tuple[list[floa
     return latencies, time.perf_counter() - started, failures
 
 
-async def measure(clients: dict, levels: list[int], requests: int, rounds: int, warmup: int):
-    """Warm every target up (not counted), then run the :func:`schedule`; ``{(target, level): Sample}``."""
+async def measure(
+    clients: dict, levels: list[int], requests: int, rounds: int, warmup: int, cpu_pids: dict[str, list[int]]
+):
+    """Warm every target up (not counted), then run the :func:`schedule`; ``{(target, level): Sample}``.
+    ``cpu_pids``: per target, the processes (with descendants) whose CPU time counts as its own."""
     for client, model in clients.values():
         await drive(client, model, warmup, max(levels))
         await drive(client, model, max(5, warmup // 10), 1)
@@ -230,8 +255,11 @@ async def measure(clients: dict, levels: list[int], requests: int, rounds: int, 
     for level, rnd, order in schedule(levels, rounds):
         for target in order:
             client, model = clients[target]
+            pids = cpu_pids.get(target)
+            cpu_before = tree_cpu_s(pids) if pids else None
             lat, wall, failures = await drive(client, model, requests, level)
-            samples.setdefault((target, level), Sample()).add(lat, wall, failures)
+            cpu = tree_cpu_s(pids) - cpu_before if pids else None
+            samples.setdefault((target, level), Sample()).add(lat, wall, failures, cpu)
             print(
                 f"  round {rnd + 1} {level:>3} client(s) {LABELS[target]:<14} {len(lat)} ok in {wall:.1f}s"
                 + (f", {len(failures)} FAILED: {failures[0]}" if failures else ""),
@@ -269,8 +297,8 @@ def start_upstream(procs: Processes) -> str:
     return upstream
 
 
-def start_litellm(procs: Processes, *, upstream: str, var: Path, venv: Path) -> tuple[str, str]:
-    """LiteLLM's proxy (one worker, no database) on a free port; returns (base URL, master key)."""
+def start_litellm(procs: Processes, *, upstream: str, var: Path, venv: Path) -> tuple[str, str, int]:
+    """LiteLLM's proxy (one worker, no database) on a free port; returns (base URL, master key, pid)."""
     python = ensure_venv(
         venv,
         requirement=f"litellm[proxy]=={LITELLM_VERSION}",
@@ -288,10 +316,10 @@ def start_litellm(procs: Processes, *, upstream: str, var: Path, venv: Path) -> 
     }
     cmd = [str(python.parent / "litellm"), "--config", str(config), "--host", "127.0.0.1",
            "--port", str(port), "--num_workers", "1"]  # fmt: skip
-    procs.spawn(cmd, "litellm", env=env)
+    proc = procs.spawn(cmd, "litellm", env=env)
     base = f"http://127.0.0.1:{port}"
     wait_http(f"{base}/health/liveliness", timeout_s=180, procs=procs.procs)
-    return base, master_key
+    return base, master_key, proc.pid
 
 
 def platform_env(*, var: Path, embedded: bool, port: int) -> dict[str, str]:
@@ -357,8 +385,22 @@ def prepare_platform(env: dict[str, str], *, upstream: str) -> str:
     return key
 
 
-def start_platform(procs: Processes, *, upstream: str, var: Path, embedded: bool) -> tuple[str, str, dict]:
-    """The platform as the Procfile runs it; returns (base URL, API key, {process type: command})."""
+def bench_formation(formation: str) -> str:
+    """``$MUSE_FORMATION`` for the bench: as given, with ``beat=0`` unless it names beat
+    (scheduled work is off the request path)."""
+    named = {part.split("=", 1)[0].strip() for part in formation.split(",") if part.strip()}
+    extra = [f"{name}=0" for name in sorted(SKIP_PROCESSES - named)]
+    return ",".join(filter(None, [formation.strip(), *extra]))
+
+
+def start_platform(
+    procs: Processes, *, upstream: str, var: Path, embedded: bool
+) -> tuple[str, str, dict[str, str], dict[str, int]]:
+    """The platform as ``make run-prod`` runs it (:mod:`muse_experiments.prodshape`: the Procfile
+    times ``$MUSE_FORMATION``, without beat); returns (base URL, API key, {process: command},
+    {process: pid}). The supervisor is stopped with ``procs``."""
+    from muse_experiments.prodshape import Supervisor, processes
+
     port = free_port(PORTS)
     env = platform_env(var=var, embedded=embedded, port=port)
     if not embedded:
@@ -367,12 +409,18 @@ def start_platform(procs: Processes, *, upstream: str, var: Path, embedded: bool
         recreate_database(env["DATABASE_URL"])
         redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     key = prepare_platform(env, upstream=upstream)
-    shape = {name: cmd for name, cmd in read_procfile().items() if name not in SKIP_PROCESSES}
-    for name, cmd in shape.items():
-        procs.spawn(f"exec {cmd}", name, env=env)
+    shape = processes(formation=bench_formation(os.environ.get("MUSE_FORMATION", "")))
+    supervisor = Supervisor(shape, run_dir=var / "run", restart=False, env=env, output=procs.log_dir)
+    procs.stoppers.append(supervisor.stop_all)
+    supervisor.start_all()
     base = f"http://127.0.0.1:{port}"
-    wait_http(f"{base}/healthz", timeout_s=120, procs=procs.procs)
-    return base, key, shape
+    wait_http(f"{base}/healthz", timeout_s=120, procs=list(supervisor.children.values()))
+    return (
+        base,
+        key,
+        {p.name: p.command for p in shape},
+        {name: child.pid for name, child in supervisor.children.items()},
+    )
 
 
 def git_revision() -> str:
@@ -398,8 +446,10 @@ def main() -> int:
 
     with Processes(var / "logs") as procs:
         upstream = start_upstream(procs)
-        litellm_url, master_key = start_litellm(procs, upstream=upstream, var=var, venv=args.litellm_venv)
-        platform_url, api_key, shape = start_platform(
+        litellm_url, master_key, litellm_pid = start_litellm(
+            procs, upstream=upstream, var=var, venv=args.litellm_venv
+        )
+        platform_url, api_key, shape, platform_pids = start_platform(
             procs, upstream=upstream, var=var, embedded=args.embedded
         )
 
@@ -416,7 +466,15 @@ def main() -> int:
         try:
             samples = asyncio.run(
                 asyncio.wait_for(
-                    measure(clients, args.concurrency, args.requests, args.rounds, args.warmup), args.timeout
+                    measure(
+                        clients,
+                        args.concurrency,
+                        args.requests,
+                        args.rounds,
+                        args.warmup,
+                        {"litellm": [litellm_pid], "platform": list(platform_pids.values())},
+                    ),
+                    args.timeout,
                 )
             )
         except TimeoutError:
@@ -427,7 +485,8 @@ def main() -> int:
         f"\nbench-proxy at {git_revision()} on {os.cpu_count()} cores; platform: {mode}, DJANGO_DEBUG=false"
     )
     print(
-        f"  Procfile (WEB_CONCURRENCY={os.environ.get('WEB_CONCURRENCY', 'unset')}; load average before/after: "
+        f"  Procfile × MUSE_FORMATION={bench_formation(os.environ.get('MUSE_FORMATION', ''))!r} "
+        f"(WEB_CONCURRENCY={os.environ.get('WEB_CONCURRENCY', 'unset')}; load average before/after: "
         f"{load_before[0]:.1f}/{os.getloadavg()[0]:.1f} — other work on the machine skews absolute figures):"
     )
     for name, cmd in shape.items():
@@ -438,6 +497,9 @@ def main() -> int:
     print(f"  {args.requests} requests × {args.rounds} rounds per target and level, order alternating; "
           f"{args.warmup} warm-up requests each, not counted\n")  # fmt: skip
     print(render_table(samples, args.concurrency))
+    print(
+        "(proxy CPU: the LiteLLM process; the platform's web and worker processes, without PostgreSQL/Redis)"
+    )
     print("\nissue 10 goals (platform / LiteLLM, same run):")
     print("\n".join(goal_lines(samples, args.concurrency)))
     failed = {k: len(s.failures) for k, s in samples.items() if s.failures}

@@ -26,7 +26,8 @@ stage then ends at the response. All clocks are this machine's wall clock.
 
 With ``--profile DIR`` it also samples the web and worker processes with ``py-spy record`` (in its
 own virtualenv under ``var/``) during the measured requests and writes ``DIR/web.svg`` and
-``DIR/worker.svg`` flame graphs (``--idle`` adds waiting threads: wall time instead of CPU).
+``DIR/worker.svg`` flame graphs (``--profile-format raw``: collapsed stacks, ``.txt``; ``--idle``
+adds waiting threads: wall time instead of CPU).
 
     BENCH_DATABASE_URL=postgres://…/muse_bench_stages BENCH_REDIS_URL=redis://…/2 \\
         .venv/bin/python bench/bench_stages.py [--requests 1000] [--concurrency 32] [--profile DIR]
@@ -45,7 +46,7 @@ import time
 from pathlib import Path
 
 from bench_proxy import MODEL_ALIAS, bench_dir, git_revision, start_platform, start_upstream
-from benchlib import REPO, Processes, ensure_venv, pct
+from benchlib import REPO, Processes, ensure_venv, pct, tree_cpu_s
 
 PY_SPY_VERSION = "0.4.3"
 PY_SPY_VENV = REPO / "var" / f"py-spy-{PY_SPY_VERSION}"
@@ -132,8 +133,14 @@ def job_timestamps(calls: list[tuple[str, float, float]]) -> list[dict[str, floa
     return rows
 
 
-def start_py_spy(procs: Processes, out: Path, shape_pids: dict[str, int], *, idle: bool, rate: int) -> None:
-    """``py-spy record`` on each process type (its children too) until stopped, writing ``out/<type>.svg``."""
+PROFILE_SUFFIX = {"flamegraph": "svg", "raw": "txt", "speedscope": "json"}
+
+
+def start_py_spy(
+    procs: Processes, out: Path, shape_pids: dict[str, int], *, idle: bool, rate: int, fmt: str
+) -> None:
+    """``py-spy record`` on each process type (its children too) until stopped, writing
+    ``out/<type>.<svg|txt|json>`` (``fmt``: flamegraph, raw collapsed stacks, or speedscope)."""
     python = ensure_venv(
         PY_SPY_VENV,
         requirement=f"py-spy=={PY_SPY_VERSION}",
@@ -142,7 +149,7 @@ def start_py_spy(procs: Processes, out: Path, shape_pids: dict[str, int], *, idl
     out.mkdir(parents=True, exist_ok=True)
     for name, pid in shape_pids.items():
         cmd = [str(python.parent / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--nonblocking",
-               "--rate", str(rate), "-o", str(out / f"{name}.svg")] + (["--idle"] if idle else [])  # fmt: skip
+               "--rate", str(rate), "--format", fmt, "-o", str(out / f"{name}.{PROFILE_SUFFIX[fmt]}")] + (["--idle"] if idle else [])  # fmt: skip
         procs.spawn(cmd, f"py-spy-{name}", env=dict(os.environ))
 
 
@@ -156,24 +163,26 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, help="write py-spy flame graphs (web.svg, worker.svg) here")
     parser.add_argument("--idle", action="store_true", help="py-spy: include idle (waiting) threads")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--profile-format", choices=sorted(PROFILE_SUFFIX), default="flamegraph")
     args = parser.parse_args()
     var = bench_dir("bench-stages", embedded=args.embedded)
     with Processes(var / "logs") as procs:
         upstream = start_upstream(procs)
-        base, key, shape = start_platform(procs, upstream=upstream, var=var, embedded=args.embedded)
-        pids = {name: p.pid for name, p in zip(shape, procs.procs[1:], strict=True)}
+        base, key, shape, pids = start_platform(procs, upstream=upstream, var=var, embedded=args.embedded)
         asyncio.run(drive(base, key, args.warmup, args.concurrency))
         spies = Processes(var / "logs", grace_s=60)
         if args.profile:
-            start_py_spy(spies, args.profile, pids, idle=args.idle, rate=args.rate)
+            start_py_spy(spies, args.profile, pids, idle=args.idle, rate=args.rate, fmt=args.profile_format)
             time.sleep(1)
         started = time.perf_counter()
+        cpu_before = {name: tree_cpu_s([pid]) for name, pid in pids.items()}
         try:
             calls = asyncio.run(
                 asyncio.wait_for(drive(base, key, args.requests, args.concurrency), args.timeout)
             )
         finally:
             wall = time.perf_counter() - started
+            cpu = {name: tree_cpu_s([pid]) - cpu_before[name] for name, pid in pids.items()}
             for spy in spies.procs:  # SIGINT: py-spy writes its flame graph and exits
                 if spy.poll() is None:
                     spy.send_signal(signal.SIGINT)
@@ -190,8 +199,14 @@ def main() -> int:
         print(f"  {name}: {cmd}")
     if rows:
         print(stage_table(rows))
+    per_call = ", ".join(
+        f"{name} {seconds * 1000 / max(1, len(calls)):.2f} ms" for name, seconds in cpu.items()
+    )
+    print(f"CPU per call (user + system, process and children): {per_call}")
     if args.profile:
-        print(f"flame graphs: {', '.join(str(p) for p in sorted(args.profile.glob('*.svg')))}")
+        print(
+            f"profiles: {', '.join(str(p) for p in sorted(args.profile.glob('*.' + PROFILE_SUFFIX[args.profile_format])))}"
+        )
     print(f"logs: {var / 'logs'}")
     return 0 if rows else 1
 

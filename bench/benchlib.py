@@ -86,6 +86,31 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
+def tree_cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) used so far by ``pids`` and all their descendants, including
+    children already reaped (Linux ``/proc``; 0.0 where it is unavailable)."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        stats[int(entry.name)] = (int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"))
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo, seen = 0.0, list(pids), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in stats:
+            continue
+        seen.add(pid)
+        total += stats[pid][1]
+        todo += children.get(pid, [])
+    return total
+
+
 class Processes:
     """Child processes started in their own session (so a whole tree stops together), each with a
     log file; :meth:`stop_all` (also on ``with`` exit) sends SIGTERM, then SIGKILL after
@@ -95,6 +120,7 @@ class Processes:
         self.log_dir = log_dir
         self.grace_s = grace_s
         self.procs: list[subprocess.Popen] = []
+        self.stoppers: list = []  # callables run first by stop_all (e.g. a Supervisor's stop_all)
 
     def spawn(
         self, cmd: list[str] | str, name: str, *, env: dict[str, str], cwd: Path = REPO
@@ -115,6 +141,8 @@ class Processes:
         return proc
 
     def stop_all(self) -> None:
+        while self.stoppers:
+            self.stoppers.pop()()
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -5,6 +5,7 @@ by ``make bench-proxy``, not here."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -14,8 +15,17 @@ import openai
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_proxy import Sample, figures, goal_lines, litellm_config, ratio, render_table, schedule  # noqa: E402
-from benchlib import PROCFILE, pct, read_procfile  # noqa: E402
+from bench_proxy import (
+    Sample,
+    bench_formation,
+    figures,
+    goal_lines,
+    litellm_config,
+    ratio,
+    render_table,
+    schedule,
+)  # noqa: E402
+from benchlib import PROCFILE, pct, read_procfile, tree_cpu_s  # noqa: E402
 from instant_upstream import close_connections, serve  # noqa: E402
 
 
@@ -66,6 +76,28 @@ def test_the_order_of_targets_alternates_between_rounds():
     assert plan[1][2] == ("platform", "litellm", "direct")
 
 
+def test_cpu_per_call_is_the_targets_own_cpu_over_completed_calls_and_compared_with_litellm():
+    samples = samples_of(direct=(1.0, 0.1), litellm=(6.0, 0.5), platform=(3.5, 0.25))
+    samples[("litellm", 1)].add([], 0.0, [], cpu_s=0.4)  # 100 calls
+    samples[("platform", 1)].add([], 0.0, [], cpu_s=0.6)
+    figs = figures(samples, 1)
+    assert figs["cpu"] == pytest.approx({"litellm": 4.0, "platform": 6.0})
+    assert "| proxy CPU per call at 1 client | — | 4.00 ms | 6.00 ms (1.50×) |" in render_table(samples, [1])
+
+
+def test_cpu_time_of_a_process_tree_includes_its_reaped_children():
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    parent_code = f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {burn!r}]); print('ok', flush=True); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ok"
+        assert tree_cpu_s([parent.pid]) >= 0.3  # the child's CPU, reaped into the parent's cutime
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+
+
 def test_percentile_by_nearest_rank():
     values = list(range(1, 101))
     assert pct(values, 50) == 51
@@ -79,14 +111,10 @@ def test_the_procfile_names_the_web_and_worker_processes_and_the_web_port_comes_
     assert "PORT" in shape["web"]
 
 
-def test_a_malformed_or_repeated_procfile_line_is_an_error(tmp_path):
-    bad = tmp_path / "Procfile"
-    bad.write_text("# comment\n\nweb: run it\nnot a process line\n")
-    with pytest.raises(ValueError, match="Procfile:4"):
-        read_procfile(bad)
-    bad.write_text("web: a\nweb: b\n")
-    with pytest.raises(ValueError, match="repeated"):
-        read_procfile(bad)
+def test_the_bench_leaves_beat_out_unless_the_formation_names_it():
+    assert bench_formation("") == "beat=0"
+    assert bench_formation("worker=2") == "worker=2,beat=0"
+    assert bench_formation("worker=2,beat=1") == "worker=2,beat=1"
 
 
 def test_the_litellm_config_routes_the_alias_to_the_upstream_with_a_master_key():
