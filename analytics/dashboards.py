@@ -15,6 +15,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.db.models import OuterRef, Subquery
+from django.urls import reverse
 from django.utils import timezone
 
 from muse_experiments.models import Experiment, ExperimentPhase, Variant
@@ -204,6 +205,8 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
         rows.append(
             {
                 "key": e.key,
+                "key_href": reverse("results-page", args=[e.key]),
+                "key_note": e.name if e.name != e.key else "",
                 "name": e.name,
                 "status": e.status,
                 "layer": e.layer.key if e.layer else "",
@@ -228,10 +231,10 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
         title="Experiments",
         row_class="_class",
         columns=[
-            Column("key", "Experiment"),
+            Column("key", "Experiment", "link"),
             Column("status", "Status", "status"),
             Column("layer", "Layer"),
-            Column("days_running", "Days running", "num"),
+            Column("days_running", "Running for", "days"),
             Column("units", "Units so far", "int"),
             Column("split", "Split (units per variant)"),
             Column("srm", "Sample ratio", "status", help="Chi-square test of the split against the weights"),
@@ -327,6 +330,7 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
                     "role": m.get("role"),
                     "variant": "",
                     "verdict": m.get("status"),
+                    "verdict_why": m.get("reason") or "",
                     "reason": m.get("reason") or "",
                     "_class": "guardrail" if m.get("role") == "guardrail" else "",
                 }
@@ -371,6 +375,7 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
                     "risk": e["risk"],
                     "cuped": "yes" if e["cuped"] else "no",
                     "verdict": verdict,
+                    "verdict_why": e["reason"] or "",
                     "reason": e["reason"] or "",
                     "_class": " ".join(
                         x for x in ("guardrail" if m.get("role") == "guardrail" else "", f"tone-{tone}") if x
@@ -382,14 +387,11 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
     level = f"{(1 - (body.get('alpha') or 0.05)) * 100:g} %"
     columns = [
         Column("metric", "Metric"),
-        Column("role", "Role"),
         Column("variant", "Treatment"),
         Column("control_value", "Control", "num"),
         Column("treatment_value", "Treatment value", "num"),
         Column("relative_lift", "Relative lift", "lift"),
         Column("forest", f"Lift with its {level} {ci_name} (shared axis)", "forest"),
-        Column("ci_low", "Interval low", "lift"),
-        Column("ci_high", "Interval high", "lift"),
     ]
     if bayes:
         columns += [
@@ -398,14 +400,14 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
         ]
     else:
         columns += [Column("p_value", "p-value", "p")]
-    columns += [Column("cuped", "CUPED"), Column("verdict", "Verdict", "status"), Column("reason", "Why")]
+    columns += [Column("cuped", "CUPED"), Column("verdict", "Verdict", "status")]
     return Table(
         id="metrics",
-        title="Metrics",
+        title="Each metric × treatment against control",
         columns=columns,
         rows=rows,
         row_class="_class",
-        export_extra=("metric_name", "direction", "units"),
+        export_extra=("metric_name", "role", "direction", "units", "ci_low", "ci_high", "reason"),
         axis=_axis((r.get("ci_low"), r.get("ci_high")) for r in rows),
     )
 
@@ -645,7 +647,7 @@ def power_table(*, body: Mapping[str, Any], options: ResultsOptions, daily_units
             Column("mde", "MDE now", "pct"),
             Column("target", "Target lift", "pct"),
             Column("units_needed", "Units needed", "int"),
-            Column("days_needed", "Days still needed", "num"),
+            Column("days_needed", "Days still needed", "days"),
         ],
         rows=rows,
     )
@@ -682,6 +684,16 @@ def kills_table(*, experiment: Experiment) -> Table:
     )
 
 
+def _health(call_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Calls in the range, and the shares served by a fallback or rerouted by a kill switch."""
+    calls = sum(r["calls"] for r in call_rows)
+
+    def share(key: str) -> float | None:
+        return sum(r["calls"] * (r[key] or 0) for r in call_rows) / calls if calls else None
+
+    return {"calls": calls, "fallback_share": share("fallback_share"), "killed_share": share("killed_share")}
+
+
 def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dict[str, Any]:
     """Everything the results page shows for one phase (see the template for the layout)."""
     snapshot = (
@@ -698,6 +710,7 @@ def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dic
     rows = _rollup_rows(experiment=experiment, phase=options.phase, options=options) if options.phase else []
     out["exposures"] = exposure_series(rows=rows, variants=variants)
     out["tables"]["calls"], out["distributions"] = call_table(rows=rows, variants=variants)
+    out["health"] = _health(out["tables"]["calls"].rows)
     if snapshot is None:
         return out
     results = snapshot.results
@@ -794,13 +807,13 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
         Column("circuit", "Circuit", "status"),
         Column("killed", "Kill switch", "status"),
     ]
-    for name, label in (("hour", f"since {since_hour}"), ("day", "24 h")):
+    for name, label in (("hour", "1 h"), ("day", "24 h")):
         cols += [
-            Column(f"calls_{name}", f"Calls ({label})", "int"),
-            Column(f"error_rate_{name}", f"Failed ({label})", "pct"),
-            Column(f"p50_{name}", f"p50 ({label})", "ms"),
-            Column(f"p95_{name}", f"p95 ({label})", "ms"),
-            Column(f"cost_{name}", f"Cost ({label})", "money"),
+            Column(f"calls_{name}", f"Calls {label}", "int"),
+            Column(f"error_rate_{name}", f"Failed {label}", "pct"),
+            Column(f"p50_{name}", f"p50 {label}", "ms"),
+            Column(f"p95_{name}", f"p95 {label}", "ms"),
+            Column(f"cost_{name}", f"Cost {label}", "money"),
         ]
     cols += [
         Column("price_in", "Input $/M tokens", "money"),
@@ -819,8 +832,10 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
             id="endpoints",
             title="Model catalogue and routing health",
             columns=cols,
-            rows=table_rows,
+            rows=sorted(table_rows, key=lambda r: (-r["calls_day"], r["endpoint_label"])),
             row_class="_class",
+            note=f"1 h: calls since {since_hour} (whole rollup hours); 24 h: the last 24 rollup hours. "
+            "Latency percentiles from log-spaced histograms (about ±15 %).",
         ),
         "chart": chart,
         "kills": list(KillSwitch.objects.filter(active=True).order_by("-updated_at")),

@@ -111,6 +111,17 @@ def milliseconds(value) -> str:
     return f"{_sig(value / 1000)} s" if value >= 1000 else f"{_sig(value)} ms"
 
 
+def days(value) -> str:
+    """A duration in days: 12.34 → "12.3 days"; 0.25 → "6 h"; below an hour → "< 1 h"."""
+    if not _ok(value):
+        return DASH
+    if value < 1 / 24:
+        return "< 1 h"
+    if value < 1:
+        return f"{round(value * 24)} h"
+    return f"{_sig(value)} days" if value < 1000 else f"{value:,.0f} days"
+
+
 def p_value(value) -> str:
     """0.0321 → "0.032"; below 0.001 → "< 0.001"."""
     if not _ok(value):

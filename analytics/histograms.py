@@ -47,10 +47,10 @@ class LogBins:
         return min(int(math.log10(value / self.lo) * self.per_decade + 1e-9) + 1, self.size - 1)
 
     def labels(self, fmt: Callable[[float], str] = str) -> list[str]:
-        """Human labels of every bin: ``< lo``, ``a–b``, ``≥ hi``, each edge through ``fmt``."""
+        """Labels of every bin by its lower edge: ``< lo``, ``a`` (for ``[a, next)``), ``≥ hi``;
+        each edge through ``fmt``."""
         e = self.edges
-        inner = [f"{fmt(a)}–{fmt(b)}" for a, b in zip(e, e[1:], strict=False)]
-        return [f"< {fmt(e[0])}", *inner, f"≥ {fmt(e[-1])}"]
+        return [f"< {fmt(e[0])}", *(fmt(a) for a in e[:-1]), f"≥ {fmt(e[-1])}"]
 
     def quantile(self, counts: Sequence[int], q: float) -> float | None:
         """The ``q`` quantile (0 < q < 1) of a histogram on this grid; None when it is empty.

@@ -20,8 +20,24 @@ from django.http import HttpResponse, JsonResponse
 
 #: Column kinds (how a raw value is shown): text, int, num, pct (fraction), lift (signed
 #: fraction), money (USD), ms, p, status (code → words), model (public id → version label),
-#: when (datetime), forest (a drawn interval; not exported: its numbers have their own columns).
-KINDS = {"text", "int", "num", "pct", "lift", "money", "ms", "p", "status", "model", "when", "forest"}
+#: days (a duration), when (datetime), link (text linking to ``row[<key>_href]``), forest (a
+#: drawn interval; not exported: its numbers are exported on their own).
+KINDS = {
+    "text",
+    "int",
+    "num",
+    "pct",
+    "lift",
+    "money",
+    "ms",
+    "p",
+    "status",
+    "model",
+    "days",
+    "when",
+    "link",
+    "forest",
+}
 EXPORT_FORMATS = ("csv", "json")
 
 

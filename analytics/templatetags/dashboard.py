@@ -19,6 +19,7 @@ _TEXT = {
     "money": formatting.money,
     "ms": formatting.milliseconds,
     "p": formatting.p_value,
+    "days": formatting.days,
 }
 
 
@@ -35,12 +36,13 @@ def words(code):
 
 
 @register.filter
-def status_badge(code):
-    """A status in words with its code in a tooltip."""
+def status_badge(code, why: str = ""):
+    """A status in words with its code (and why, when given) in a tooltip."""
     if not code:
         return formatting.DASH
+    tip = f"code: {code}" + (f" — {why}" if why else "")
     return format_html(
-        '<span class="status s-{}" title="code: {}">{}</span>', code, code, formatting.status_words(code)
+        '<span class="status s-{}" title="{}">{}</span>', code, tip, formatting.status_words(code)
     )
 
 
@@ -50,7 +52,7 @@ def cell(row: dict, column: Column, table: Table, labels: dict | None = None):
     value = row.get(column.key)
     kind = row.get(f"{column.key}__kind", column.kind)
     if kind == "status":
-        return status_badge(value)
+        return status_badge(value, row.get(f"{column.key}_why") or "")
     if kind == "model":
         if not value:
             return formatting.DASH
@@ -58,6 +60,16 @@ def cell(row: dict, column: Column, table: Table, labels: dict | None = None):
         return format_html('<span class="model" title="{}">{}</span>', value, label)
     if kind == "when":
         return when(value)
+    if kind == "link":
+        note = row.get(f"{column.key}_note")
+        if note:
+            return format_html(
+                '<a href="{}">{}</a><br><span class="muted small">{}</span>',
+                row.get(f"{column.key}_href", ""),
+                value,
+                note,
+            )
+        return format_html('<a href="{}">{}</a>', row.get(f"{column.key}_href", ""), value)
     if kind == "forest":
         return forest(value, table.axis)
     if kind in _TEXT:
@@ -106,10 +118,13 @@ def forest_axis(table: Table, width: int = 220):
     if table.axis is None:
         return ""
     lo, hi = table.axis
+    zero = round(4 + (0.0 - lo) / (hi - lo) * (width - 8))
     return format_html(
-        '<span class="axis" style="width:{}px"><span>{}</span><span>0</span><span>{}</span></span>',
+        '<span class="axis" style="width:{}px"><span class="lo">{}</span><span class="zero" style="left:{}px">0</span>'
+        '<span class="hi">{}</span></span>',
         width,
         formatting.percent(lo, signed=True),
+        zero,
         formatting.percent(hi, signed=True),
     )
 
@@ -130,3 +145,15 @@ def query_with(context, **changes):
 def get_item(mapping, key):
     """``mapping[key]`` in a template (empty when missing)."""
     return (mapping or {}).get(key, "")
+
+
+@register.filter
+def pct(value):
+    """A fraction as a percentage, 3 significant digits (``0.0323`` → ``3.23 %``)."""
+    return formatting.percent(value)
+
+
+@register.filter
+def count(value):
+    """A whole number with thousands separators."""
+    return formatting.integer(value)

@@ -86,3 +86,17 @@ def test_power_invalid_inputs_raise():
         sample_size_proportion(0.9, 0.2)
     with pytest.raises(ValueError):
         sample_size_mean(1, 1, power=1.5)
+
+
+def test_mde_from_the_standard_error_matches_the_z_formula_and_scales_with_units():
+    from scipy.stats import norm
+
+    from analytics.stats import mde_from_std_error, units_for_effect
+
+    assert mde_from_std_error(0.01, alpha=0.05, power=0.8) == pytest.approx(
+        (norm.ppf(0.975) + norm.ppf(0.8)) * 0.01, rel=1e-12
+    )
+    # halving the MDE needs four times the units (SE ∝ 1/√n)
+    mde = mde_from_std_error(0.02)
+    assert units_for_effect(1000, 0.02, mde / 2) == pytest.approx(4000)
+    assert units_for_effect(1000, 0.02, 0.0) == float("inf")

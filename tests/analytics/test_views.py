@@ -37,14 +37,13 @@ def test_pages_need_a_staff_login(client, url, ana):
 
 def test_experiments_list_shows_units_split_srm_verdict_and_filters(staff, ana):
     page = staff.get("/results/").content.decode()
-    assert "Faster Avocado" not in page or "ana" in page
-    assert ">ana<" in page or "ana</td>" in page
+    assert '<a href="/results/ana/">ana</a>' in page and "Faster Avocado for subagents" in page
     assert "90" in page  # units so far
     assert "control 33.3 %" in page  # split per variant
     assert "Sample ratio" in page and 'title="code: running"' in page
-    assert staff.get("/results/", {"status": "draft"}).content.decode().count("ana</td>") == 0
+    assert '"/results/ana/"' not in staff.get("/results/", {"status": "draft"}).content.decode()
     assert "No experiment matches." in staff.get("/results/", {"q": "nothing-like-this"}).content.decode()
-    assert "ana</td>" in staff.get("/results/", {"q": "an", "status": "running"}).content.decode()
+    assert '"/results/ana/"' in staff.get("/results/", {"q": "avocado", "status": "running"}).content.decode()
 
 
 def test_results_page_has_health_forest_plot_lift_power_and_distributions(staff, ana):
@@ -114,7 +113,7 @@ def test_every_table_exports_csv_and_json_with_raw_values(staff, ana):
 def test_routing_health_reads_the_rollup(staff, ana):
     assert CallRollup.objects.filter(experiment_id=ana.experiment.id).exists()
     page = staff.get("/routing/health/").content.decode()
-    assert "Model catalogue and routing health" in page and "Calls (24 h)" in page
+    assert "Model catalogue and routing health" in page and "Calls 24 h" in page
     rows = staff.get("/routing/health/", {"export": "json", "table": "endpoints"}).json()["rows"]
     v14 = next(r for r in rows if r["endpoint_label"] == "avocado-v14")
     assert v14["calls_day"] == 10 and v14["circuit"] == "closed" and v14["killed"] == "live"

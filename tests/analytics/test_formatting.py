@@ -1,0 +1,39 @@
+"""People-ready numbers (analytics/formatting.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from analytics.formatting import (
+    days,
+    integer,
+    milliseconds,
+    money,
+    number,
+    p_value,
+    percent,
+    status_words,
+    when,
+)
+
+
+def test_numbers_read_like_a_report_never_scientific():
+    assert money(7.723e-06) == "$0.00000772" and money(1234.5) == "$1,234.50" and money(0) == "$0.00"
+    assert integer(1234567) == "1,234,567" and number(0.012345) == "0.0123" and number(12345.6) == "12,346"
+    assert percent(0.0523, signed=True) == "+5.23 %" and percent(-0.4972, signed=True) == "−49.7 %"
+    assert milliseconds(842.3) == "842 ms" and milliseconds(12345) == "12.3 s"
+    assert p_value(0.0321) == "0.032" and p_value(1e-9) == "< 0.001"
+    assert days(0.25) == "6 h" and days(12.34) == "12.3 days" and days(None) == "—"
+    assert money(float("nan")) == "—" and percent(None) == "—"
+
+
+def test_statuses_are_words_and_unknown_codes_still_read():
+    assert status_words("constant_identical") == "Same constant value in both arms"
+    assert status_words("brand_new_status") == "Brand new status"
+
+
+def test_dates_carry_their_zone():
+    t = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
+    assert when(t, ZoneInfo("UTC")) == "2026-12-01 08:30 UTC"
+    assert when(t, ZoneInfo("Europe/Berlin")) == "2026-12-01 09:30 CET"
