@@ -27,7 +27,7 @@ stage then ends at the response. All clocks are this machine's wall clock.
 With ``--profile DIR`` it also samples the web and worker processes with ``py-spy record`` (in its
 own virtualenv under ``var/``) during the measured requests and writes ``DIR/web.svg`` and
 ``DIR/worker.svg`` flame graphs (``--profile-format raw``: collapsed stacks, ``.txt``; ``--idle``
-adds waiting threads: wall time instead of CPU).
+adds waiting threads: wall time; ``--gil`` keeps only the thread holding the GIL: Python CPU).
 
     BENCH_DATABASE_URL=postgres://…/muse_bench_stages BENCH_REDIS_URL=redis://…/2 \\
         .venv/bin/python bench/bench_stages.py [--requests 1000] [--concurrency 32] [--profile DIR]
@@ -137,7 +137,7 @@ PROFILE_SUFFIX = {"flamegraph": "svg", "raw": "txt", "speedscope": "json"}
 
 
 def start_py_spy(
-    procs: Processes, out: Path, shape_pids: dict[str, int], *, idle: bool, rate: int, fmt: str
+    procs: Processes, out: Path, shape_pids: dict[str, int], *, idle: bool, gil: bool, rate: int, fmt: str
 ) -> None:
     """``py-spy record`` on each process type (its children too) until stopped, writing
     ``out/<type>.<svg|txt|json>`` (``fmt``: flamegraph, raw collapsed stacks, or speedscope)."""
@@ -149,7 +149,7 @@ def start_py_spy(
     out.mkdir(parents=True, exist_ok=True)
     for name, pid in shape_pids.items():
         cmd = [str(python.parent / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--nonblocking",
-               "--rate", str(rate), "--format", fmt, "-o", str(out / f"{name}.{PROFILE_SUFFIX[fmt]}")] + (["--idle"] if idle else [])  # fmt: skip
+               "--rate", str(rate), "--format", fmt, "-o", str(out / f"{name}.{PROFILE_SUFFIX[fmt]}")] + (["--idle"] if idle else []) + (["--gil"] if gil else [])  # fmt: skip
         procs.spawn(cmd, f"py-spy-{name}", env=dict(os.environ))
 
 
@@ -162,6 +162,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds for the measured requests")
     parser.add_argument("--profile", type=Path, help="write py-spy flame graphs (web.svg, worker.svg) here")
     parser.add_argument("--idle", action="store_true", help="py-spy: include idle (waiting) threads")
+    parser.add_argument(
+        "--gil", action="store_true", help="py-spy: only threads holding the GIL (Python CPU)"
+    )
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--profile-format", choices=sorted(PROFILE_SUFFIX), default="flamegraph")
     args = parser.parse_args()
@@ -172,7 +175,15 @@ def main() -> int:
         asyncio.run(drive(base, key, args.warmup, args.concurrency))
         spies = Processes(var / "logs", grace_s=60)
         if args.profile:
-            start_py_spy(spies, args.profile, pids, idle=args.idle, rate=args.rate, fmt=args.profile_format)
+            start_py_spy(
+                spies,
+                args.profile,
+                pids,
+                idle=args.idle,
+                gil=args.gil,
+                rate=args.rate,
+                fmt=args.profile_format,
+            )
             time.sleep(1)
         started = time.perf_counter()
         cpu_before = {name: tree_cpu_s([pid]) for name, pid in pids.items()}
