@@ -99,6 +99,25 @@ async def drive(base: str, key: str, n: int, concurrency: int) -> list[tuple[str
     return out
 
 
+def wait_for_records(calls: list[tuple[str, float, float]], timeout_s: float = 60) -> float | None:
+    """Seconds from the last response until every call's record is in the database (records may
+    be written behind the response); ``None`` if they are not all there within ``timeout_s``."""
+    from django.db import close_old_connections
+
+    from routing.models import CallRecord
+
+    ids = [c[0] for c in calls]
+    last = max((c[2] for c in calls), default=time.time())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        close_old_connections()
+        if CallRecord.objects.filter(job_id__in=ids).count() >= len(set(ids)):
+            return max(0.0, time.time() - last)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
 def job_timestamps(calls: list[tuple[str, float, float]]) -> list[dict[str, float]]:
     """Join the client's times with the jobs' rows (Django is set up by ``start_platform``)."""
     from django.db.models import Sum
@@ -201,13 +220,18 @@ def main() -> int:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     spy.wait(timeout=60)
             spies.stop_all()
-        time.sleep(0.5)
+        drained_s = wait_for_records(calls)
         rows = job_timestamps(calls)
     mode = "embedded default" if args.embedded else "PostgreSQL + Redis"
     print(f"\nbench-stages at {git_revision()}: {mode}, {args.concurrency} clients, {len(calls)} requests "
           f"in {wall:.1f}s ({len(calls) / wall:.0f}/s), {len(rows)} with every timestamp")  # fmt: skip
     for name, cmd in shape.items():
         print(f"  {name}: {cmd}")
+    print(
+        "every call's records in the database "
+        + (f"{drained_s:.2f}s after the last response" if drained_s is not None else "NOT within 60 s")
+        + " (polled every 50 ms; an upper bound on the write-behind lag of the last calls)"
+    )
     if rows:
         print(stage_table(rows))
     per_call = ", ".join(
