@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install lint format test demo run run-prod worker upstreams bench bench-analytics bench-proxy chaos chaos-short schemathesis-full clean
+.PHONY: install lint format test demo run run-prod worker upstreams bench bench-analytics bench-pages bench-proxy chaos chaos-short schemathesis-full clean
 
 install: $(VENV)/.installed
 
@@ -64,6 +64,10 @@ bench: install
 # 1,000,000 units and 10,000,000 call records in PostgreSQL (about 11 minutes to generate once).
 bench-analytics: install
 	$(BIN)/python bench/bench_analytics.py
+
+# Dashboard pages for an experiment with 1,000,000 units: server time per page (target 500 ms).
+bench-pages: install
+	$(BIN)/python bench/bench_pages.py $(ARGS)
 
 # The hot path next to LiteLLM's proxy (installed once in var/litellm-<version>), one run, about
 # 2-3 minutes: PostgreSQL + Redis from BENCH_DATABASE_URL (recreated) and BENCH_REDIS_URL (flushed).

@@ -21,6 +21,7 @@ from muse_experiments.models import Experiment
 
 from .events import EventInput, events_record
 from .models import ResultSnapshot, SnapshotTrigger
+from .rollups import call_rollup_refresh
 from .selectors import snapshot_latest
 from .services import results_compute
 from .tasks import compute_results
@@ -162,6 +163,7 @@ class ResultsApi(APIView):
                 snapshot = results_compute(experiment=experiment, phase=phase, trigger=SnapshotTrigger.API)
             except ValueError as exc:
                 raise serializers.ValidationError({"phase": str(exc)}) from exc
+            call_rollup_refresh()  # the dashboards' time series, as fresh as the snapshot
         else:
             snapshot = snapshot_latest(experiment=experiment, phase=phase)
         if snapshot is None:

@@ -280,6 +280,7 @@ def _effect(c: Mapping[str, Any], options: ResultsOptions) -> dict[str, Any]:
         "se": base.get("relative_std_error"),
         "chance": None,
         "risk": None,
+        "risk_kind": "pct",
     }
     if options.engine == "bayesian":
         bayes = (c.get("bayesian") or {}) if base is c else {}
@@ -291,6 +292,7 @@ def _effect(c: Mapping[str, Any], options: ResultsOptions) -> dict[str, Any]:
             ci=bayes.get("credible_interval") if relative else None,
             chance=bayes.get("chance_to_beat_control"),
             risk=bayes.get("risk"),
+            risk_kind="pct" if relative else "num",
             p=None,
         )
     return out
@@ -373,6 +375,7 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
                     "p_value": e["p"],
                     "chance_to_beat_control": e["chance"],
                     "risk": e["risk"],
+                    "risk__kind": e["risk_kind"],
                     "cuped": "yes" if e["cuped"] else "no",
                     "verdict": verdict,
                     "verdict_why": e["reason"] or "",
@@ -396,7 +399,7 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
     if bayes:
         columns += [
             Column("chance_to_beat_control", "Chance to beat control", "pct"),
-            Column("risk", "Risk", "num", help="Expected loss if the treatment is chosen"),
+            Column("risk", "Risk", "pct", help="Expected relative loss if the treatment is chosen"),
         ]
     else:
         columns += [Column("p_value", "p-value", "p")]

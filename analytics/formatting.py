@@ -66,7 +66,10 @@ def _sig(value: float, digits: int = 3) -> str:
     if value == 0:
         return "0"
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{value:,.{decimals}f}"
+    rounded = round(value, decimals)  # 99.97 → 100.0: count the digits of the rounded value
+    if rounded != 0:
+        decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    return f"{rounded:,.{decimals}f}"
 
 
 def integer(value) -> str:
@@ -80,6 +83,8 @@ def number(value) -> str:
         return DASH
     if abs(value) >= 1000:
         return f"{value:,.0f}"
+    if 0 < abs(value) < 1e-4:
+        return "< 0.0001" if value > 0 else "> −0.0001"
     return _sig(value)
 
 
@@ -87,6 +92,8 @@ def percent(value, signed: bool = False) -> str:
     """A fraction as a percentage: 0.0523 → "5.23 %" (``signed``: "+5.23 %")."""
     if not _ok(value):
         return DASH
+    if 0 < abs(value) < 1e-4:  # below 0.01 %: the digits would be noise
+        return ("+" if signed else "") + "< 0.01 %" if value > 0 else "> −0.01 %"
     text = _sig(abs(value) * 100) + " %"
     if signed:
         return ("+" if value > 0 else "−" if value < 0 else "±") + text
@@ -101,6 +108,8 @@ def money(value) -> str:
     v = abs(value)
     if v >= 0.01 or v == 0:
         return f"{sign}${v:,.2f}"
+    if v < 1e-7:
+        return f"{sign}< $0.0000001"
     return f"{sign}${_sig(v)}"
 
 

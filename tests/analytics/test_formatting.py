@@ -26,6 +26,7 @@ def test_numbers_read_like_a_report_never_scientific():
     assert p_value(0.0321) == "0.032" and p_value(1e-9) == "< 0.001"
     assert days(0.25) == "6 h" and days(12.34) == "12.3 days" and days(None) == "—"
     assert money(float("nan")) == "—" and percent(None) == "—"
+    assert percent(8.2e-11) == "< 0.01 %" and percent(1 - 1e-12) == "100 %" and number(3e-9) == "< 0.0001"
 
 
 def test_statuses_are_words_and_unknown_codes_still_read():

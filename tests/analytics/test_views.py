@@ -148,3 +148,16 @@ def test_api_docs_are_served_from_local_static_files(client):
     for url in ("/api/docs/", "/api/redoc/"):
         page = client.get(url).content.decode()
         assert "cdn" not in page.lower() and "/static/drf_spectacular_sidecar/" in page
+
+
+@pytest.mark.parametrize(("zone", "abbreviation"), [("UTC", "UTC"), ("Europe/Berlin", "CET")])
+def test_dates_state_the_reporting_time_zone_on_the_admin_and_the_results_page(
+    client, ana, settings, zone, abbreviation
+):
+    settings.TIME_ZONE = zone  # what MUSE_REPORTING_TIME_ZONE sets
+    staff = client
+    staff.force_login(get_user_model().objects.create_superuser("pm", "pm@example.com", "pw"))
+    admin_list = staff.get("/admin/muse_experiments/experiment/").content.decode()
+    assert f" {abbreviation}</td>" in admin_list  # started_at, e.g. "2026-12-01 09:30 CET"
+    results = staff.get("/results/ana/").content.decode()
+    assert f" {abbreviation}</strong>" in results and f"Times in {zone}" in results

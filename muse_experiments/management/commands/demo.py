@@ -214,7 +214,8 @@ class Command(BaseCommand):
             "\nServing. Ctrl-C stops everything.\n"
             f"  Admin:        {base}/admin/   (user admin, password {admin_password})\n"
             f"  API schema:   {base}/api/schema/   Swagger UI: {base}/api/docs/\n"
-            f"  Results:      {base}/results/{experiment.key}/\n"
+            f"  Results:      {base}/results/{experiment.key}/   all experiments: {base}/results/\n"
+            f"  Models and routing health: {base}/routing/health/   Redoc: {base}/api/redoc/\n"
             f"  API key (completions, events, analytics:read): {completions_key}\n"
         )
         while all(p.poll() is None for p in self.procs):
