@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -178,8 +178,6 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
     if layer:
         qs = qs.filter(layer__key=layer)
     if search:
-        from django.db.models import Q
-
         qs = qs.filter(Q(key__icontains=search) | Q(name__icontains=search) | Q(owner__icontains=search))
     experiments = list(qs.order_by("-started_at", "key"))
     snapshots = ResultSnapshot.objects.in_bulk([e.snapshot_id for e in experiments if e.snapshot_id])
