@@ -75,5 +75,17 @@ bench-pages: install
 bench-proxy: install
 	BENCH_DATABASE_URL=$(BENCH_DATABASE_URL) BENCH_REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_proxy.py $(ARGS)
 
+# Load and fault suite on PRIVATE Redis/PostgreSQL/RabbitMQ instances (ports 18610-18616), never the
+# machine's shared ones; exits 1 when anything is lost, duplicated or missing (bench/chaos.py).
+chaos: install
+	$(BIN)/python bench/chaos.py $(ARGS)
+
+chaos-short: install
+	$(BIN)/python bench/chaos.py --short $(ARGS)
+
+# 1,000 generated requests per API operation (the test suite runs SCHEMATHESIS_MAX_EXAMPLES=8).
+schemathesis-full: install
+	SCHEMATHESIS_MAX_EXAMPLES=1000 $(BIN)/pytest tests/test_schemathesis.py -q
+
 clean:
 	rm -rf var .pytest_cache .ruff_cache

@@ -21,6 +21,7 @@ from muse_experiments.models import Experiment
 
 from .events import EventInput, events_record
 from .models import ResultSnapshot, SnapshotTrigger
+from .result_schema import ResultsSnapshotSchema
 from .rollups import call_rollup_refresh
 from .selectors import snapshot_latest
 from .services import results_compute
@@ -138,7 +139,7 @@ class ResultsApi(APIView):
     @extend_schema(
         parameters=[QuerySerializer],
         responses={
-            200: serializers.JSONField(),
+            200: ResultsSnapshotSchema,
             400: OpenApiResponse(description="Field errors"),
             404: OpenApiResponse(description="Unknown experiment or no results yet"),
         },

@@ -1,12 +1,18 @@
 """One error shape for the whole API: ``{"error": {"code", "message", "fields"}}``.
 
 Validation errors keep DRF's per-field messages under ``fields``; anything unexpected becomes a
-logged 500 whose body reveals nothing internal.
+logged 500 whose body reveals nothing internal. A backing service that is down (database, broker,
+Redis) is a 503 with ``Retry-After`` in the same shape (:class:`DependencyOutageMiddleware`), so
+callers can tell an outage from a bug and retry.
 """
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
+from django.http import JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -34,3 +40,53 @@ def exception_handler(exc, context):
     if response.status_code == status.HTTP_415_UNSUPPORTED_MEDIA_TYPE:
         response.status_code = status.HTTP_400_BAD_REQUEST
     return response
+
+
+log = logging.getLogger(__name__)
+
+
+def _outage_types() -> tuple[type[BaseException], ...]:
+    from kombu.exceptions import OperationalError as BrokerError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    return (
+        OperationalError,
+        InterfaceError,
+        BrokerError,
+        RedisConnectionError,
+        RedisTimeout,
+        ConnectionError,
+    )
+
+
+class DependencyOutageMiddleware:
+    """A view that fails because the database, the broker or Redis is unreachable answers 503
+    ``{"type": "error", "error": {"type": "api_error", "code": "service_unavailable", "message"}}``
+    with ``Retry-After: 1`` (a shape our API, the OpenAI SDK and the Anthropic SDK all read)
+    instead of an HTML 500. Other exceptions are left to Django."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+        self.outages = _outage_types()
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, self.outages):
+            return None
+        log.error("backing service unavailable on %s: %s", request.path, type(exception).__name__)
+        response = JsonResponse(
+            {
+                "type": "error",
+                "error": {
+                    "type": "api_error",
+                    "code": "service_unavailable",
+                    "message": "A backing service (database, broker or cache) is unavailable; retry shortly.",
+                },
+            },
+            status=503,
+        )
+        response["Retry-After"] = "1"
+        return response

@@ -12,6 +12,10 @@ _format = os.environ.get("LOG_FORMAT", "plain" if _debug else "json")
 
 graceful_timeout = int(os.environ.get("WEB_GRACEFUL_TIMEOUT_S", "30"))
 timeout = int(os.environ.get("WEB_TIMEOUT_S", "330"))  # above the longest wait a request may hold
+# Idle keep-alive connections stay open longer than SDK clients keep them (httpx: 5 s), so a client
+# never sends on a connection the server has just closed (a reset the caller cannot tell from a
+# lost request). Behind a load balancer, keep this above the balancer's idle timeout.
+keepalive = int(os.environ.get("WEB_KEEPALIVE_S", "75"))
 if _format == "json":
     logconfig_dict = {
         "version": 1,

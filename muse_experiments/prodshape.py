@@ -204,11 +204,29 @@ def signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
+def exec_type(type_: str, procfile: Path = PROCFILE) -> None:
+    """Replace this process with the Procfile's command for ``type_`` (one container or systemd
+    unit per process type). Raises ``ValueError`` for an unknown type."""
+    types = read_procfile(procfile)
+    if type_ not in types:
+        raise ValueError(f"{type_!r} is not a Procfile type ({', '.join(types)})")
+    os.environ.setdefault("MUSE_PROCESS_NAME", type_)
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", os.defpath)
+    if multiproc := os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        Path(multiproc).mkdir(parents=True, exist_ok=True)
+    os.chdir(REPO)
+    os.execvp("sh", ["sh", "-c", f"exec {types[type_]}"])
+
+
 def run(argv: list[str] | None = None) -> int:
-    """``python -m muse_experiments.prodshape run|print``: supervise the shape, or print it."""
+    """``python -m muse_experiments.prodshape run|print|exec TYPE``: supervise the shape, print it,
+    or become one of its process types."""
     parser = argparse.ArgumentParser(prog="python -m muse_experiments.prodshape")
-    parser.add_argument("command", choices=["run", "print"])
+    parser.add_argument("command", choices=["run", "print", "exec"])
+    parser.add_argument("type", nargs="?", help="the Procfile type for exec")
     args = parser.parse_args(argv)
+    if args.command == "exec":
+        exec_type(args.type or "")
     procs = processes()
     if args.command == "print":
         for p in procs:

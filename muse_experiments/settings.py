@@ -15,7 +15,8 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-env = environ.Env()
+# FileAwareEnv: every variable may instead name a file holding it (SECRET_KEY_FILE, DATABASE_URL_FILE …).
+env = environ.FileAwareEnv()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 TESTING = "pytest" in sys.modules
@@ -54,6 +55,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "muse_experiments.observability.ObservabilityMiddleware",  # request id, latency, access log
+    "muse_experiments.api_errors.DependencyOutageMiddleware",  # database/broker/Redis down: JSON 503
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files (admin CSS) under gunicorn
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -170,6 +172,13 @@ else:
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# Publishing retries ride out a broker restart of a few seconds before the request fails (503).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 6,
+    "interval_start": 0.2,
+    "interval_step": 0.5,
+    "interval_max": 1.0,
+}
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -235,6 +244,8 @@ REASONING_STORE_URL = env.str("REASONING_STORE_URL", default=REDIS_URL)
 # A running job's lease (s), renewed by its worker every third of it; a lapsed lease means the
 # worker died and the job is failed ("worker_lost") by the next redelivery or the reaper.
 COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)
+# A job still queued (never claimed) this long (s) has its task published again (routing.dispatch).
+COMPLETION_REQUEUE_AFTER_S = env.float("COMPLETION_REQUEUE_AFTER_S", default=120.0)
 # How often (s) workers (and beat) fail running jobs whose lease lapsed.
 COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)
 # How long a streamed job's events stay in its Redis stream (s), for late subscribers.

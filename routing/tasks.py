@@ -15,16 +15,24 @@ each upstream call is bounded by its endpoint's ``timeout_s`` instead. No task u
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
+
 from celery import Task, shared_task
 from celery.signals import worker_ready
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
 
 from muse_experiments.queues import Queue
 
 from .leases import keeper
-from .models import CompletionJob
+from .models import CompletionJob, JobStatus
 from .router import execute_job
 from .services import completion_job_fail, completion_jobs_reap_expired
 from .streaming import publish_job_events, run_pinned_job
+
+log = logging.getLogger(__name__)
 
 
 class CompletionTask(Task):
@@ -58,6 +66,27 @@ def run_completion(job_id: str) -> str:
         return execute_job(job_id=job_id)
 
 
+def requeue_lost_jobs(*, older_than_s: float | None = None) -> int:
+    """Publish again the tasks of jobs still ``queued`` (never claimed) after ``older_than_s``
+    (default ``COMPLETION_REQUEUE_AFTER_S``); each job at most once per that period. Returns how
+    many were published. Safe: the claim lets exactly one delivery run a job."""
+    older_than_s = settings.COMPLETION_REQUEUE_AFTER_S if older_than_s is None else older_than_s
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    ids = CompletionJob.objects.filter(status=JobStatus.QUEUED, deliveries=0, created_at__lt=cutoff)
+    published = 0
+    for job_id in ids.values_list("id", flat=True)[:500]:
+        if cache.add(f"muse:requeued:{job_id}", 1, timeout=max(1, int(older_than_s))):
+            run_completion.apply_async(args=[str(job_id)], task_id=str(job_id), queue=Queue.COMPLETIONS)
+            published += 1
+    if published:
+        log.warning(
+            "published %d completion task(s) again: their jobs waited %.0fs unclaimed",
+            published,
+            older_than_s,
+        )
+    return published
+
+
 @shared_task(
     name="maintenance.reap_expired_completion_jobs",
     queue=Queue.MAINTENANCE,
@@ -65,7 +94,9 @@ def run_completion(job_id: str) -> str:
     time_limit=60,
 )
 def reap_expired_completion_jobs() -> int:
-    """Fail running jobs whose worker died (lease expired). Returns how many were failed."""
+    """Fail running jobs whose worker died (lease expired), and publish again the tasks of jobs
+    lost in the broker (:func:`routing.dispatch.requeue_lost_jobs`). Returns how many were failed."""
+    requeue_lost_jobs()
     return completion_jobs_reap_expired()
 
 

@@ -9,6 +9,8 @@ handling is tested in ``tests/routing/test_dropin.py``. No worker runs: a comple
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
@@ -23,6 +25,9 @@ pytestmark = pytest.mark.django_db
 
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
+#: Generated requests per operation: the suite's default keeps CI bounded; ``make schemathesis-full``
+#: runs 1,000 per operation (SCHEMATHESIS_MAX_EXAMPLES=1000).
+MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "8"))
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +44,7 @@ def _in_process(settings):
 
 @schema.parametrize()
 @settings(
-    max_examples=8,
+    max_examples=MAX_EXAMPLES,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
