@@ -10,13 +10,16 @@ Evaluation of one experiment for one unit (first matching step decides; reason c
 2. the unit id is pinned in ``forced`` (QA pin)                          [``forced``]
 3. global holdout: ``hash(holdout.seed, user_id, 2) < holdout.share``    [``holdout``]
 4. the experiment's unit id (session or user) is empty                    [``missing_unit_id``]
-5. the caller's sticky map holds ``(experiment id, phase) -> variant``    [``sticky``]
-6. layer: ``in_namespace(unit_id, (layer.key, start, end))`` is false     [``not_in_layer``]
-7. targeting: ``eval_condition(attributes, condition)`` is false           [``not_targeted``]
+5. layer: ``in_namespace(unit_id, (layer.key, start, end))`` is false     [``not_in_layer``]
+6. targeting: ``eval_condition(attributes, condition)`` is false           [``not_targeted``]
+7. the caller's sticky map holds ``(experiment id, phase) -> variant``    [``sticky``]
 8. ``n = hash(seed, unit_id, 2)``; ``choose_variation(n, ranges)``        [``assigned`` / ``not_in_coverage``]
 
 ``forced`` decisions are flagged (``Decision.is_forced``) so analytics can exclude QA traffic.
 A sticky entry naming a variant that no longer exists is ignored (trace ``sticky_stale``).
+Sticky pins the variant *within* the experiment only: scope, layer slice and targeting are checked
+first, so a sticky unit is never served by an experiment outside them (GrowthBook evaluates its
+sticky buckets after the targeting conditions too).
 
 Experiment order (for :func:`route` and for the list returned by :func:`assign`) is ascending
 ``ExperimentSpec.id`` -- oldest experiment first -- independent of the order of the snapshot tuple.
@@ -474,6 +477,16 @@ def _decide(
         return "holdout", None, None, None
     if not unit_id:
         return "missing_unit_id", None, None, None
+    layer = exp.layer
+    if layer is not None:
+        ck = (layer.key, layer.hash_version, exp.unit_type)
+        ln = layer_cache.get(ck)
+        if ln is None:
+            ln = layer_cache[ck] = _layer_hash(unit_id, layer)  # type: ignore[attr-defined]
+        if not (layer.start <= ln < layer.end):
+            return "not_in_layer", None, None, None
+    if exp._has_condition and not exp._condition_fn(attributes):  # type: ignore[attr-defined]
+        return "not_targeted", None, None, None
     extra = None
     if sticky:
         vkey = sticky.get((exp.id, exp.phase))
@@ -482,16 +495,6 @@ def _decide(
             if idx is not None:
                 return "sticky", idx, None, None
             extra = f"{exp.key}:sticky_stale"
-    layer = exp.layer
-    if layer is not None:
-        ck = (layer.key, layer.hash_version, exp.unit_type)
-        ln = layer_cache.get(ck)
-        if ln is None:
-            ln = layer_cache[ck] = _layer_hash(unit_id, layer)  # type: ignore[attr-defined]
-        if not (layer.start <= ln < layer.end):
-            return "not_in_layer", None, None, extra
-    if exp._has_condition and not exp._condition_fn(attributes):  # type: ignore[attr-defined]
-        return "not_targeted", None, None, extra
     n = _v2_bucket(exp._seed_state, unit_id)  # type: ignore[attr-defined]
     for i, (a, b) in enumerate(exp._ranges):  # type: ignore[attr-defined]
         if a <= n < b:

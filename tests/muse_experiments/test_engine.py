@@ -304,9 +304,34 @@ def test_forced_unit_wins_and_says_so():
 
 def test_sticky_assignment_wins_and_says_so():
     exp = experiment(phase=3, coverage=0.0, condition={"plan": "pro"})
-    d = route(snapshot(exp), session_id="s", user_id="u", attributes={"plan": "free"}, sticky={(1, 3): "v1"})
+    d = route(snapshot(exp), session_id="s", user_id="u", attributes={"plan": "pro"}, sticky={(1, 3): "v1"})
     assert (d.in_experiment, d.reason, d.variant_key, d.phase) == (True, "sticky", "v1", 3)
     assert not d.is_forced
+
+
+def test_sticky_never_serves_a_call_outside_the_experiments_targeting_or_layer_slice():
+    exp = experiment(phase=3, condition={"plan": "pro"})
+    d = route(snapshot(exp), session_id="s", user_id="u", attributes={"plan": "free"}, sticky={(1, 3): "v1"})
+    assert (d.in_experiment, d.trace) == (False, ("exp-1:not_targeted",))
+    sliced = experiment(phase=3, layer=LayerSpec("L", 0.0, 1e-9))
+    d = route(snapshot(sliced), session_id="s", user_id="u", sticky={(1, 3): "v1"})
+    assert (d.in_experiment, d.trace) == (False, ("exp-1:not_in_layer",))
+
+
+def test_sticky_in_an_older_scoped_experiment_does_not_take_calls_of_another_scope():
+    """Issue 11 §4: exp-s (older, coder) and exp-t (researcher), user units, u1 exposed in both."""
+    exp_s = experiment(1, unit_type="user", match={"subagent": "coder"})
+    exp_t = experiment(2, unit_type="user", match={"subagent": "researcher"})
+    snap = snapshot(exp_s, exp_t)
+    sticky = {(1, 0): "v1", (2, 0): "v0"}
+    researcher = route(
+        snap, session_id="x", user_id="u1", attributes={"subagent": "researcher"}, sticky=sticky
+    )
+    assert (researcher.experiment_key, researcher.variant_key, researcher.reason) == ("exp-2", "v0", "sticky")
+    coder = route(snap, session_id="y", user_id="u1", attributes={"subagent": "coder"}, sticky=sticky)
+    assert (coder.experiment_key, coder.variant_key, coder.reason) == ("exp-1", "v1", "sticky")
+    neither = route(snap, session_id="z", user_id="u1", attributes={"subagent": "planner"}, sticky=sticky)
+    assert not neither.in_experiment
 
 
 def test_sticky_entry_for_another_phase_or_a_removed_variant_is_ignored():
