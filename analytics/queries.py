@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from muse_experiments.models import Exposure
-from routing.models import CallRecord
+from routing.models import FALLBACK_REASONS, CallRecord
 
 from .models import OutcomeEvent
 from .sums import ComponentSums, GroupRow, VariantStats
@@ -45,7 +45,8 @@ CALL_VALUE_SQL: dict[str, str] = {
     "tool_calls": "CAST(c.tool_calls AS DOUBLE PRECISION)",
     "calls": "1.0",
     "error": "CASE WHEN c.status = 'failed' THEN 1.0 ELSE 0.0 END",
-    "fallback": "CASE WHEN c.reason IN ('error_fallback', 'killed', 'circuit_open') THEN 1.0 ELSE 0.0 END",
+    "fallback": f"CASE WHEN c.reason IN ({', '.join(repr(str(r)) for r in sorted(FALLBACK_REASONS))}) "
+    "THEN 1.0 ELSE 0.0 END",
     "has_tool_call": "CASE WHEN c.tool_calls > 0 THEN 1.0 ELSE 0.0 END",
     "succeeded": "CASE WHEN c.status = 'succeeded' THEN 1.0 ELSE 0.0 END",
 }

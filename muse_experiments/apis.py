@@ -208,6 +208,14 @@ class AssignmentPreviewApi(APIView):
         routing = DecisionOutputSerializer()
         experiment = DecisionOutputSerializer(allow_null=True)
         experiment_error = serializers.CharField(allow_blank=True)
+        routing_kill = serializers.DictField(
+            allow_null=True,
+            help_text="A kill switch on the routing decision's experiment/variant: the unit is served by "
+            "the control and not enrolled. {scope, target, reason, since} or null.",
+        )
+        experiment_kill = serializers.DictField(
+            allow_null=True, help_text="The same for the experiment evaluated on its own."
+        )
 
     @extend_schema(request=InputSerializer, responses=OutputSerializer)
     def post(self, request):

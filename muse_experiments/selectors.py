@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from django.conf import settings
+from django.utils.module_loading import import_string
+
 from . import sticky
 from .assignment.engine import (
     ConfigSnapshot,
@@ -207,13 +210,17 @@ class AssignmentPreview:
     experiment evaluated on its own (also for drafts and paused experiments), or ``None`` when
     no experiment was asked for; ``experiment_error`` says why it could not be evaluated (e.g. a
     draft with one variant). ``sticky``: the stored assignments used, ``{(experiment id, phase):
-    variant key}``.
+    variant key}``. ``routing_kill`` / ``experiment_kill``: the kill switch in force on that
+    decision's experiment or variant (``{"scope", "target", "reason", "since"}``; the unit would be
+    served by the control and not enrolled), else ``None``.
     """
 
     routing: Decision
     experiment: Decision | None
     experiment_error: str
     sticky: Mapping[tuple[int, int], str]
+    routing_kill: Mapping[str, Any] | None = None
+    experiment_kill: Mapping[str, Any] | None = None
 
 
 def assignment_preview(
@@ -252,7 +259,23 @@ def assignment_preview(
             single = assign(
                 alone, session_id=session_id, user_id=user_id, attributes=attrs, sticky=stored or None
             )[0]
-    return AssignmentPreview(routing=routing, experiment=single, experiment_error=error, sticky=stored)
+    return AssignmentPreview(
+        routing=routing,
+        experiment=single,
+        experiment_error=error,
+        sticky=stored,
+        routing_kill=_enrolment_kill(routing),
+        experiment_kill=_enrolment_kill(single) if single is not None else None,
+    )
+
+
+def _enrolment_kill(decision: Decision) -> Mapping[str, Any] | None:
+    """The kill on the decision's experiment/variant, read through the lookup routing provides
+    (``settings.MUSE_ENROLMENT_KILL_LOOKUP``, a dotted path: this app may not import routing)."""
+    if not decision.in_experiment:
+        return None
+    lookup = import_string(settings.MUSE_ENROLMENT_KILL_LOOKUP)
+    return lookup(decision.experiment_key, decision.variant_key)
 
 
 def running_experiments_evaluated_before(*, experiment: Experiment) -> list[Experiment]:

@@ -272,6 +272,9 @@ ROUTING_CIRCUIT_COOLDOWN_S = env.float("ROUTING_CIRCUIT_COOLDOWN_S", default=30.
 ROUTING_CONCURRENCY_LEASE_S = env.float("ROUTING_CONCURRENCY_LEASE_S", default=330.0)
 # Emergency override: true turns every external provider off regardless of the database.
 MUSE_KILL_EXTERNAL = env.bool("MUSE_KILL_EXTERNAL", default=False)
+# How the experiments app (which may not import routing) reads the kill switch of an experiment or
+# variant: a function (experiment key, variant key) -> {"scope", "target", "reason", "since"} | None.
+MUSE_ENROLMENT_KILL_LOOKUP = "routing.killswitch.enrolment_kill_info"
 
 # --- Observability (muse_experiments/logs.py, metrics.py, health.py) -------------------------
 # json: one JSON object per line with request_id / job_id (production default); plain: for a terminal.

@@ -71,7 +71,15 @@ class ModelEndpointAdmin(AuditedCatalogueAdmin):
 
 class KillSwitchForm(forms.ModelForm):
     """Scope, target, on/off and a required reason; the target is checked against the catalogue
-    and experiments (form errors, nothing saved, on a bad target)."""
+    and experiments (form errors, nothing saved, on a bad target). Killing a control variant needs
+    ``control_traffic_to`` naming the platform default (see
+    :func:`routing.ops_services.kill_switch_validate`)."""
+
+    control_traffic_to = forms.CharField(
+        required=False,
+        help_text="Only when killing an experiment's control variant: the platform default "
+        "endpoint's public id, confirming that its units go there.",
+    )
 
     class Meta:
         model = KillSwitch
@@ -84,12 +92,21 @@ class KillSwitchForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        if "scope" in data:
+        scope = data.get("scope") or (self.instance.scope if self.instance.pk else None)
+        if scope:
             try:
-                data["target"] = kill_switch_validate(scope=data["scope"], target=data.get("target", ""))
+                target = kill_switch_validate(
+                    scope=scope,
+                    target=data.get("target") or (self.instance.target if self.instance.pk else ""),
+                    active=bool(data.get("active")),
+                    control_traffic_to=data.get("control_traffic_to", ""),
+                )
             except ValidationError as exc:
                 for name, errors in exc.message_dict.items():
                     self.add_error(name if name in self.fields else None, errors)
+            else:
+                if "scope" in data:
+                    data["target"] = target
         return data
 
 
@@ -112,6 +129,7 @@ class KillSwitchAdmin(admin.ModelAdmin):
             active=obj.active,
             reason=form.cleaned_data["reason"],
             actor=request.user.get_username(),
+            control_traffic_to=form.cleaned_data.get("control_traffic_to", ""),
         )
         obj.pk = switch.pk
 

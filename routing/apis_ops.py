@@ -73,6 +73,14 @@ class KillSwitchListApi(APIView):
         )
         active = serializers.BooleanField(help_text="true turns the switch on (traffic off).")
         reason = serializers.CharField(max_length=REASON_MAX, help_text="Why; kept in the audit log.")
+        control_traffic_to = serializers.CharField(
+            max_length=200,
+            required=False,
+            allow_blank=True,
+            default="",
+            help_text="Killing an experiment's control variant: the platform default endpoint's "
+            "public id, confirming that its units go there.",
+        )
 
     @extend_schema(responses={200: KillSwitchListOutputSerializer})
     def get(self, request):
@@ -102,6 +110,7 @@ class KillSwitchListApi(APIView):
                 active=d["active"],
                 reason=d["reason"],
                 actor=_actor(request),
+                control_traffic_to=d["control_traffic_to"],
             )
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict) from None

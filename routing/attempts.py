@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from .circuit import OPEN, PROBE, breaker
 from .concurrency import Slot, limiter
+from .cooling import cooling_until
 from .credentials import MissingCredential, resolve_credential
-from .killswitch import kill_state
+from .killswitch import KillInForce, kill_state
 from .models import RoutingReason
-from .planning import Candidate, variant_killed
+from .planning import Candidate, candidate_kill_reason
 from .providers.errors import AuthFailed, ProviderError, StreamFailed
 from .providers.registry import client_for
 from .providers.types import CompletionRequest, CompletionResult, EndpointConfig, Secret, StreamEvent
@@ -28,23 +29,42 @@ from .selectors import EndpointInfo
 class EndpointRefused(Exception):
     """A guarded attempt refused to call the endpoint; nothing was sent upstream.
 
-    ``outcome``: ``killed`` | ``disabled`` | ``circuit_open`` | ``concurrency_limited``.
-    ``reason``: the :class:`~routing.models.RoutingReason` a fallback gets (``killed`` or
-    ``circuit_open``). The message names the endpoint only.
+    ``outcome``: ``killed`` | ``disabled`` | ``cooling`` | ``circuit_open`` |
+    ``concurrency_limited``. ``reason``: the :class:`~routing.models.RoutingReason` a fallback
+    gets: for ``killed`` the switch's own (``experiment_killed``, ``variant_killed``,
+    ``endpoint_killed``, ``provider_killed``, ``external_killed``); ``disabled`` →
+    ``endpoint_killed``; ``cooling`` → ``cooling``; else ``circuit_open``. The message names the
+    endpoint only.
     """
 
     REASONS = {
-        "killed": RoutingReason.KILLED,
-        "disabled": RoutingReason.KILLED,
+        "disabled": RoutingReason.ENDPOINT_KILLED,
+        "cooling": RoutingReason.COOLING,
         "circuit_open": RoutingReason.CIRCUIT_OPEN,
         "concurrency_limited": RoutingReason.CIRCUIT_OPEN,
     }
 
-    def __init__(self, endpoint_id: str, outcome: str) -> None:
+    def __init__(
+        self, endpoint_id: str, outcome: str, reason: str | None = None, kill: KillInForce | None = None
+    ) -> None:
         super().__init__(f"endpoint {endpoint_id} not called: {outcome}")
         self.endpoint_id = endpoint_id
         self.outcome = outcome
-        self.reason = self.REASONS[outcome]
+        self.reason = reason or self.REASONS[outcome]
+        self.kill = kill
+
+    def unavailable_message(self) -> str:
+        """Why the endpoint cannot serve, naming the kill (scope, target, since) when one did."""
+        if self.kill is not None:
+            since = f" since {self.kill.since.isoformat()}" if self.kill.since else ""
+            target = f" {self.kill.target}" if self.kill.target else ""
+            return (
+                f"The model {self.endpoint_id} is unavailable: kill switch {self.kill.scope}{target} "
+                f"is on{since} ({self.kill.reason})."
+            )
+        if self.outcome == "disabled":
+            return f"The model {self.endpoint_id} is unavailable: the endpoint is disabled (endpoint_killed)."
+        return f"The model {self.endpoint_id} is unavailable ({self.reason})."
 
 
 def endpoint_config(info: EndpointInfo, credential: str) -> EndpointConfig:
@@ -103,7 +123,7 @@ class _Permit:
 
 def _guard(candidate: Candidate) -> _Permit:
     """Every check that must pass immediately before an upstream call: enabled, kill switch,
-    concurrency slot, circuit breaker, credential.
+    cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
 
     Raises EndpointRefused (nothing was called) or MissingCredential.
     """
@@ -111,10 +131,16 @@ def _guard(candidate: Candidate) -> _Permit:
     if not info.enabled:
         raise EndpointRefused(info.public_id, "disabled")
     kills = kill_state()
-    if variant_killed(candidate, kills) or kills.endpoint_killed(
-        public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
-    ):
-        raise EndpointRefused(info.public_id, "killed")
+    if candidate_kill_reason(candidate, kills):
+        kill = kills.enrolment_kill(candidate.experiment_key, candidate.variant_key)
+    else:
+        kill = kills.endpoint_kill(
+            public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
+        )
+    if kill is not None:
+        raise EndpointRefused(info.public_id, "killed", kill.reason, kill)
+    if cooling_until(info.public_id) is not None:
+        raise EndpointRefused(info.public_id, "cooling")
     slot = limiter.acquire(info.public_id, info.max_concurrency)
     if slot is None:
         raise EndpointRefused(info.public_id, "concurrency_limited")

@@ -58,6 +58,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -144,7 +145,10 @@ class Scenario:
     ``input_tokens`` = ``input_tokens - cached_tokens - cache_write_tokens``.
 
     Failures: ``failure`` is one of :data:`FAILURES`; with ``fail_first_n > 0`` only the first
-    N calls for the model fail, later ones succeed. ``retry_after_s`` is sent with 429/503/529.
+    N calls for the model fail, later ones succeed. ``retry_after_s`` is sent with 429/503/529 as
+    ``retry_after_header``: ``"retry-after"`` (seconds, the default), ``"retry-after-ms"``
+    (milliseconds, as Azure OpenAI sends), or ``"anthropic-reset"`` (no retry-after; Anthropic's
+    ``anthropic-ratelimit-requests-remaining: 0`` + ``anthropic-ratelimit-requests-reset``, RFC 3339).
     ``stream_error_after`` is the number of content deltas sent before ``stream_error`` /
     ``stream_reset``; ``stream_error_kind`` selects ``"error"`` or ``"response.failed"`` for
     the Responses API.
@@ -170,12 +174,17 @@ class Scenario:
     failure: str | None = None
     fail_first_n: int = 0
     retry_after_s: float = 1.0
+    retry_after_header: str = "retry-after"
     stream_error_after: int = 2
     stream_error_kind: str = "error"
 
     def __post_init__(self) -> None:
         if self.failure is not None and self.failure not in FAILURES:
             raise ValueError(f"unknown failure {self.failure!r}; expected one of {sorted(FAILURES)}")
+        if self.retry_after_header not in ("retry-after", "retry-after-ms", "anthropic-reset"):
+            raise ValueError(
+                "retry_after_header must be 'retry-after', 'retry-after-ms' or 'anthropic-reset'"
+            )
         if self.tool_calls not in TOOL_CALL_MODES:
             raise ValueError(f"tool_calls must be one of {', '.join(TOOL_CALL_MODES)}")
         if self.encrypted_reasoning not in (None, "include", "always", "never"):
@@ -854,7 +863,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Emit a pre-body failure; returns True if the request has been answered."""
         self._upd(outcome=failure)
         anth = flavour == "anthropic"
-        retry_after = {"retry-after": _fmt_num(sc.retry_after_s)}
+        retry_after = _retry_after_headers(sc)
         if failure == "rate_limit":
             if anth:
                 self._error(
@@ -1150,6 +1159,20 @@ def _mask_key(key: str) -> str:
     if len(key) <= 8:
         return "*" * len(key)
     return f"{key[:3]}{'*' * (len(key) - 7)}{key[-4:]}"
+
+
+def _retry_after_headers(sc: Scenario) -> dict[str, str]:
+    """The wait of ``sc.retry_after_s`` in the header style ``sc.retry_after_header`` asks for."""
+    if sc.retry_after_header == "retry-after-ms":
+        return {"retry-after-ms": _fmt_num(sc.retry_after_s * 1000)}
+    if sc.retry_after_header == "anthropic-reset":
+        reset = datetime.now(UTC) + timedelta(seconds=sc.retry_after_s)
+        return {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": reset.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        }
+    return {"retry-after": _fmt_num(sc.retry_after_s)}
 
 
 def _fmt_num(value: float) -> str:

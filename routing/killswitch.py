@@ -9,9 +9,15 @@ Scopes (rows of :class:`routing.models.KillSwitch`, written by
 * ``experiment`` — the experiment's traffic is served by its control (target: experiment key);
 * ``variant`` — that variant's units are served by the control (target: ``<experiment>/<variant>``).
 
-Assignment is not changed by a kill: exposures still record the assigned variant and the
-CallRecord says ``reason="killed"`` with the served endpoint, so analytics can tell assigned from
-served (intent-to-treat stays unbiased; the killed period can be excluded).
+Enrolment stops at a kill of the experiment or of the unit's variant: no exposure is recorded and
+no sticky assignment written for a call whose assigned variant is killed (or whose experiment is
+killed, control included); the call is served by the control and its CallRecord keeps the
+assigned variant with ``reason`` ``experiment_killed`` / ``variant_killed``. Units exposed before
+the kill keep their exposure (and sticky variant) for analysis. Endpoint-level kills give
+``endpoint_killed`` / ``provider_killed`` / ``external_killed`` (see
+:class:`~routing.models.RoutingReason`). Each switch's ``active_since`` is when it went on; the
+results page reads the kills in force on an experiment through
+:func:`routing.selectors.experiment_kills_in_force`.
 
 Propagation: the state is an in-process :class:`~muse_experiments.config_version.VersionedSnapshot`
 rebuilt whenever the cluster configuration version moves (checked every
@@ -28,14 +34,16 @@ calls are served by native endpoints. ``settings.MUSE_KILL_EXTERNAL`` (env
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
 
 from muse_experiments.config_version import VersionedSnapshot
 
-from .models import KillScope, KillSwitch
+from .models import KillScope, KillSwitch, RoutingReason
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +53,8 @@ class KillState:
     """Active kill switches. ``unreadable``: the state could not be read, so we failed closed.
 
     ``forced_by_env``: ``MUSE_KILL_EXTERNAL`` is on. ``variants`` holds
-    ``(experiment key, variant key)`` pairs.
+    ``(experiment key, variant key)`` pairs. ``since`` maps ``(scope, target)`` to when that
+    switch went on (``None`` for rows written before ``active_since`` existed).
     """
 
     external_off: bool = False
@@ -55,6 +64,44 @@ class KillState:
     variants: frozenset[tuple[str, str]] = frozenset()
     unreadable: bool = False
     forced_by_env: bool = False
+    since: Mapping[tuple[str, str], datetime | None] = field(default_factory=dict)
+
+    def endpoint_kill(self, *, public_id: str, provider_key: str, is_external: bool) -> KillInForce | None:
+        """The switch that keeps this endpoint from being called (the narrowest first), or ``None``.
+
+        Failing closed and ``MUSE_KILL_EXTERNAL`` count as ``all_external`` (``since`` ``None``)."""
+        if public_id in self.endpoints:
+            key = (KillScope.ENDPOINT, public_id)
+            return KillInForce(*key, RoutingReason.ENDPOINT_KILLED, self.since.get(key))
+        if provider_key in self.providers:
+            key = (KillScope.PROVIDER, provider_key)
+            return KillInForce(*key, RoutingReason.PROVIDER_KILLED, self.since.get(key))
+        if is_external and (self.external_off or self.unreadable or self.forced_by_env):
+            key = (KillScope.ALL_EXTERNAL, "")
+            return KillInForce(*key, RoutingReason.EXTERNAL_KILLED, self.since.get(key))
+        return None
+
+    def enrolment_kill(self, experiment_key: str | None, variant_key: str | None) -> KillInForce | None:
+        """The kill that stops new enrolment of a unit assigned ``variant_key`` of
+        ``experiment_key``: the experiment's (any variant, control included), else the variant's."""
+        if not experiment_key:
+            return None
+        if experiment_key in self.experiments:
+            return KillInForce(
+                KillScope.EXPERIMENT,
+                experiment_key,
+                RoutingReason.EXPERIMENT_KILLED,
+                self.since.get((KillScope.EXPERIMENT, experiment_key)),
+            )
+        if (experiment_key, variant_key or "") in self.variants:
+            target = f"{experiment_key}/{variant_key}"
+            return KillInForce(
+                KillScope.VARIANT,
+                target,
+                RoutingReason.VARIANT_KILLED,
+                self.since.get((KillScope.VARIANT, target)),
+            )
+        return None
 
     def endpoint_killed(self, *, public_id: str, provider_key: str, is_external: bool) -> bool:
         """True when this endpoint must not be called."""
@@ -74,12 +121,35 @@ class KillState:
         return bool(experiment_key) and experiment_key in self.experiments
 
 
+@dataclass(frozen=True)
+class KillInForce:
+    """One kill switch that is on: ``scope`` / ``target`` as stored, the ``reason`` a call it moves
+    gets (:class:`~routing.models.RoutingReason`), and ``since`` (when it went on, UTC; ``None``
+    if unknown)."""
+
+    scope: str
+    target: str
+    reason: str
+    since: datetime | None
+
+    def to_public_dict(self) -> dict[str, str | None]:
+        """JSON form for API responses: ``{"scope", "target", "reason", "since"}`` (ISO 8601)."""
+        return {
+            "scope": self.scope,
+            "target": self.target,
+            "reason": self.reason,
+            "since": self.since.isoformat() if self.since else None,
+        }
+
+
 def build_kill_state() -> KillState:
     """Read active switches from the database (one query)."""
-    rows = list(KillSwitch.objects.filter(active=True).values_list("scope", "target"))
+    rows = list(KillSwitch.objects.filter(active=True).values_list("scope", "target", "active_since"))
     by_scope: dict[str, set[str]] = {}
-    for scope, target in rows:
+    since = {}
+    for scope, target, active_since in rows:
         by_scope.setdefault(scope, set()).add(target)
+        since[(scope, target)] = active_since
     variants = set()
     for target in by_scope.get(KillScope.VARIANT, ()):
         exp, _, var = target.partition("/")
@@ -90,6 +160,7 @@ def build_kill_state() -> KillState:
         endpoints=frozenset(by_scope.get(KillScope.ENDPOINT, ())),
         experiments=frozenset(by_scope.get(KillScope.EXPERIMENT, ())),
         variants=frozenset(variants),
+        since=since,
     )
 
 
@@ -113,13 +184,13 @@ def kill_state() -> KillState:
         log.error("kill switch state unreadable (%s); external providers treated as off", type(exc).__name__)
         state = FAIL_CLOSED
     if settings.MUSE_KILL_EXTERNAL and not state.forced_by_env:
-        state = KillState(
-            external_off=True,
-            providers=state.providers,
-            endpoints=state.endpoints,
-            experiments=state.experiments,
-            variants=state.variants,
-            unreadable=state.unreadable,
-            forced_by_env=True,
-        )
+        state = replace(state, external_off=True, forced_by_env=True)
     return state
+
+
+def enrolment_kill_info(experiment_key: str | None, variant_key: str | None) -> dict[str, str | None] | None:
+    """The kill (if any) that stops enrolment in ``variant_key`` of ``experiment_key``, as JSON
+    (:meth:`KillInForce.to_public_dict`). The experiments app reads kills through this function,
+    named by ``settings.MUSE_ENROLMENT_KILL_LOOKUP`` (it may not import routing)."""
+    kill = kill_state().enrolment_kill(experiment_key, variant_key)
+    return kill.to_public_dict() if kill is not None else None

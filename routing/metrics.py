@@ -5,7 +5,7 @@ increments, no I/O):
 
 * ``muse_routed_calls_total{endpoint, experiment, variant, reason, status}`` — one per routed
   call; ``endpoint`` is the model that served it (``none`` when nothing could), ``reason`` the
-  routing reason (``assigned``, ``default``, ``error_fallback``, ``killed`` …);
+  routing reason (``assigned``, ``default``, ``error_fallback``, ``variant_killed`` …);
 * ``muse_upstream_attempts_total{endpoint, outcome}`` — every attempt, including refusals that
   made no upstream call (``killed``, ``circuit_open`` …);
 * ``muse_upstream_retries_total{endpoint}`` — attempts after the first on the same endpoint;

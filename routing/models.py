@@ -100,7 +100,7 @@ class ModelEndpoint(models.Model):
         help_text="Most calls in flight to this endpoint across all processes; over it, calls fall back.",
     )
     enabled = models.BooleanField(
-        default=True, help_text="Off: never called (calls fall back, reason 'killed')."
+        default=True, help_text="Off: never called (calls fall back, reason 'endpoint_killed')."
     )
     is_platform_default = models.BooleanField(
         default=False, help_text="Serves units outside every experiment."
@@ -173,14 +173,50 @@ class CompletionJob(models.Model):
 
 
 class RoutingReason(models.TextChoices):
+    """Why a call was served where it was (``CallRecord.reason``).
+
+    The kill reasons name the switch that moved the call (see :mod:`routing.killswitch`):
+    ``experiment_killed`` / ``variant_killed`` (the unit's experiment or variant is killed: served
+    by the control, no new enrolment), ``endpoint_killed`` (the endpoint's switch, or the endpoint
+    is disabled), ``provider_killed``, ``external_killed`` (all external providers off, also when
+    failing closed or forced by ``MUSE_KILL_EXTERNAL``). ``cooling``: the endpoint asked to be left
+    alone (``retry-after``) for longer than the retry policy waits. ``killed`` is the generic
+    value of rows written before the split (migration 0005 maps what it can; it is never written).
+    """
+
     ASSIGNED = "assigned"
     FORCED = "forced"
     STICKY = "sticky"
     HOLDOUT = "holdout"
     DEFAULT = "default"
-    KILLED = "killed"
+    EXPERIMENT_KILLED = "experiment_killed"
+    VARIANT_KILLED = "variant_killed"
+    ENDPOINT_KILLED = "endpoint_killed"
+    PROVIDER_KILLED = "provider_killed"
+    EXTERNAL_KILLED = "external_killed"
+    KILLED = "killed", "Killed (before the kill reasons were split)"
     CIRCUIT_OPEN = "circuit_open"
+    COOLING = "cooling"
     ERROR_FALLBACK = "error_fallback"
+
+
+#: Every reason that says a kill switch moved the call (the legacy generic value included).
+KILL_REASONS = frozenset(
+    {
+        RoutingReason.EXPERIMENT_KILLED,
+        RoutingReason.VARIANT_KILLED,
+        RoutingReason.ENDPOINT_KILLED,
+        RoutingReason.PROVIDER_KILLED,
+        RoutingReason.EXTERNAL_KILLED,
+        RoutingReason.KILLED,
+    }
+)
+#: Reasons that mean a later candidate served instead of the assigned one.
+FALLBACK_REASONS = KILL_REASONS | {
+    RoutingReason.CIRCUIT_OPEN,
+    RoutingReason.COOLING,
+    RoutingReason.ERROR_FALLBACK,
+}
 
 
 class CallRecord(models.Model):
@@ -255,12 +291,16 @@ class KillSwitch(models.Model):
 
     ``target`` is empty for ``all_external``; otherwise a provider key, an endpoint public id, an
     experiment key, or ``<experiment key>/<variant key>``. One row per (scope, target): toggling
-    flips ``active`` and keeps the last reason and who/when.
+    flips ``active`` and keeps the last reason and who/when; ``active_since`` is when it last went
+    on (kept while it stays on, cleared when it goes off).
     """
 
     scope = models.CharField(max_length=20, choices=KillScope.choices)
     target = models.CharField(max_length=300, blank=True)
     active = models.BooleanField(default=True)
+    active_since = models.DateTimeField(
+        null=True, blank=True, help_text="When the switch last went on (empty while it is off)."
+    )
     reason = models.CharField(max_length=500)
     updated_by = models.CharField(max_length=200)
     updated_at = models.DateTimeField(auto_now=True)

@@ -13,12 +13,14 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from muse_experiments import config_version
 from muse_experiments.models import AuditEntry
 from muse_experiments.selectors import experiment_by_key
 
 from .models import KillScope, KillSwitch, ModelEndpoint, Provider
+from .selectors import catalogue
 
 REASON_MAX = 500
 
@@ -45,13 +47,18 @@ def catalogue_entry_save(*, obj: Provider | ModelEndpoint, actor: str, changed: 
     config_version.bump()
 
 
-def kill_switch_validate(*, scope: str, target: str) -> str:
+def kill_switch_validate(
+    *, scope: str, target: str, active: bool = False, control_traffic_to: str = ""
+) -> str:
     """Check a kill switch's scope and target; returns the normalised (stripped) target.
 
     Targets: ``all_external`` none; ``provider`` an existing provider key; ``endpoint`` an existing
     endpoint public id; ``experiment`` an existing experiment key; ``variant``
-    ``<experiment key>/<variant key>`` naming an existing variant. Raises ValidationError keyed by
-    ``scope`` / ``target``.
+    ``<experiment key>/<variant key>`` naming an existing variant. Turning on (``active``) a kill
+    of an experiment's *control* variant sends its units to the platform default endpoint (which
+    may be another experiment's treatment): it is refused unless ``control_traffic_to`` names that
+    endpoint's public id, as the operator's confirmation. Raises ValidationError keyed by
+    ``scope`` / ``target`` / ``control_traffic_to``.
     """
     target = (target or "").strip()
     if scope not in KillScope.values:
@@ -73,7 +80,28 @@ def kill_switch_validate(*, scope: str, target: str) -> str:
     if not exists:
         hint = " (use <experiment key>/<variant key>)" if scope == KillScope.VARIANT else ""
         raise ValidationError({"target": f"No {scope} {target!r}{hint}."})
+    if scope == KillScope.VARIANT and active:
+        _confirm_control_kill(target, (control_traffic_to or "").strip())
     return target
+
+
+def _confirm_control_kill(target: str, control_traffic_to: str) -> None:
+    experiment_key, _, variant_key = target.partition("/")
+    experiment = experiment_by_key(experiment_key)
+    if experiment is None or not any(
+        v.key == variant_key and v.is_control for v in experiment.variants.all()
+    ):
+        return
+    default = catalogue().default_id or "(no platform default: the calls would fail)"
+    if control_traffic_to != default:
+        raise ValidationError(
+            {
+                "control_traffic_to": (
+                    f"{variant_key!r} is the control of {experiment_key!r}: killing it sends its units to "
+                    f"the platform default {default}. To confirm, give control_traffic_to={default!r}."
+                )
+            }
+        )
 
 
 def _variant_exists(target: str) -> bool:
@@ -83,15 +111,21 @@ def _variant_exists(target: str) -> bool:
 
 
 @transaction.atomic
-def kill_switch_set(*, scope: str, target: str = "", active: bool, reason: str, actor: str) -> KillSwitch:
+def kill_switch_set(
+    *, scope: str, target: str = "", active: bool, reason: str, actor: str, control_traffic_to: str = ""
+) -> KillSwitch:
     """Turn a kill switch on (``active=True``) or off, audited, effective cluster-wide within ~1 s.
 
     ``reason`` (why; required, at most 500 characters) and ``actor`` (who) are stored on the switch
     and in an AuditEntry (action ``kill_switch_on`` / ``kill_switch_off``). One row per
     (scope, target), locked while it changes so concurrent toggles serialise. Raises ValidationError
-    with field errors (``scope``, ``target``, ``reason``) on bad input; nothing is written then.
+    with field errors (``scope``, ``target``, ``reason``, ``control_traffic_to``: see
+    :func:`kill_switch_validate`) on bad input; nothing is written then. ``active_since`` is set
+    when the switch goes on and cleared when it goes off.
     """
-    target = kill_switch_validate(scope=scope, target=target)
+    target = kill_switch_validate(
+        scope=scope, target=target, active=active, control_traffic_to=control_traffic_to
+    )
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError({"reason": "Say why the switch is being changed."})
@@ -101,6 +135,10 @@ def kill_switch_set(*, scope: str, target: str = "", active: bool, reason: str, 
     before = switch.active if switch else None
     if switch is None:
         switch = KillSwitch(scope=scope, target=target)
+    if active and not before:
+        switch.active_since = timezone.now()
+    elif not active:
+        switch.active_since = None
     switch.active, switch.reason, switch.updated_by = active, reason, actor or "system"
     switch.save()
     _audit(

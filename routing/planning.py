@@ -129,18 +129,22 @@ def candidate_chain(decision: Decision, cat: Catalogue, kills: KillState | None 
             is_control=is_control,
             overrides=overrides,
         )
-        if not variant_killed(candidate, kills):
+        if not candidate_kill_reason(candidate, kills):
             seen.add(info.public_id)
         chain.append(candidate)
     return chain
 
 
-def variant_killed(candidate: Candidate, kills: KillState) -> bool:
+def candidate_kill_reason(candidate: Candidate, kills: KillState) -> str | None:
+    """``experiment_killed`` / ``variant_killed`` when this candidate's experiment variant must not
+    serve (an experiment kill leaves its control serving), else ``None``."""
     if candidate.experiment_key is None:
-        return False
+        return None
     if candidate.experiment_key in kills.experiments and not candidate.is_control:
-        return True
-    return (candidate.experiment_key, candidate.variant_key or "") in kills.variants
+        return RoutingReason.EXPERIMENT_KILLED
+    if (candidate.experiment_key, candidate.variant_key or "") in kills.variants:
+        return RoutingReason.VARIANT_KILLED
+    return None
 
 
 def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> CompletionRequest:
@@ -173,8 +177,18 @@ def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> Completio
     )
 
 
-def reason_for(decision: Decision) -> str:
-    """The routing reason when the first candidate serves: the decision's, in RoutingReason terms."""
+def reason_for(decision: Decision, kills: KillState | None = None) -> str:
+    """The routing reason when the first candidate serves: the decision's, in RoutingReason terms.
+
+    A kill of the unit's experiment or assigned variant (``kills``, default :func:`kill_state`)
+    says so instead (``experiment_killed`` / ``variant_killed``): the unit is not enrolled --
+    :func:`routing.recording.record_call` records no exposure (so no sticky assignment) for it.
+    """
+    kill = (kills if kills is not None else kill_state()).enrolment_kill(
+        decision.experiment_key if decision.in_experiment else None, decision.variant_key
+    )
+    if kill is not None:
+        return kill.reason
     if decision.in_experiment:
         return (
             decision.reason

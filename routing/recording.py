@@ -1,7 +1,8 @@
 """Routing step 4, record: what a call decided and what served it, in one transaction.
 
-The exposure (intent-to-treat: recorded even when a fallback served), the call record with every
-attempt, the job's public result, and the session's transcript turn. Encrypted reasoning never
+The exposure (intent-to-treat: recorded even when a fallback served -- but never while the unit's
+experiment or assigned variant is killed: no new enrolment, see :mod:`routing.killswitch`), the
+call record with every attempt, the job's public result, and the session's transcript turn. Encrypted reasoning never
 reaches the database: only ``CompletionResult.to_public_dict()`` is stored.
 """
 
@@ -16,8 +17,9 @@ from muse_experiments.assignment.engine import Decision
 from muse_experiments.selectors import assignment_snapshot
 from muse_experiments.services import exposure_record
 
+from .killswitch import kill_state
 from .metrics import observe_outcome
-from .models import Attempt, CallRecord, CompletionJob, JobStatus
+from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
 from .planning import Candidate
 from .serving import ServeOutcome
 from .transcripts.services import transcript_record_turn
@@ -31,6 +33,34 @@ def unit_id_for(decision: Decision, job: CompletionJob) -> str:
     return job.user_id if exp is not None and exp.unit_type == "user" else job.session_id
 
 
+#: Reasons under which a unit is not (newly) enrolled: no exposure, so no sticky write.
+NOT_ENROLLED = frozenset({RoutingReason.EXPERIMENT_KILLED, RoutingReason.VARIANT_KILLED})
+
+
+def kill_in_result(decision: Decision, chain: list[Candidate], outcome: ServeOutcome) -> dict | None:
+    """The kill that moved this call, as the job result states it (``{"scope", "target", "reason",
+    "since"}``), or ``None`` when no kill was involved."""
+    if outcome.reason not in KILL_REASONS:
+        return None
+    kills = kill_state()
+    kill = kills.enrolment_kill(
+        decision.experiment_key if decision.in_experiment else None, decision.variant_key
+    )
+    if kill is None and chain:
+        info = chain[0].endpoint
+        kill = kills.endpoint_kill(
+            public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
+        )
+    if kill is None:
+        return {
+            "scope": "",
+            "target": chain[0].endpoint.public_id if chain else "",
+            "reason": outcome.reason,
+            "since": None,
+        }
+    return kill.to_public_dict()
+
+
 def record_call(
     job: CompletionJob, decision: Decision, chain: list[Candidate], outcome: ServeOutcome
 ) -> None:
@@ -41,8 +71,9 @@ def record_call(
         experiment=decision.experiment_key, variant=decision.variant_key, assigned=assigned, outcome=outcome
     )
     public = result.to_public_dict() if result else None
+    kill = kill_in_result(decision, chain, outcome)
     with transaction.atomic():
-        if decision.in_experiment:
+        if decision.in_experiment and outcome.reason not in NOT_ENROLLED:
             exposure_record(
                 experiment_id=decision.experiment_id,
                 phase=decision.phase,
@@ -99,6 +130,7 @@ def record_call(
                 "experiment": decision.experiment_key,
                 "variant": decision.variant_key,
                 "reason": outcome.reason,
+                "kill": kill,
             }
         else:
             job.error = f"{outcome.error_kind or 'no_endpoint'}: {outcome.error_message or 'no endpoint could serve this call'}"[

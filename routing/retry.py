@@ -7,9 +7,11 @@ timeouts, connection resets and malformed bodies, and false for 4xx client error
 
 Delay before retry ``n`` (``n = 0`` is the first retry):
 
-* the upstream sent ``retry-after``: ``min(retry_after_s, retry_after_cap_s)`` seconds, no jitter
-  (the server told us when; waiting less is pointless, waiting more than the cap is too slow —
-  after the capped wait we try once more and then fall back);
+* the upstream sent ``retry-after`` within ``retry_after_cap_s``: that many seconds, no jitter
+  (the server told us when; waiting less is pointless);
+* a ``retry-after`` *beyond* the cap (:meth:`RetryPolicy.outlasts`) is not retried at all: a
+  retry before the upstream's own deadline cannot succeed, so the caller falls back at once and
+  parks the endpoint until then (:mod:`routing.cooling`);
 * otherwise "full jitter" (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015):
   ``uniform(0, min(cap_ms, base_ms * 2**n))`` milliseconds.
 """
@@ -44,6 +46,11 @@ class RetryPolicy:
     def max_attempts(self) -> int:
         """Attempts per endpoint, including the first."""
         return self.max_retries + 1
+
+    def outlasts(self, retry_after_s: float | None) -> bool:
+        """True when the upstream asks for more seconds than this policy waits: do not retry the
+        endpoint, fall back now and let it cool until then."""
+        return retry_after_s is not None and retry_after_s > self.retry_after_cap_s
 
     def delay_s(
         self, retry_index: int, retry_after_s: float | None, rng: random.Random | None = None

@@ -19,8 +19,13 @@ each importable on its own:
 Fallback triggers and the ``reason`` a CallRecord gets when a later candidate serves (the cause
 that made routing leave the *first* candidate):
 
-* ``killed`` — a kill switch (endpoint / provider / all external / experiment / variant, or the
-  fail-closed state) or a disabled endpoint;
+* ``experiment_killed`` / ``variant_killed`` / ``endpoint_killed`` / ``provider_killed`` /
+  ``external_killed`` — the kill switch that refused the candidate (all external also when failing
+  closed or forced by ``MUSE_KILL_EXTERNAL``; a disabled endpoint counts as ``endpoint_killed``). A
+  kill of the unit's experiment or assigned variant gives that reason even when the control is the
+  first candidate, and the unit is not enrolled (no exposure, no sticky write);
+* ``cooling`` — the endpoint answered with a ``retry-after`` beyond the retry policy's cap, or is
+  still cooling from one (:mod:`routing.cooling`): no retry, no call until then;
 * ``circuit_open`` — the endpoint's circuit breaker is open (or half-open with its probe in
   flight), or the endpoint is at ``max_concurrency`` (Attempt outcome ``concurrency_limited``):
   in both cases the endpoint is protected and was not called;
@@ -30,7 +35,9 @@ that made routing leave the *first* candidate):
 
 A 4xx caused by the request itself (``ClientRequestError`` other than 401/403) is not retried
 and ends the call: it would fail the same way elsewhere. When the first candidate serves, the
-reason is the decision's (``assigned``, ``forced``, ``sticky``, ``holdout``, ``default``).
+reason is the decision's (``assigned``, ``forced``, ``sticky``, ``holdout``, ``default``). A call
+no candidate could serve because each was killed fails ``model_unavailable`` (a pinned model
+under a kill: the drop-ins answer 503) with the kill's reason.
 
 Streaming (:mod:`routing.streaming`) runs the same steps with :func:`routing.serving.serve_stream`.
 A stream that has already sent content to the client is never restarted:
@@ -45,9 +52,8 @@ only ``CompletionResult.to_public_dict()`` is stored.
 from __future__ import annotations
 
 from .models import CompletionJob
-from .planning import build_request, candidate_chain, decide, reason_for
+from .planning import build_request, job_plan
 from .recording import record_call
-from .selectors import catalogue
 from .services import completion_job_claim
 from .serving import serve
 
@@ -57,9 +63,8 @@ def execute_job(*, job_id: str) -> str:
     job = completion_job_claim(job_id=job_id)
     if job is None:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
-    decision = decide(job)
-    chain = candidate_chain(decision, catalogue())
+    decision, chain, reason = job_plan(job)
     request = build_request(job, {})
-    outcome = serve(request, chain, reason_for(decision), session_id=job.session_id)
+    outcome = serve(request, chain, reason, session_id=job.session_id)
     record_call(job, decision, chain, outcome)
     return job.status

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from muse_experiments.config_version import VersionedSnapshot
+from muse_experiments.selectors import experiment_by_key
 
-from .models import KillSwitch, ModelEndpoint
+from .killswitch import KillInForce
+from .models import KillScope, KillSwitch, ModelEndpoint, RoutingReason
 
 
 @dataclass(frozen=True)
@@ -94,3 +96,37 @@ def catalogue() -> Catalogue:
 def kill_switch_list() -> list[KillSwitch]:
     """Every kill switch (active or not), by scope then target."""
     return list(KillSwitch.objects.order_by("scope", "target"))
+
+
+def experiment_kills_in_force(*, experiment_key: str) -> list[KillInForce]:
+    """The kill switches that are on now and touch ``experiment_key``, oldest first, each with
+    when it went on (``since``, UTC; ``None`` for switches turned on before that was recorded).
+
+    Touching: the experiment itself (``experiment_killed``: no new enrolment, traffic to control),
+    one of its variants (``variant_killed``), or what serves one of its variants -- the endpoint
+    (``endpoint_killed``), its provider (``provider_killed``), all external providers
+    (``external_killed``, only when a variant is external). Three queries (experiment, variants,
+    switches). Unknown experiment: ``[]``. For the results page (shown with the call reasons).
+    """
+    experiment = experiment_by_key(experiment_key)
+    if experiment is None:
+        return []
+    variants = [
+        (v.key, v.endpoint.public_id, v.endpoint.provider.key, v.endpoint.provider.kind)
+        for v in experiment.variants.select_related("endpoint__provider")
+    ]
+    wanted = {
+        (KillScope.EXPERIMENT, experiment_key): RoutingReason.EXPERIMENT_KILLED,
+        **{(KillScope.VARIANT, f"{experiment_key}/{v[0]}"): RoutingReason.VARIANT_KILLED for v in variants},
+        **{(KillScope.ENDPOINT, v[1]): RoutingReason.ENDPOINT_KILLED for v in variants},
+        **{(KillScope.PROVIDER, v[2]): RoutingReason.PROVIDER_KILLED for v in variants},
+    }
+    if any(v[3] != "native" for v in variants):
+        wanted[(KillScope.ALL_EXTERNAL, "")] = RoutingReason.EXTERNAL_KILLED
+    rows = KillSwitch.objects.filter(active=True).values_list("scope", "target", "active_since")
+    kills = [
+        KillInForce(scope, target, wanted[(scope, target)], since)
+        for scope, target, since in rows
+        if (scope, target) in wanted
+    ]
+    return sorted(kills, key=lambda k: (k.since is None, k.since or 0, k.scope, k.target))

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from .attempts import EndpointRefused, attempt, attempt_stream
+from .cooling import cool
 from .credentials import MissingCredential
 from .models import RoutingReason
 from .planning import Candidate
@@ -85,6 +86,7 @@ def serve(
     policy = policy or retry_policy()
     outcome = ServeOutcome(result=None, served=None, reason=assigned_reason)
     fell_back_because = ""
+    refused: EndpointRefused | None = None
     for candidate in chain:
         info = candidate.endpoint
         call_request = candidate.request_for(request)
@@ -96,6 +98,7 @@ def serve(
             except EndpointRefused as exc:
                 outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
                 fell_back_because = fell_back_because or exc.reason
+                refused = exc
                 break
             except MissingCredential as exc:
                 outcome.attempts.append(
@@ -121,6 +124,10 @@ def serve(
                 outcome.error_kind, outcome.error_message = type(exc).__name__, str(exc)
                 if isinstance(exc, ClientRequestError) and not isinstance(exc, AuthFailed):
                     return outcome  # the request itself is wrong: it would fail the same way elsewhere
+                if exc.retryable and policy.outlasts(exc.retry_after_s):
+                    cool(info.public_id, exc.retry_after_s)
+                    fell_back_because = fell_back_because or RoutingReason.COOLING
+                    break
                 if exc.retryable and number + 1 < policy.max_attempts:
                     delay_s = policy.delay_s(number, exc.retry_after_s)
                     sleep(delay_s)
@@ -142,6 +149,16 @@ def serve(
             if candidate.role != "assigned" and fell_back_because:
                 outcome.reason = fell_back_because
             return outcome
+    return _unserved(outcome, refused)
+
+
+def _unserved(outcome: ServeOutcome, refused: EndpointRefused | None) -> ServeOutcome:
+    """No candidate served. When the last candidate was refused by a kill switch (or disabled)
+    and no upstream error is left to report, the call failed ``model_unavailable`` with a message
+    naming the kill, and its reason is the kill's (a pinned model under a kill lands here)."""
+    if refused is not None and refused.outcome in ("killed", "disabled") and not outcome.error_kind:
+        outcome.error_kind, outcome.error_message = "model_unavailable", refused.unavailable_message()
+        outcome.reason = refused.reason
     return outcome
 
 
@@ -168,6 +185,7 @@ def serve_stream(
     policy = retry_policy()
     outcome = ServeOutcome(result=None, served=None, reason=assigned_reason)
     fell_back_because = ""
+    refused: EndpointRefused | None = None
     sent = False
     for candidate in chain:
         info = candidate.endpoint
@@ -199,6 +217,7 @@ def serve_stream(
             except EndpointRefused as exc:
                 outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
                 fell_back_because = fell_back_because or exc.reason
+                refused = exc
                 break
             except MissingCredential as exc:
                 outcome.attempts.append(
@@ -224,6 +243,10 @@ def serve_stream(
                 outcome.error_kind, outcome.error_message = type(exc).__name__, str(exc)
                 if sent or (isinstance(exc, ClientRequestError) and not isinstance(exc, AuthFailed)):
                     return outcome
+                if exc.retryable and policy.outlasts(exc.retry_after_s):
+                    cool(info.public_id, exc.retry_after_s)
+                    fell_back_because = fell_back_because or RoutingReason.COOLING
+                    break
                 if exc.retryable and number + 1 < policy.max_attempts:
                     delay_s = policy.delay_s(number, exc.retry_after_s)
                     time.sleep(delay_s)
@@ -254,4 +277,4 @@ def serve_stream(
             "no_endpoint",
             "the requested model is not in the catalogue",
         )
-    return outcome
+    return _unserved(outcome, refused)

@@ -59,6 +59,7 @@ ANTHROPIC_ERROR_TYPES = {
     "request_too_large": "request_too_large",
     "timeout": "timeout_error",
     "upstream": "api_error",
+    "model_unavailable": "model_unavailable",
 }
 STOP_REASONS = {
     "stop": "end_turn",

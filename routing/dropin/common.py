@@ -47,9 +47,15 @@ MAX_TOOLS = 128
 
 class DropinError(Exception):
     """A client error rendered in the provider's error shape. ``kind``: invalid_request |
-    not_found | timeout | upstream."""
+    not_found | timeout | upstream | model_unavailable (503: the model is under a kill switch)."""
 
-    STATUS = {"invalid_request": 400, "not_found": 404, "timeout": 504, "upstream": 502}
+    STATUS = {
+        "invalid_request": 400,
+        "not_found": 404,
+        "timeout": 504,
+        "upstream": 502,
+        "model_unavailable": 503,
+    }
 
     def __init__(self, message: str, *, kind: str = "invalid_request", param: str | None = None) -> None:
         super().__init__(message)
@@ -180,6 +186,9 @@ def finished_job(job: CompletionJob) -> CompletionJob:
     if job.status == JobStatus.SUCCEEDED:
         return job
     if job.status == JobStatus.FAILED:
+        kind, _, detail = (job.error or "").partition(": ")
+        if kind == "model_unavailable":
+            raise DropinError(detail, kind="model_unavailable")
         raise DropinError(f"The completion failed: {job.error}", kind="upstream")
     raise DropinError(f"The completion is still running (job {job.id}).", kind="timeout")
 
@@ -191,9 +200,13 @@ def muse_headers(job: CompletionJob) -> dict[str, str]:
         ("x-muse-served-model", "served_model"),
         ("x-muse-experiment", "experiment"),
         ("x-muse-variant", "variant"),
+        ("x-muse-reason", "reason"),
     ):
         if result.get(key):
             headers[name] = str(result[key])
+    kill = result.get("kill")
+    if kill:
+        headers["x-muse-kill"] = f"{kill['scope']}:{kill['target']}" if kill.get("target") else kill["scope"]
     return headers
 
 

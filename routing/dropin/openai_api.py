@@ -51,6 +51,7 @@ OPENAI_ERROR_TYPES = {
     "request_too_large": "invalid_request_error",
     "timeout": "timeout",
     "upstream": "api_error",
+    "model_unavailable": "model_unavailable",
 }
 CHAT_FINISH = {
     "stop": "stop",
@@ -62,7 +63,7 @@ CHAT_FINISH = {
 
 def openai_error(*, kind: str, message: str, param: str | None = None) -> dict[str, Any]:
     """``{"error": {"message", "type", "param", "code"}}`` as the OpenAI API answers errors."""
-    code = "model_not_found" if kind == "not_found" else None
+    code = {"not_found": "model_not_found", "model_unavailable": "model_unavailable"}.get(kind)
     return {
         "error": {
             "message": message,

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import replace
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
@@ -302,27 +303,54 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+#: Anthropic's per-limit reset headers (RFC 3339 times), read when no ``retry-after`` came:
+#: https://docs.anthropic.com/en/api/rate-limits#response-headers
+ANTHROPIC_RESET_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
 def parse_retry_after(headers: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date), else None."""
+    """Seconds the upstream asks us to wait, else None.
+
+    In order: ``retry-after-ms`` (milliseconds), ``retry-after`` (seconds or an HTTP date), then
+    Anthropic's ``anthropic-ratelimit-<limit>-reset`` (RFC 3339): the latest reset among the
+    limits whose ``-remaining`` is 0 (when none says 0: the latest reset given).
+    """
     if headers is None:
         return None
     ms = headers.get("retry-after-ms")
     if ms:
         try:
-            return float(ms) / 1000.0
+            return max(0.0, float(ms) / 1000.0)
         except ValueError:
             pass
     value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError, IndexError):
-        return None
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError, IndexError):
+            pass
+    return _anthropic_reset_s(headers)
+
+
+def _anthropic_reset_s(headers: Any) -> float | None:
+    exhausted, given = [], []
+    for limit in ANTHROPIC_RESET_LIMITS:
+        raw = headers.get(f"anthropic-ratelimit-{limit}-reset")
+        if not raw:
+            continue
+        try:
+            seconds = datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp() - time.time()
+        except (TypeError, ValueError):
+            continue
+        given.append(seconds)
+        if (headers.get(f"anthropic-ratelimit-{limit}-remaining") or "").strip() == "0":
+            exhausted.append(seconds)
+    chosen = exhausted or given
+    return max(0.0, max(chosen)) if chosen else None
 
 
 def _status_error_details(exc: Exception) -> tuple[str | None, str | None]:

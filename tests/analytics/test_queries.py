@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from analytics.queries import CALL_VALUE_SQL, Component, aggregate
+from routing.models import FALLBACK_REASONS
 from tests.analytics.conftest import T0
 
 CALL_VALUES = {
@@ -17,7 +18,7 @@ CALL_VALUES = {
     "output_tokens": lambda c: float(c["output_tokens"]),
     "calls": lambda c: 1.0,
     "error": lambda c: 1.0 if c["status"] == "failed" else 0.0,
-    "fallback": lambda c: 1.0 if c["reason"] in ("error_fallback", "killed", "circuit_open") else 0.0,
+    "fallback": lambda c: 1.0 if c["reason"] in FALLBACK_REASONS else 0.0,
     "has_tool_call": lambda c: 1.0 if c["tool_calls"] > 0 else 0.0,
 }
 

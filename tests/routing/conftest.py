@@ -135,7 +135,9 @@ def _fresh_routing_protection(request):
         return
     from routing.circuit import breaker
     from routing.concurrency import limiter
+    from routing.cooling import cooling_clear
 
     breaker().reset()
     limiter.reset()
+    cooling_clear()
     yield

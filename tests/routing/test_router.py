@@ -121,7 +121,7 @@ def test_a_disabled_variant_model_is_skipped_and_the_reason_is_killed(catalogue,
 
     invalidate_all()
     j = run(job())
-    assert (j.result["served_model"], j.result["reason"]) == (avocado_id(14), "killed")
+    assert (j.result["served_model"], j.result["reason"]) == (avocado_id(14), "endpoint_killed")
     assert upstreams.call_count(model="claude-sonnet-5-5") == 0
 
 

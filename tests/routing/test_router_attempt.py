@@ -67,7 +67,7 @@ def test_the_guards_refuse_before_anything_is_sent(candidate, upstreams):
     invalidate_all()
     with pytest.raises(EndpointRefused) as exc:
         attempt(candidate, REQUEST)
-    assert (exc.value.outcome, exc.value.reason) == ("killed", "killed")
+    assert (exc.value.outcome, exc.value.reason) == ("killed", "provider_killed")
     with pytest.raises(EndpointRefused):
         attempt_stream(candidate, REQUEST)  # refused eagerly, not on first next()
     assert upstreams.call_count() == 0

@@ -11,6 +11,7 @@ from muse_experiments.config_version import invalidate_all
 from routing.catalogue import avocado_id
 from routing.circuit import breaker
 from routing.concurrency import limiter
+from routing.cooling import cooling_local_forget, cooling_until
 from routing.models import CallRecord, ModelEndpoint
 from tests.factories import make_experiment, seed_catalogue
 from tests.routing.test_router import job, run
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.django_db
 
 CONTROL = avocado_id(14)
 AZURE = "azure/muse-special"
+CLAUDE = "anthropic/claude-sonnet-5-5"
 
 
 @pytest.fixture(autouse=True)
@@ -95,19 +97,73 @@ def test_a_429_retry_after_is_honoured_and_recorded(azure_experiment, upstreams,
     assert upstreams.call_count(model="muse-special") == 2
 
 
-def test_a_retry_after_longer_than_the_cap_waits_only_the_cap(azure_experiment, upstreams, settings):
+@pytest.mark.parametrize("header", ["retry-after", "retry-after-ms"])
+def test_a_retry_after_beyond_the_cap_falls_back_at_once_and_cools_the_endpoint(
+    azure_experiment, upstreams, settings, backend, header
+):
+    """Issue 11 §2: Azure answers 429 ``retry-after: 47``; the policy waits at most 10 s."""
+    settings.ROUTING_MAX_RETRIES = 2
+    settings.ROUTING_RETRY_AFTER_CAP_S = 10
+    upstreams.set_scenario("muse-special", failure="rate_limit", retry_after_s=47, retry_after_header=header)
+    started = time.monotonic()
+    j = run(job(session_id="s-1"))
+    assert time.monotonic() - started < 5  # no wait at all (was 2 x 10 s)
+    assert served(j) == (CONTROL, "cooling", "treatment")
+    rows = list(CallRecord.objects.get(job=j).attempts.all())
+    assert [(r.endpoint, r.outcome, r.status_code, r.retry_after_s) for r in rows] == [
+        (AZURE, "RateLimited", 429, 47.0),
+        (CONTROL, "ok", 200, None),
+    ]
+    assert upstreams.call_count(model="muse-special") == 1
+    deadline = cooling_until(AZURE)
+    assert deadline is not None and 40 < deadline - time.time() <= 47
+
+    later = run(job(session_id="s-2"))  # another call skips the cooling endpoint without calling it
+    assert served(later) == (CONTROL, "cooling", "treatment")
+    assert attempts(later) == [(AZURE, "cooling"), (CONTROL, "ok")]
+    assert upstreams.call_count(model="muse-special") == 1
+
+
+def test_cooling_is_shared_through_redis_with_other_processes(azure_experiment, upstreams, redis_url):
+    import redis
+
+    upstreams.set_scenario("muse-special", failure="unavailable", retry_after_s=120)
+    run(job(session_id="s-1"))
+    stored = redis.Redis.from_url(redis_url).get(f"muse:cool:{AZURE}")
+    assert stored is not None and 110 < float(stored) - time.time() <= 120
+    assert 110_000 < redis.Redis.from_url(redis_url).pttl(f"muse:cool:{AZURE}") <= 120_000
+    cooling_local_forget()  # another process knows nothing locally: Redis still says cooling
+    assert cooling_until(AZURE) == pytest.approx(float(stored))
+
+
+def test_a_retry_after_within_the_cap_is_still_retried_and_cools_nothing(
+    azure_experiment, upstreams, settings
+):
     settings.ROUTING_MAX_RETRIES = 1
-    settings.ROUTING_RETRY_AFTER_CAP_S = 0.02
-    upstreams.set_scenario("muse-special", failure="unavailable", retry_after_s=30)
+    settings.ROUTING_RETRY_AFTER_CAP_S = 0.5
+    upstreams.set_scenario("muse-special", failure="unavailable", retry_after_s=0.02)
     j = run(job())
     assert served(j) == (CONTROL, "error_fallback", "treatment")
-    rows = list(CallRecord.objects.get(job=j).attempts.all())
-    assert [(r.outcome, r.status_code, r.retry_after_s) for r in rows[:2]] == [
-        ("UpstreamUnavailable", 503, 30.0),
-        ("UpstreamUnavailable", 503, 30.0),
-    ]
-    assert rows[1].backoff_ms == pytest.approx(20.0)
     assert upstreams.call_count(model="muse-special") == 2
+    assert cooling_until(AZURE) is None
+
+
+def test_anthropic_rate_limit_reset_headers_beyond_the_cap_cool_the_claude_endpoint(
+    upstreams, settings, backend
+):
+    seed_catalogue(upstreams.url)
+    make_experiment(arms=[("control", CONTROL, 0.0), ("claude", CLAUDE, 1.0)])
+    settings.ROUTING_RETRY_AFTER_CAP_S = 10
+    upstreams.set_scenario(
+        "claude-sonnet-5-5", failure="rate_limit", retry_after_s=90, retry_after_header="anthropic-reset"
+    )
+    j = run(job())
+    assert (j.result["served_model"], j.result["reason"]) == (CONTROL, "cooling")
+    first = CallRecord.objects.get(job=j).attempts.first()
+    assert (first.outcome, first.status_code) == ("RateLimited", 429)
+    assert 80 < first.retry_after_s <= 90
+    assert upstreams.call_count(model="claude-sonnet-5-5") == 1
+    assert cooling_until(CLAUDE) is not None
 
 
 def test_a_client_error_is_not_retried_and_fails_the_call(azure_experiment, upstreams, settings):

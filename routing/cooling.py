@@ -1,0 +1,108 @@
+"""Endpoints cooling down: an upstream asked us to stay away longer than the retry policy waits.
+
+When an attempt fails with a ``retry-after`` (or ``retry-after-ms``, or Anthropic's
+``anthropic-ratelimit-*-reset``) beyond :attr:`routing.retry.RetryPolicy.retry_after_cap_s`,
+retrying the same endpoint cannot succeed before the upstream's own deadline. Serving then falls
+back at once (reason ``cooling``) and calls :func:`cool`, so every call skips the endpoint until
+that deadline (the guard refuses it with outcome ``cooling``, nothing is sent upstream).
+
+With ``REDIS_URL`` the deadline is shared by every process: key ``muse:cool:<endpoint>`` holding
+the deadline (epoch seconds) with a matching expiry (``SET … PXAT``, kept only if later than what
+is there). Without it, an in-process dictionary. **Fails open** like the circuit breaker: if Redis
+cannot be reached an endpoint is treated as not cooling (a broken store must not take healthy
+traffic down). Cooling is capped at :data:`MAX_COOL_S` so a bogus header cannot park an endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from muse_experiments.config_version import redis_client
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "muse:cool:"
+#: Longest an endpoint is parked on one upstream answer (seconds).
+MAX_COOL_S = 3600.0
+
+# Set the deadline only when it is later than the stored one (one round trip, atomic).
+_COOL = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local wanted = tonumber(ARGV[1])
+if wanted > current then
+  redis.call('SET', KEYS[1], ARGV[1], 'PXAT', math.ceil(wanted * 1000))
+  return 1
+end
+return 0
+"""
+
+_local: dict[str, float] = {}
+_lock = threading.Lock()
+
+
+def cool(endpoint_id: str, seconds: float) -> float:
+    """Park ``endpoint_id`` for ``seconds`` (capped at :data:`MAX_COOL_S`) from now.
+
+    Returns the deadline (epoch seconds). A later deadline already stored is kept. Store failures
+    are logged and swallowed (the in-process deadline is still set)."""
+    until = time.time() + min(max(float(seconds), 0.0), MAX_COOL_S)
+    with _lock:
+        _local[endpoint_id] = max(until, _local.get(endpoint_id, 0.0))
+    client = redis_client()
+    if client is not None:
+        try:
+            client.eval(_COOL, 1, KEY_PREFIX + endpoint_id, repr(until))
+        except Exception as exc:  # noqa: BLE001 - any store failure: this process still knows
+            log.warning(
+                "cooling store unavailable (%s); %s cools in this process only",
+                type(exc).__name__,
+                endpoint_id,
+            )
+    log.info(
+        "endpoint %s cooling for %.1f s (upstream retry-after beyond the retry policy)",
+        endpoint_id,
+        until - time.time(),
+    )
+    return until
+
+
+def cooling_until(endpoint_id: str) -> float | None:
+    """The deadline (epoch seconds) until which ``endpoint_id`` must not be called, or ``None``."""
+    now = time.time()
+    with _lock:
+        local = _local.get(endpoint_id)
+        if local is not None and local <= now:
+            del _local[endpoint_id]
+            local = None
+    client = redis_client()
+    if client is None:
+        return local
+    try:
+        value = client.get(KEY_PREFIX + endpoint_id)
+    except Exception as exc:  # noqa: BLE001 - fail open
+        log.warning(
+            "cooling store unavailable (%s); treating %s as not cooling", type(exc).__name__, endpoint_id
+        )
+        return local
+    shared = float(value) if value else None
+    deadline = max(d for d in (local, shared) if d is not None) if (local or shared) else None
+    return deadline if deadline is not None and deadline > now else None
+
+
+def cooling_local_forget() -> None:
+    """Forget this process's deadlines only (what another process would know: only Redis's)."""
+    with _lock:
+        _local.clear()
+
+
+def cooling_clear() -> None:
+    """Forget every deadline, in this process and in Redis (tests and operators' reset)."""
+    with _lock:
+        _local.clear()
+    client = redis_client()
+    if client is not None:
+        keys = list(client.scan_iter(KEY_PREFIX + "*"))
+        if keys:
+            client.delete(*keys)
