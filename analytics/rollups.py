@@ -17,7 +17,7 @@ from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, Sum, Val
 from django.db.models.functions import Coalesce, NullIf, TruncHour
 
 from muse_experiments.models import Exposure
-from routing.models import CallRecord, JobStatus, RoutingReason
+from routing.models import KILL_REASONS, CallRecord, JobStatus, RoutingReason
 
 from . import histograms
 from .histograms import LogBins
@@ -26,7 +26,7 @@ from .models import CallRollup, LiftPoint, ResultSnapshot
 log = logging.getLogger(__name__)
 
 KEY = ("bucket", "endpoint", "experiment_id", "phase", "variant_key")
-FALLBACK_REASONS = (RoutingReason.ERROR_FALLBACK, RoutingReason.CIRCUIT_OPEN)
+FALLBACK_REASONS = (RoutingReason.ERROR_FALLBACK, RoutingReason.CIRCUIT_OPEN, RoutingReason.COOLING)
 
 
 def _bin_case(field: str, grid: LogBins) -> Case:
@@ -44,7 +44,7 @@ def call_rollup_refresh(*, since: datetime | None = None) -> int:
     """Recompute the hourly rollup from ``since`` (default: the newest stored hour) to now.
 
     Per hour × endpoint × experiment phase × variant: calls, errors (failed calls), fallbacks
-    (``error_fallback``/``circuit_open``), killed (``killed``), cost (USD), tokens (input + output
+    (``error_fallback``/``circuit_open``/``cooling``), killed (any of ``KILL_REASONS``), cost (USD), tokens (input + output
     + reasoning), histograms of latency (ms, succeeded calls), cost and tokens per call
     (:mod:`analytics.histograms`), and units first exposed. The hours from ``since`` on are
     replaced in one transaction; a concurrent refresh that loses the race gives up (it returns 0)
@@ -87,7 +87,7 @@ def call_rollup_refresh(*, since: datetime | None = None) -> int:
         n=Count("id"),
         err=one_if(Q(status=JobStatus.FAILED)),
         fb=one_if(Q(reason__in=FALLBACK_REASONS)),
-        kill=one_if(Q(reason=RoutingReason.KILLED)),
+        kill=one_if(Q(reason__in=KILL_REASONS)),
         cost=Sum("cost_usd"),
         tokens=Sum("tok"),
     )
