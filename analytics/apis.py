@@ -15,7 +15,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import FiniteFloatField, StrictSerializer
+from muse_experiments.api_base import FiniteFloatField, StrictSerializer, UnitIdField
 from muse_experiments.auth import HasScope
 from muse_experiments.models import Experiment
 
@@ -35,8 +35,8 @@ MAX_CLOCK_SKEW = timedelta(days=1)
 class EventSerializer(StrictSerializer):
     event_id = serializers.CharField(max_length=200, help_text="Client-chosen id; re-posting it is a no-op.")
     name = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,100}$")
-    session_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    user_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    session_id = UnitIdField(required=False, allow_blank=True, default="")
+    user_id = UnitIdField(required=False, allow_blank=True, default="")
     value = FiniteFloatField(required=False, default=1.0)
     timestamp = serializers.DateTimeField(required=False, help_text="When it happened; at most 1 day ahead.")
 

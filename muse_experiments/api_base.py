@@ -10,6 +10,8 @@ import math
 from django.conf import settings
 from rest_framework import exceptions, parsers, serializers, status
 
+from .validation import UNIT_ID_MAX, unit_id_problem
+
 
 class RequestTooLarge(exceptions.APIException):
     """413: the body is larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes (``MAX_REQUEST_BYTES``)."""
@@ -118,4 +120,21 @@ class AttributesField(serializers.DictField):
         value = super().to_internal_value(data)
         if len(value) > 64:
             raise serializers.ValidationError("At most 64 attributes.")
+        return value
+
+
+class UnitIdField(serializers.CharField):
+    """A session or user id: kept exactly as sent (no trimming) and refused with a field error
+    when :func:`muse_experiments.validation.unit_id_problem` finds it ambiguous."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_length", UNIT_ID_MAX)
+        kwargs["trim_whitespace"] = False
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        problem = unit_id_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
         return value

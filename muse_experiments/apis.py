@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import services
-from .api_base import AttributesField, FiniteFloatField, StrictSerializer
+from .api_base import AttributesField, FiniteFloatField, StrictSerializer, UnitIdField
 from .assignment.engine import REASONS
 from .auth import HasScope
 from .models import Experiment
@@ -194,8 +194,8 @@ class AssignmentPreviewApi(APIView):
     required_scope = "analytics:read"
 
     class InputSerializer(StrictSerializer):
-        session_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-        user_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+        session_id = UnitIdField(required=False, allow_blank=True, default="")
+        user_id = UnitIdField(required=False, allow_blank=True, default="")
         attributes = AttributesField(required=False, default=dict)
         experiment = serializers.SlugField(max_length=100, required=False)
 

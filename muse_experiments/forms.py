@@ -18,7 +18,7 @@ from . import selectors, services
 from .api_base import MAX_JSON_DEPTH, depth_exceeds
 from .audit_text import describe_changes
 from .models import Experiment, ExperimentStatus, ForcedAssignment, PlatformConfig, Variant
-from .validation import condition_errors, overrides_errors
+from .validation import condition_errors, overrides_errors, unit_id_problem
 
 
 def endpoint_label(endpoint: Any) -> str:
@@ -293,11 +293,23 @@ class VariantFormSet(BaseInlineFormSet):
 
 
 class ForcedAssignmentForm(forms.ModelForm):
-    """A QA pin: this unit id always gets this variant (excluded from analysis)."""
+    """A QA pin: this unit id always gets this variant (excluded from analysis). The id is kept
+    exactly as typed and checked with the one unit id rule (:func:`unit_id_problem`)."""
 
     class Meta:
         model = ForcedAssignment
         fields = ("unit_id", "variant", "note")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["unit_id"].strip = False
+
+    def clean_unit_id(self):
+        value = self.cleaned_data["unit_id"]
+        problem = unit_id_problem(value)
+        if problem:
+            raise forms.ValidationError(problem)
+        return value
 
 
 class ForcedAssignmentFormSet(BaseInlineFormSet):

@@ -10,12 +10,15 @@ forms turn them into ``ValidationError`` field errors.
   those up front instead.
 * :func:`overrides_errors` -- routing overrides of a variant, the keys of
   ``routing.planning.OVERRIDE_FIELDS`` with the types ``CompletionRequest`` accepts.
+* :func:`unit_id_problem` -- the one rule for session and user ids (the strings the engine
+  hashes), applied by every entry point: REST API, drop-ins, events, preview, QA pins.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -256,3 +259,28 @@ def overrides_errors(overrides: Any) -> list[str]:
         if not isinstance(v, str) or not v.strip() or len(v) > 100:
             errors.append("system_prompt_version must be a non-empty string of at most 100 characters.")
     return errors
+
+
+#: Longest session or user id (characters).
+UNIT_ID_MAX = 200
+
+
+def unit_id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a session/user id, or ``None`` when it can.
+
+    Unit ids are hashed exactly as given, so nothing is trimmed or normalised anywhere; ids that
+    could differ invisibly are refused instead (HTTP 400 / form error): whitespace at either
+    end, control or format characters (Unicode categories Cc, Cf, Zl, Zp, e.g. NUL, zero-width
+    space), text not in Unicode NFC (``"e\u0301"`` must be sent as ``"\u00e9"``), or more than
+    :data:`UNIT_ID_MAX` characters. The empty string is not judged here (callers decide whether
+    an id is required).
+    """
+    if len(value) > UNIT_ID_MAX:
+        return f"At most {UNIT_ID_MAX} characters."
+    if value != value.strip():
+        return "Remove the whitespace at the start or end: ids are used exactly as sent."
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in value):
+        return "Control and invisible format characters are not allowed in ids."
+    if not unicodedata.is_normalized("NFC", value):
+        return "Send the id in Unicode NFC (composed) form: ids are used exactly as sent."
+    return None

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from muse_experiments.admin_base import ReadOnlyAdmin
 
-from .models import Attempt, CallRecord, KillScope, KillSwitch, ModelEndpoint, Provider
+from .models import Attempt, CallRecord, CompletionJob, KillScope, KillSwitch, ModelEndpoint, Provider
 from .ops_services import catalogue_entry_save, kill_switch_set, kill_switch_validate
 
 
@@ -172,3 +172,50 @@ class CallRecordAdmin(ReadOnlyAdmin):
     list_filter = ("reason", "status", "experiment_key")
     search_fields = ("session_id", "user_id")
     inlines = [AttemptInline]
+
+
+@admin.register(CompletionJob)
+class CompletionJobAdmin(ReadOnlyAdmin):
+    """Completion jobs for operators: status, lease, timings and error (read-only; written only by
+    the dispatch and routing services). The request/result are the stored public forms: no
+    credential or reasoning is ever in them."""
+
+    can_delete_rows = False
+    list_display = (
+        "id",
+        "created_at",
+        "status",
+        "session_id",
+        "user_id",
+        "subagent",
+        "stream",
+        "deliveries",
+        "worker",
+    )
+    list_filter = ("status", "stream")
+    search_fields = ("=id", "session_id", "user_id", "idempotency_key")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    list_select_related = ("api_key",)
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    """Every upstream attempt (and refusal: killed, cooling, circuit_open …) of every call."""
+
+    can_delete_rows = False
+    list_display = (
+        "call_id",
+        "number",
+        "endpoint",
+        "outcome",
+        "status_code",
+        "latency_ms",
+        "backoff_ms",
+        "retry_after_s",
+        "upstream_request_id",
+    )
+    list_filter = ("outcome", "endpoint")
+    search_fields = ("endpoint", "upstream_request_id", "=call__session_id")
+    ordering = ("-call_id", "number")
+    list_select_related = ("call",)

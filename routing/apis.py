@@ -17,7 +17,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import AttributesField, StrictSerializer
+from muse_experiments.api_base import AttributesField, StrictSerializer, UnitIdField
 from muse_experiments.auth import ApiClient, HasScope
 
 from .dispatch import submit_completion, wait_for_job
@@ -86,8 +86,8 @@ class CompletionCreateApi(APIView):
     required_scope = "completions"
 
     class InputSerializer(StrictSerializer):
-        session_id = serializers.CharField(max_length=200)
-        user_id = serializers.CharField(max_length=200)
+        session_id = UnitIdField(help_text="Used exactly as sent; see unit id rules (400 if ambiguous).")
+        user_id = UnitIdField(help_text="Used exactly as sent; see unit id rules (400 if ambiguous).")
         subagent = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
         attributes = AttributesField(required=False, default=dict)
         messages = MessageSerializer(many=True, allow_empty=False, max_length=1000)

@@ -7,8 +7,7 @@ logs, API responses or error messages, so they live here only:
 
 * with ``REASONING_STORE_URL`` (default: ``REDIS_URL``) set: a Redis list per session, key ``muse:reasoning:<sha256(session)>``,
   expiring ``REASONING_SESSION_TTL_S`` seconds (default 3600) after the last save; each element
-  is one state as JSON. A second key ``muse:reasoning-pin:<…>`` holds the public id of the
-  endpoint that produced the latest state (session affinity), with the same TTL.
+  is one state as JSON.
 * without it (the embedded laptop default): an in-process dictionary with the same TTL
   semantics. It is per process: a deployment with several web/worker processes MUST set
   ``REDIS_URL``, or a session's next turn (served by another worker) finds no reasoning.
@@ -22,11 +21,13 @@ Functions (stable signatures; the router calls them):
 * :func:`reasoning_save` -- after a successful call: append the result's state (``None`` only
   refreshes the TTL). At most :data:`MAX_STATES` states are kept per session (oldest dropped).
 * :func:`session_end` -- delete everything of a session (``POST /api/v1/sessions/{id}/end``).
-* :func:`session_pinned_endpoint` -- the endpoint public id that produced the session's newest
-  reasoning, or ``None``. Encrypted reasoning only works on the upstream and credential that
-  issued it, so the router should try this endpoint first for the session's next call (when it
-  is still enabled and allowed for the unit); if it falls back elsewhere, ``reasoning_load``
-  returns nothing for the fallback endpoint.
+
+Reasoning follows the endpoint, never the other way round: the assignment (experiment, sticky,
+kill switch, fallback) decides which endpoint serves a turn, and only that endpoint's states are
+replayed. There is deliberately no session-to-endpoint pin: preferring the endpoint that holds
+a session's reasoning would move a unit off its assigned variant after one fallback. A session
+that moves loses the earlier reasoning (dropped by fingerprint); the Anthropic client then sends
+an in-progress tool loop without ``thinking``, as Anthropic documents.
 
 Store failures (Redis down) are logged without content and degrade to "no reasoning": the call
 still goes out, without the previous turn's reasoning.
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 MAX_STATES = 64
 DEFAULT_TTL_S = 3600
 KEY_PREFIX = "muse:reasoning:"
+#: Written by versions before the pin was removed; session_end still deletes it.
 PIN_PREFIX = "muse:reasoning-pin:"
 
 
@@ -92,14 +94,14 @@ def state_from_json(text: str | bytes) -> ReasoningState:
 
 
 class _LocalStore:
-    """In-process TTL store: session hash -> (expires at, [state json], pinned endpoint)."""
+    """In-process TTL store: session hash -> (expires at, [state json])."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._data: dict[str, tuple[float, list[str], str | None]] = {}
+        self._data: dict[str, tuple[float, list[str]]] = {}
 
     def _purge(self, now: float) -> None:
-        for key in [k for k, (exp, _, _) in self._data.items() if exp <= now]:
+        for key in [k for k, (exp, _) in self._data.items() if exp <= now]:
             del self._data[key]
 
     def load(self, key: str) -> list[str]:
@@ -108,22 +110,15 @@ class _LocalStore:
             entry = self._data.get(key)
             return list(entry[1]) if entry else []
 
-    def pinned(self, key: str) -> str | None:
-        with self._lock:
-            self._purge(time.monotonic())
-            entry = self._data.get(key)
-            return entry[2] if entry else None
-
-    def save(self, key: str, item: str | None, endpoint_id: str | None, ttl_s: int) -> None:
+    def save(self, key: str, item: str | None, ttl_s: int) -> None:
         with self._lock:
             now = time.monotonic()
             self._purge(now)
-            _, items, pin = self._data.get(key, (0.0, [], None))
+            _, items = self._data.get(key, (0.0, []))
             if item is not None:
                 items = [*items, item][-MAX_STATES:]
-                pin = endpoint_id or pin
-            if items or pin:
-                self._data[key] = (now + ttl_s, items, pin)
+            if items:
+                self._data[key] = (now + ttl_s, items)
 
     def delete(self, key: str) -> int:
         with self._lock:
@@ -145,19 +140,12 @@ class _RedisStore:
     def load(self, key: str) -> list[bytes]:
         return self.client.lrange(KEY_PREFIX + key, 0, -1)
 
-    def pinned(self, key: str) -> str | None:
-        value = self.client.get(PIN_PREFIX + key)
-        return value.decode() if value else None
-
-    def save(self, key: str, item: str | None, endpoint_id: str | None, ttl_s: int) -> None:
+    def save(self, key: str, item: str | None, ttl_s: int) -> None:
         pipe = self.client.pipeline(transaction=True)
         if item is not None:
             pipe.rpush(KEY_PREFIX + key, item)
             pipe.ltrim(KEY_PREFIX + key, -MAX_STATES, -1)
-            if endpoint_id:
-                pipe.set(PIN_PREFIX + key, endpoint_id)
         pipe.expire(KEY_PREFIX + key, ttl_s)
-        pipe.expire(PIN_PREFIX + key, ttl_s)
         pipe.execute()
 
     def delete(self, key: str) -> int:
@@ -234,15 +222,15 @@ def reasoning_load(*, session_id: str, endpoint: EndpointConfig) -> tuple[Reason
 def reasoning_save(*, session_id: str, state: ReasoningState | None, endpoint_id: str | None = None) -> None:
     """Append ``state`` (a result's ``reasoning_state``) to the session and renew its TTL.
 
-    ``state=None`` (the turn produced no reasoning) only renews the TTL. ``endpoint_id`` (the
-    serving endpoint's public id) becomes the session's pinned endpoint, see
-    :func:`session_pinned_endpoint`. Store failures are logged without content, never raised.
+    ``state=None`` (the turn produced no reasoning) only renews the TTL. ``endpoint_id`` is
+    accepted for the callers' convenience and not stored (no session pin: see the module
+    docstring). Store failures are logged without content, never raised.
     """
     if not session_id:
         return
     item = state_to_json(state) if state is not None else None
     try:
-        _store().save(_session_hash(session_id), item, endpoint_id if state is not None else None, _ttl_s())
+        _store().save(_session_hash(session_id), item, _ttl_s())
     except _store_errors() as exc:
         log.warning("reasoning store unavailable on save (%s); reasoning not kept", type(exc).__name__)
 
@@ -252,7 +240,7 @@ class ReasoningStoreUnavailable(Exception):
 
 
 def session_end(*, session_id: str) -> int:
-    """Delete the session's reasoning and pin. Returns how many states were deleted (0 if none).
+    """Delete the session's reasoning (and the pin key older versions wrote). Returns how many states were deleted (0 if none).
 
     Raises :class:`ReasoningStoreUnavailable` when Redis is configured but unreachable.
     """
@@ -260,18 +248,6 @@ def session_end(*, session_id: str) -> int:
         return _store().delete(_session_hash(session_id))
     except _store_errors() as exc:
         raise ReasoningStoreUnavailable(f"reasoning store unavailable ({type(exc).__name__})") from None
-
-
-def session_pinned_endpoint(session_id: str) -> str | None:
-    """Public id of the endpoint that produced the session's newest stored reasoning, or ``None``.
-
-    The router should prefer it for the session's next call, so the reasoning can be replayed.
-    """
-    try:
-        return _store().pinned(_session_hash(session_id))
-    except _store_errors() as exc:
-        log.warning("reasoning store unavailable on pin lookup (%s)", type(exc).__name__)
-        return None
 
 
 def store_backend() -> str:

@@ -34,6 +34,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api_base import RequestTooLarge
 from muse_experiments.auth import ApiClient, HasScope
+from muse_experiments.validation import unit_id_problem
 
 from ..dispatch import submit_completion, wait_for_job
 from ..models import CompletionJob, JobStatus
@@ -144,6 +145,9 @@ def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, s
     session_id = request.headers.get("X-Muse-Session-Id") or (
         meta.get("session_id") if isinstance(meta.get("session_id"), str) else ""
     )
+    for value, param in ((session_id, "X-Muse-Session-Id"), (user_id, "X-Muse-User-Id")):
+        problem = unit_id_problem(value) if value else None
+        require(problem is None, f"Invalid {param}: {problem}", param)
     session_id = session_id or user_id or f"anon-{uuid.uuid4().hex}"
     user_id = user_id or session_id
     require(len(session_id) <= 200, "The session id is longer than 200 characters.", "X-Muse-Session-Id")

@@ -15,7 +15,6 @@ from routing.reasoning_store import (
     reasoning_load,
     reasoning_save,
     session_end,
-    session_pinned_endpoint,
     store_backend,
 )
 
@@ -104,7 +103,6 @@ def test_none_state_keeps_what_is_stored(local_store):
     reasoning_save(session_id="s1", state=state(ep), endpoint_id=ep.public_id)
     reasoning_save(session_id="s1", state=None, endpoint_id="avocado/x")
     assert len(reasoning_load(session_id="s1", endpoint=ep)) == 1
-    assert session_pinned_endpoint("s1") == "azure/muse-special"
 
 
 def test_only_the_newest_states_are_kept(local_store):
@@ -121,7 +119,6 @@ def test_session_end_deletes_states_and_pin(local_store):
     reasoning_save(session_id="s1", state=state(ep), endpoint_id=ep.public_id)
     assert session_end(session_id="s1") == 1
     assert reasoning_load(session_id="s1", endpoint=ep) == ()
-    assert session_pinned_endpoint("s1") is None
     assert session_end(session_id="s1") == 0
 
 
@@ -134,7 +131,6 @@ def test_in_process_store_expires_after_the_ttl(local_store, settings):
     while reasoning_load(session_id="s1", endpoint=ep) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert reasoning_load(session_id="s1", endpoint=ep) == ()
-    assert session_pinned_endpoint("s1") is None
 
 
 def test_state_repr_and_store_log_lines_never_show_the_blob(local_store, caplog):
@@ -154,12 +150,11 @@ def test_redis_store_round_trips_with_a_ttl_and_session_end_leaves_nothing(redis
     reasoning_save(session_id="s-redis", state=state(ep, 1), endpoint_id=ep.public_id)
     reasoning_save(session_id="s-redis", state=state(ep, 2), endpoint_id=ep.public_id)
     keys = sorted(k.decode() for k in redis_store.scan_iter("muse:reasoning*"))
-    assert len(keys) == 2 and "s-redis" not in "".join(keys)  # the session id is hashed
+    assert len(keys) == 1 and "s-redis" not in "".join(keys)  # one list; the session id is hashed
     for key in keys:
         assert 0 < redis_store.ttl(key) <= 120
     loaded = reasoning_load(session_id="s-redis", endpoint=ep)
     assert [s.items[0]["encrypted_content"] for s in loaded] == [f"{BLOB}1", f"{BLOB}2"]
-    assert session_pinned_endpoint("s-redis") == "azure/muse-special"
 
     assert session_end(session_id="s-redis") == 2
     assert list(redis_store.scan_iter("muse:reasoning*")) == []
@@ -183,7 +178,6 @@ def test_an_unreachable_redis_degrades_to_no_reasoning_without_leaking(settings,
     ep = endpoint()
     reasoning_save(session_id="s1", state=state(ep), endpoint_id=ep.public_id)
     assert reasoning_load(session_id="s1", endpoint=ep) == ()
-    assert session_pinned_endpoint("s1") is None
     with pytest.raises(ReasoningStoreUnavailable) as exc:
         session_end(session_id="s1")
     assert "unavailable" in str(exc.value)
