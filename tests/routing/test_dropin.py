@@ -265,3 +265,30 @@ def test_sdk_errors_arrive_in_the_sdks_own_shapes(platform):
             model="muse-default", max_tokens=5, messages=[{"role": "user", "content": "x"}]
         )
     assert not CompletionJob.objects.exists()
+
+
+def test_a_pinned_external_model_under_a_kill_answers_503_model_unavailable_naming_the_kill(platform):
+    from routing.ops_services import kill_switch_set
+
+    url, key, upstreams = platform
+    switch = kill_switch_set(scope="all_external", active=True, reason="incident", actor="oncall")
+    message = (
+        f"The model {AZURE} is unavailable: kill switch all_external is on since "
+        f"{switch.active_since.isoformat()} (external_killed)."
+    )
+    with pytest.raises(openai.InternalServerError) as chat:
+        openai_client(url, key).chat.completions.create(
+            model=AZURE, messages=[{"role": "user", "content": "x"}]
+        )
+    assert chat.value.status_code == 503
+    assert chat.value.body["code"] == "model_unavailable" and chat.value.body["message"] == message
+    ant = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    with pytest.raises(anthropic.InternalServerError) as messages:
+        ant.messages.create(model=CLAUDE, max_tokens=16, messages=[{"role": "user", "content": "x"}])
+    assert messages.value.status_code == 503
+    assert messages.value.body["error"]["type"] == "model_unavailable"
+    records = list(
+        CallRecord.objects.order_by("created_at").values_list("reason", "error_kind", "served_endpoint")
+    )
+    assert records == [("external_killed", "model_unavailable", "")] * 2
+    assert upstreams.call_count(model="muse-special") == upstreams.call_count(model="claude-sonnet-5-5") == 0
