@@ -292,11 +292,12 @@ def test_after_the_cooldown_one_probe_closes_the_circuit_on_success(
 ):
     settings.ROUTING_MAX_RETRIES = 0
     settings.ROUTING_CIRCUIT_FAILURES = 1
-    settings.ROUTING_CIRCUIT_COOLDOWN_S = 0.2
+    settings.ROUTING_CIRCUIT_COOLDOWN_S = 60  # longer than the calls take, even on a loaded machine
     upstreams.set_scenario("muse-special", failure="server_error")
     assert served(run(job(session_id="s-1")))[1] == "error_fallback"
     assert served(run(job(session_id="s-2")))[1] == "circuit_open"
-    time.sleep(0.25)  # let the cooldown pass (a wait, not a timing assertion)
+    settings.ROUTING_CIRCUIT_COOLDOWN_S = 0.05  # the breaker reads its cooldown at each call
+    time.sleep(0.1)  # let the cooldown pass (a wait, not a timing assertion)
     upstreams.set_scenario("muse-special")  # healthy again
     j = run(job(session_id="s-3"))
     assert served(j) == (AZURE, "assigned", "treatment")
@@ -307,10 +308,10 @@ def test_after_the_cooldown_one_probe_closes_the_circuit_on_success(
 def test_a_failed_probe_reopens_the_circuit(azure_experiment, upstreams, settings, backend):
     settings.ROUTING_MAX_RETRIES = 0
     settings.ROUTING_CIRCUIT_FAILURES = 1
-    settings.ROUTING_CIRCUIT_COOLDOWN_S = 0.2
+    settings.ROUTING_CIRCUIT_COOLDOWN_S = 0.05
     upstreams.set_scenario("muse-special", failure="server_error")
     run(job(session_id="s-1"))
-    time.sleep(0.25)
+    time.sleep(0.1)
     assert attempts(run(job(session_id="s-2")))[0] == (AZURE, "UpstreamUnavailable")  # the probe
     # The failed probe re-opened the circuit: with a cooldown longer than this test can take
     # (even on a loaded machine), the next call finds it open instead of probing again.
