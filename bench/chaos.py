@@ -881,12 +881,12 @@ def print_table(rows: list[dict], totals: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="CI size: short windows, lower rate")
-    parser.add_argument("--rate", type=float, help="requests per second (default 20; short 10)")
+    parser.add_argument("--rate", type=float, help="requests per second (default 20; short 6)")
     parser.add_argument("--brokers", default="redis,rabbitmq", help="passes to run: redis, rabbitmq")
     parser.add_argument("--faults", help="comma-separated subset of the Redis pass's faults")
     parser.add_argument("--timeout", type=float, default=1500, help="seconds for the whole run")
     args = parser.parse_args()
-    args.rate = args.rate or (10.0 if args.short else 20.0)
+    args.rate = args.rate or (6.0 if args.short else 20.0)
     timing = (2.5, 4.0, 3.5) if args.short else (5.0, 10.0, 8.0)
     root = REPO / "var" / "chaos"
     shutil.rmtree(root, ignore_errors=True)
