@@ -252,7 +252,10 @@ def analyse_population(
                     unadjusted = None
                 sequential = compare_sequential(c, t, alpha=alpha, tuning_parameter=sequential_tuning)
                 bayes = _bayesian(c, t, metric.higher_is_better)
-            except ValueError as exc:
+            except (
+                ValueError,
+                ArithmeticError,
+            ) as exc:  # a status for this comparison, never a lost snapshot
                 comparison = _invalid(v.key, exc, alpha)
             else:
                 comparison = {"variant": v.key, **primary.to_dict()}

@@ -272,7 +272,8 @@ def _effect(c: Mapping[str, Any], options: ResultsOptions) -> dict[str, Any]:
         "reason": base.get("reason"),
         "lift": base.get("relative_lift"),
         "ci": base.get("relative_ci"),
-        "p": base.get("p_value"),
+        # the p-value of the scale whose CI is shown: the delta-method relative test
+        "p": base.get("relative_p_value") if base.get("relative_ci") else base.get("p_value"),
         "cuped": cuped_used,
         "variance_reduction": base.get("variance_reduction"),
         "se": base.get("relative_std_error"),

@@ -85,7 +85,9 @@ def relative_moments(
     independent, so there is no covariance term.  Dividing by |mu_c| keeps the sign of
     the absolute difference for negative control means; the variance is unchanged.
 
-    ``crit2`` is the two-sided critical value used for Fieller's g check.
+    ``crit2`` is the two-sided critical value used for Fieller's g check. A variance of 0 (the
+    treatment arm constant at 0, e.g. 5/1000 vs 0/1000) gives status ``zero_width_interval``:
+    the lift is reported, its SE, CI and p-value are not.
     Returns (relative_status, relative_lift, relative_se).
     """
     scale = max(abs(mean_c), abs(mean_t), math.sqrt(max(var_c, 0.0)), math.sqrt(max(var_t, 0.0)))
@@ -98,7 +100,10 @@ def relative_moments(
         return RelativeStatus.CONTROL_MEAN_NEAR_ZERO, None, None
     mc2 = mean_c * mean_c
     var_rel = var_t / (n_t * mc2) + mean_t * mean_t * var_c / (n_c * mc2 * mc2)
-    return RelativeStatus.OK, (mean_t - mean_c) / abs(mean_c), math.sqrt(var_rel)
+    rel = (mean_t - mean_c) / abs(mean_c)
+    if not (math.isfinite(var_rel) and var_rel > 0.0) or not math.isfinite(rel):
+        return RelativeStatus.ZERO_WIDTH, rel if math.isfinite(rel) else None, None
+    return RelativeStatus.OK, rel, math.sqrt(var_rel)
 
 
 _REL_REASON = {
@@ -106,6 +111,10 @@ _REL_REASON = {
     RelativeStatus.CONTROL_MEAN_NEAR_ZERO: (
         "relative lift suppressed: control mean is not distinguishable from 0 "
         "(Fieller g >= 1), the ratio's confidence set is unbounded"
+    ),
+    RelativeStatus.ZERO_WIDTH: (
+        "relative interval suppressed: its delta-method standard error is 0 (an arm is constant), "
+        "and a zero-width interval is not a valid inference"
     ),
 }
 
@@ -190,7 +199,10 @@ def infer(
 
     crit2 = crit if alternative == "two-sided" else critical_value(alpha, df, "two-sided")
     rel_status, rel, rel_se = relative_moments(n_c, mean_c, var_c, n_t, mean_t, var_t, crit2)
-    rel_ci = ci(rel, rel_se, crit, alternative) if rel is not None and rel_se is not None else None
+    rel_ci = rel_p = None
+    if rel is not None and rel_se is not None:
+        rel_ci = ci(rel, rel_se, crit, alternative)
+        rel_p = p_value_from_stat(rel / rel_se, df, alternative)
     return ComparisonResult(
         status=Status.OK,
         reason=_REL_REASON.get(rel_status),
@@ -204,6 +216,7 @@ def infer(
         relative_std_error=rel_se,
         relative_status=rel_status,
         p_value=p,
+        relative_p_value=rel_p,
         statistic=stat,
         df=df,
         **base,

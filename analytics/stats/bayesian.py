@@ -131,7 +131,12 @@ def compare_bayesian(
         d, se = base.relative_lift, base.relative_std_error
     else:
         d, se = base.absolute_lift, base.std_error
-    assert d is not None and se is not None and se > 0
+    if d is None or se is None or not (math.isfinite(d) and math.isfinite(se) and se > 0):
+        return BayesianResult(
+            status=RelativeStatus.ZERO_WIDTH,
+            reason="the effect's standard error is 0: no posterior spread to summarise",
+            **common,
+        )
     if prior_variance is None:
         mu, sigma = d, se
     else:

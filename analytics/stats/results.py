@@ -42,6 +42,10 @@ class RelativeStatus:
     #: >= 1, Fieller 1954): the ratio's confidence set is unbounded and the delta-method
     #: interval meaningless, so the relative lift is suppressed.
     CONTROL_MEAN_NEAR_ZERO = "control_mean_near_zero"
+    #: the delta-method standard error of the relative lift is 0 (e.g. a treatment arm with
+    #: mean exactly 0 and no variance: 5/1000 vs 0/1000): a zero-width interval is not a valid
+    #: inference, so no relative CI or p-value is reported.
+    ZERO_WIDTH = "zero_width_interval"
     #: the main comparison failed (see ``status``).
     NOT_COMPUTED = "not_computed"
 
@@ -96,7 +100,12 @@ class ComparisonResult:
             rescaled absolute CI.
         relative_std_error: delta-method standard error of relative_lift.
         relative_status: :class:`RelativeStatus` value.
-        p_value: p-value of H0: no difference, for ``alternative``.
+        p_value: p-value of H0: no difference, for ``alternative`` (the absolute scale: the
+            test that matches ``absolute_ci``).
+        relative_p_value: p-value of H0: relative lift = 0 from the same delta-method
+            statistic as ``relative_ci`` (``relative_lift / relative_std_error``), so the
+            relative CI excludes 0 exactly when ``relative_p_value < alpha``; report it
+            next to the relative CI. None when the relative lift is suppressed.
         statistic: t or z statistic.
         df: Welch-Satterthwaite degrees of freedom (None for z-tests).
         theta, variance_reduction: CUPED only -- the adjustment coefficient and the
@@ -120,6 +129,7 @@ class ComparisonResult:
     relative_std_error: float | None = None
     relative_status: str = RelativeStatus.NOT_COMPUTED
     p_value: float | None = None
+    relative_p_value: float | None = None
     statistic: float | None = None
     df: float | None = None
     reason: str | None = None

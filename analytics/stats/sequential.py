@@ -106,16 +106,18 @@ def compare_sequential(
     se = base.std_error
     z = base.absolute_lift / se
     hw = float(sequential_halfwidth(se, n, alpha, rho))
-    rel_ci = None
+    rel_ci = rel_p = None
     if base.relative_lift is not None and base.relative_std_error is not None:
         rhw = float(sequential_halfwidth(base.relative_std_error, n, alpha, rho))
         rel_ci = (base.relative_lift - rhw, base.relative_lift + rhw)
+        rel_p = float(sequential_p_value(base.relative_lift / base.relative_std_error, n, rho))
     return dataclasses.replace(
         base,
         method="sequential_" + base.method,
         absolute_ci=(base.absolute_lift - hw, base.absolute_lift + hw),
         relative_ci=rel_ci,
         p_value=float(sequential_p_value(z, n, rho)),
+        relative_p_value=rel_p,
         statistic=z,
         df=None,
         extra=extra,

@@ -25,7 +25,12 @@ SRM_P_THRESHOLD = 0.001
 
 
 class SrmStatus:
+    """One vocabulary: ``status`` says what ``flagged`` says ("ok" is never flagged)."""
+
+    #: the split matches the weights (p >= 0.001).
     OK = "ok"
+    #: the split does not match the weights (p < 0.001): flagged.
+    MISMATCH = "mismatch"
     #: no units at all yet.
     NO_DATA = "no_data"
     #: fewer than two arms with positive weight -> nothing to compare.
@@ -44,7 +49,8 @@ class SrmResult:
             (0.0 when units landed in a zero-weight arm; None if not computable).
         df: number of kept arms - 1.
         flagged: True iff ``p_value < 0.001`` or units were seen in a zero-weight arm.
-        status: "ok", "no_data", "single_arm" or "units_in_zero_weight_arm".
+        status: "ok" (not flagged), "mismatch" (flagged by the p-value),
+            "units_in_zero_weight_arm" (flagged), "no_data" or "single_arm" (not flagged).
         expected_counts: expected units per *input* arm (same order as the input).
         reason: human readable explanation when status != "ok".
     """
@@ -143,7 +149,11 @@ def srm_test(observed_counts: Sequence[int], expected_weights: Sequence[float]) 
             None, None, df, False, SrmStatus.SINGLE_ARM, expected, "fewer than two arms with positive weight"
         )
     assert chi2 is not None and p is not None
-    return SrmResult(chi2, p, df, p < SRM_P_THRESHOLD, SrmStatus.OK, expected)
+    if p < SRM_P_THRESHOLD:
+        return SrmResult(
+            chi2, p, df, True, SrmStatus.MISMATCH, expected, f"chi-square p = {p:.3g} < {SRM_P_THRESHOLD}"
+        )
+    return SrmResult(chi2, p, df, False, SrmStatus.OK, expected)
 
 
 def _chi2_sum(observed: Sequence[float], expected: Sequence[float]) -> float:

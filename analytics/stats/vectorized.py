@@ -27,6 +27,8 @@ _REASONS = {
     RelativeStatus.CONTROL_MEAN_ZERO: "relative lift suppressed: control mean is 0",
     RelativeStatus.CONTROL_MEAN_NEAR_ZERO: "relative lift suppressed: control mean is not "
     "distinguishable from 0 (Fieller g >= 1), the ratio's confidence set is unbounded",
+    RelativeStatus.ZERO_WIDTH: "relative interval suppressed: its delta-method standard error is 0 "
+    "(an arm is constant), and a zero-width interval is not a valid inference",
 }
 
 
@@ -57,6 +59,7 @@ class ManyComparisonResult:
     relative_ci_high: np.ndarray
     relative_std_error: np.ndarray
     p_value: np.ndarray
+    relative_p_value: np.ndarray
     statistic: np.ndarray
     df: np.ndarray
 
@@ -85,11 +88,12 @@ class ManyComparisonResult:
             absolute_lift=f(self.absolute_lift),
             absolute_ci=(float(self.ci_low[i]), float(self.ci_high[i])) if ok else None,
             std_error=f(self.std_error),
-            relative_lift=f(self.relative_lift) if rel_ok else None,
+            relative_lift=f(self.relative_lift) if rel_ok or rs == RelativeStatus.ZERO_WIDTH else None,
             relative_ci=(float(self.relative_ci_low[i]), float(self.relative_ci_high[i])) if rel_ok else None,
             relative_std_error=f(self.relative_std_error) if rel_ok else None,
             relative_status=rs,
             p_value=f(self.p_value),
+            relative_p_value=f(self.relative_p_value) if rel_ok else None,
             statistic=f(self.statistic),
             df=f(self.df),
             reason=_REASONS.get(st) if not ok else _REASONS.get(rs),
@@ -220,10 +224,17 @@ def compare_many(
         scale = np.maximum.reduce([np.abs(m_c), np.abs(m_t), np.sqrt(v_c), np.sqrt(v_t)])
         c_zero = (m_c == 0) | (np.abs(m_c) <= ZERO_MEAN_RTOL * scale)
         c_near = ~c_zero & (crit2 * crit2 * v_c / n_c >= m_c * m_c)
-        rel_ok = ok & ~c_zero & ~c_near
+        rel_defined = ok & ~c_zero & ~c_near
         mc2 = m_c * m_c
         rel_se = np.sqrt(v_t / (n_t * mc2) + m_t * m_t * v_c / (n_c * mc2 * mc2))
         rel = diff / np.abs(m_c)
+        zero_width = rel_defined & ~(np.isfinite(rel_se) & (rel_se > 0))
+        rel_ok = rel_defined & ~zero_width
+        rz = rel / rel_se
+        if two:
+            rel_p = np.minimum(1.0, 2.0 * cdf(-np.abs(rz)))
+        else:
+            rel_p = cdf(-rz) if alternative == "greater" else cdf(rz)
         rlo = rel - crit * rel_se if alternative != "less" else np.full_like(rel, -np.inf)
         rhi = rel + crit * rel_se if alternative != "greater" else np.full_like(rel, np.inf)
 
@@ -239,7 +250,11 @@ def compare_many(
         np.where(
             c_zero,
             RelativeStatus.CONTROL_MEAN_ZERO,
-            np.where(c_near, RelativeStatus.CONTROL_MEAN_NEAR_ZERO, "ok"),
+            np.where(
+                c_near,
+                RelativeStatus.CONTROL_MEAN_NEAR_ZERO,
+                np.where(zero_width, RelativeStatus.ZERO_WIDTH, "ok"),
+            ),
         ),
     )
     have_c = n_c >= 1
@@ -259,11 +274,12 @@ def compare_many(
         ci_low=np.where(ok, lo, nan),
         ci_high=np.where(ok, hi, nan),
         std_error=np.where(ok, se, np.where(both_zero, 0.0, nan)),
-        relative_lift=np.where(rel_ok, rel, nan),
+        relative_lift=np.where(rel_ok | zero_width, rel, nan),
         relative_ci_low=np.where(rel_ok, rlo, nan),
         relative_ci_high=np.where(rel_ok, rhi, nan),
         relative_std_error=np.where(rel_ok, rel_se, nan),
         p_value=np.where(ok, p, nan),
+        relative_p_value=np.where(rel_ok, rel_p, nan),
         statistic=np.where(ok, stat, nan),
         df=df,
     )

@@ -252,3 +252,25 @@ def test_results_recreate_missing_builtin_metrics_instead_of_reporting_them_unde
     success = _metric(snapshot.results, "task_success")
     assert {v["key"] for v in success["variants"]} >= {"control"}
     assert MetricDefinition.objects.filter(name="task_success", is_builtin=True).exists()
+
+
+def test_a_metric_with_no_successes_in_one_arm_keeps_the_snapshot(three_arms):
+    """10/20 vs 0/20 (and guardrail errors in one arm only): statuses, never a lost snapshot."""
+    for i in range(20):
+        for variant in ("control", "fast"):
+            unit = f"{variant}-{i}"
+            three_arms.expose(unit, variant)
+            three_arms.call(
+                unit,
+                variant,
+                latency_ms=100.0 + i,
+                status="failed" if variant == "control" and i % 2 else "succeeded",
+            )
+            three_arms.event(unit, "task_success", float(variant == "control" and i % 2 == 0))
+    snapshot = results_compute(experiment=three_arms.experiment)
+    json.dumps(snapshot.results, allow_nan=False)
+    fast = _cmp(_metric(snapshot.results, "task_success"), "fast")
+    assert fast["status"] == "ok" and fast["relative_status"] == "zero_width_interval"
+    assert fast["relative_ci"] is None and fast["relative_p_value"] is None and fast["relative_lift"] == -1.0
+    assert fast["bayesian"]["status"] in ("ok", "zero_width_interval")
+    assert fast["p_value"] == pytest.approx(proportions_ztest([0, 10], [20, 20])[1], rel=1e-9)

@@ -16,6 +16,7 @@ FIELDS = (
     "std_error",
     "relative_lift",
     "relative_std_error",
+    "relative_p_value",
     "p_value",
     "statistic",
     "df",
