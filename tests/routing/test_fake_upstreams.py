@@ -608,3 +608,85 @@ def test_cli_main_serves(tmp_path: Path):
     finally:
         proc.terminate()
         proc.wait(timeout=5)
+
+
+# ---- where passed-back reasoning may stand (the real APIs' rules) ------------------------------
+
+CLAUDE_TOOLS = [
+    {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+]
+
+
+def _claude_turns(client, fake):
+    """Turn 1 (tool_use, with thinking) and turn 2 (text, with thinking): both message bodies."""
+    fake.set_scenario("claude-sonnet-4-6", reasoning=True, tool_calls="auto")
+    history = [{"role": "user", "content": "Oslo"}]
+    first = client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=256,
+        messages=history,
+        tools=CLAUDE_TOOLS,
+        thinking={"type": "adaptive"},
+    )
+    one = [b.model_dump(exclude_none=True) for b in first.content]
+    use = next(b for b in one if b["type"] == "tool_use")
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "9C"}]}
+    history += [{"role": "assistant", "content": one}, result]
+    second = client.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=256,
+        messages=history,
+        tools=CLAUDE_TOOLS,
+        thinking={"type": "adaptive"},
+    )
+    return history, one, [b.model_dump(exclude_none=True) for b in second.content]
+
+
+def test_anthropic_refuses_moved_reordered_or_dropped_thinking_in_the_latest_assistant_message(fake):
+    with an(fake) as client:
+        history, one, two = _claude_turns(client, fake)
+        assert [c["outcome"] for c in fake.calls()] == ["ok", "ok"]  # placed right: accepted
+        moved = [*history[:1], {"role": "assistant", "content": [two[0], *one[1:]]}, history[2]]
+        reordered = [*history[:1], {"role": "assistant", "content": [*one[1:], one[0]]}, history[2]]
+        dropped = [*history[:1], {"role": "assistant", "content": one[1:]}, history[2]]
+        for messages, needle in (
+            (moved, "cannot be modified"),
+            (reordered, "cannot be modified"),
+            (dropped, "must start with a thinking block"),
+        ):
+            with pytest.raises(anthropic.BadRequestError) as exc:
+                client.messages.create(
+                    model="claude-sonnet-4-6",
+                    max_tokens=256,
+                    messages=messages,
+                    tools=CLAUDE_TOOLS,
+                    thinking={"type": "adaptive"},
+                )
+            assert needle in exc.value.body["error"]["message"]
+        # without thinking the same dropped history is accepted, as Anthropic documents
+        client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=256, messages=dropped, tools=CLAUDE_TOOLS
+        )
+
+
+def test_responses_refuses_a_reasoning_item_away_from_the_item_it_came_with(fake):
+    fake.set_scenario("o4-mini", reasoning=True, tool_calls="auto", encrypted_reasoning="always")
+    tools = [{"type": "function", **WEATHER_TOOL["function"]}]
+    with oa(fake) as client:
+        first = client.responses.create(model="o4-mini", input="Oslo", tools=tools, store=False)
+        rs, fc = (o.model_dump(exclude_none=True) for o in first.output)
+        output = {"type": "function_call_output", "call_id": fc["call_id"], "output": "9C"}
+        ok = [{"role": "user", "content": "Oslo"}, rs, fc, output]
+        client.responses.create(model="o4-mini", input=ok, tools=tools, store=False)
+        after_user = [rs, {"role": "user", "content": "Oslo"}, fc, output]
+        without_reasoning = [{"role": "user", "content": "Oslo"}, fc, output]
+        for items, needle in (
+            (after_user, "of type 'reasoning' was provided without its required following item"),
+            (
+                without_reasoning,
+                f"of type 'function_call' was provided without its required 'reasoning' item: '{rs['id']}'",
+            ),
+        ):
+            with pytest.raises(openai.BadRequestError) as exc:
+                client.responses.create(model="o4-mini", input=items, tools=tools, store=False)
+            assert needle in exc.value.body["message"]

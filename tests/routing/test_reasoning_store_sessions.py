@@ -15,7 +15,7 @@ import pytest
 
 from routing import reasoning_store
 from routing.catalogue import avocado_id
-from routing.providers import UpstreamUnavailable, client_for
+from routing.providers import Message, UpstreamUnavailable, client_for
 from routing.reasoning_store import reasoning_load, session_end
 from tests.routing.reasoning_session import Session, issued_reasoning, secret_strings, seeded_endpoint
 
@@ -158,3 +158,44 @@ def test_a_session_that_falls_back_to_avocado_sends_it_no_external_reasoning(ups
     assert last["outcome"] == "ok"
     assert all(json.dumps(blob) in last["raw_body"] for blob in issued)
     session_end(session_id=session.session_id)
+
+
+@pytest.mark.parametrize("public_id", [CLAUDE, AZURE])
+def test_issue_11_four_turns_replay_each_turns_reasoning_in_its_own_place(upstreams, store, public_id):
+    """Tool call A; text answer; "And what about Berlin?" -> tool call B; text answer. Turn 4 used
+    to carry turn 2's reasoning in turn 3's assistant message (Claude: 400; Azure: misplaced)."""
+    model = "claude-sonnet-5-5" if public_id == CLAUDE else "muse-special"
+    reasoning_upstream(upstreams, model)
+    ep = seeded_endpoint(upstreams.url, public_id)
+    session = Session(f"issue11-{store}-{model}")
+    session.turn(ep)  # tool_use A
+    session.turn(ep)  # text answer after tool(A)
+    session.messages[-1] = Message("user", "And what about Berlin?")
+    session.turn(ep)  # tool_use B
+    fourth = session.turn(ep)  # text answer after tool(B)
+    assert fourth.finish_reason == "stop"
+    calls = upstreams.calls(model=model)
+    assert [c["outcome"] for c in calls] == ["ok"] * 4
+    issued = [issued_reasoning(c) for c in calls[:3]]
+    sent = calls[3]["body"]
+    if public_id == CLAUDE:
+        assistants = [m["content"] for m in sent["messages"] if m["role"] == "assistant"]
+        for own, content in zip(issued, assistants, strict=True):
+            assert content[: len(own)] == own  # each turn's thinking first in its own message
+            assert all(b["type"] not in ("thinking", "redacted_thinking") for b in content[len(own) :])
+        assert [b["type"] for b in assistants[1]] == ["thinking", "text"]  # the text turn keeps its own
+    else:
+        kinds = [i.get("type", i.get("role")) for i in sent["input"]]
+        assert kinds == [
+            "user",
+            "reasoning",
+            "function_call",
+            "function_call_output",
+            "reasoning",
+            "assistant",
+            "user",
+            "reasoning",
+            "function_call",
+            "function_call_output",
+        ]
+        assert [i for i in sent["input"] if i.get("type") == "reasoning"] == [r[0] for r in issued]
