@@ -140,20 +140,24 @@ class KillSwitchAdmin(admin.ModelAdmin):
         return {"scope": KillScope.ALL_EXTERNAL, **super().get_changeform_initial_data(request)}
 
 
+#: An attempt's columns, shown inline on a call and in the attempts list.
+ATTEMPT_FIELDS = (
+    "number",
+    "endpoint",
+    "outcome",
+    "status_code",
+    "latency_ms",
+    "backoff_ms",
+    "retry_after_s",
+    "upstream_request_id",
+)
+
+
 class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    readonly_fields = (
-        "number",
-        "endpoint",
-        "outcome",
-        "status_code",
-        "latency_ms",
-        "backoff_ms",
-        "retry_after_s",
-        "upstream_request_id",
-    )
+    readonly_fields = ATTEMPT_FIELDS
 
 
 @admin.register(CallRecord)
@@ -204,17 +208,7 @@ class AttemptAdmin(ReadOnlyAdmin):
     """Every upstream attempt (and refusal: killed, cooling, circuit_open …) of every call."""
 
     can_delete_rows = False
-    list_display = (
-        "call_id",
-        "number",
-        "endpoint",
-        "outcome",
-        "status_code",
-        "latency_ms",
-        "backoff_ms",
-        "retry_after_s",
-        "upstream_request_id",
-    )
+    list_display = ("call_id", *ATTEMPT_FIELDS)
     list_filter = ("outcome", "endpoint")
     search_fields = ("endpoint", "upstream_request_id", "=call__session_id")
     ordering = ("-call_id", "number")
