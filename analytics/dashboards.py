@@ -11,10 +11,12 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db import connection
+from django.db.models import Count, F, OuterRef, Q, Subquery, Sum, Window
+from django.db.models.functions import RowNumber
 from django.urls import reverse
 from django.utils import timezone
 
@@ -25,7 +27,7 @@ from routing.models import KillScope, KillSwitch, ModelEndpoint
 
 from . import histograms
 from .formatting import milliseconds, money, number, percent, status_words
-from .models import CallRollup, GuardrailAction, LiftPoint, ResultSnapshot
+from .models import CallRollup, GuardrailAction, LiftPoint, ResultSnapshot, RollupSpan
 from .stats import mde_from_std_error, units_for_effect
 from .tables import Column, Table
 
@@ -180,7 +182,9 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
     if search:
         qs = qs.filter(Q(key__icontains=search) | Q(name__icontains=search) | Q(owner__icontains=search))
     experiments = list(qs.order_by("-started_at", "key"))
-    snapshots = ResultSnapshot.objects.in_bulk([e.snapshot_id for e in experiments if e.snapshot_id])
+    snapshots = ResultSnapshot.objects.defer("inputs").in_bulk(
+        [e.snapshot_id for e in experiments if e.snapshot_id]
+    )
     kills = _kills_by_experiment(experiments)
     alerts: dict[tuple[int, int], list[GuardrailAction]] = defaultdict(list)
     for a in GuardrailAction.objects.filter(experiment__in=experiments):
@@ -448,69 +452,116 @@ def srm_table(*, body: Mapping[str, Any]) -> Table:
     )
 
 
-def _rollup_rows(*, experiment: Experiment, phase: int, options: ResultsOptions) -> list[dict[str, Any]]:
-    start, end = _bounds(options)
-    qs = CallRollup.objects.filter(experiment_id=experiment.id, phase=phase)
+HISTOGRAMS = {
+    "latency_hist": histograms.LATENCY_MS,
+    "cost_hist": histograms.COST_USD,
+    "tokens_hist": histograms.TOKENS,
+}
+
+
+def _rollup_queryset(*, experiment: Experiment, phase: int, options: ResultsOptions):
+    """The phase's UTC-day rollup rows inside the date range (days of the range, in UTC)."""
+    start = datetime.combine(options.date_from, time.min, UTC) if options.date_from else None
+    end = datetime.combine(options.date_to + timedelta(days=1), time.min, UTC) if options.date_to else None
+    qs = CallRollup.objects.filter(experiment_id=experiment.id, phase=phase, span=RollupSpan.DAY)
     if start:
         qs = qs.filter(bucket__gte=start)
     if end:
         qs = qs.filter(bucket__lt=end)
-    return list(
-        qs.order_by("bucket").values(
-            "bucket",
-            "variant_key",
-            "calls",
-            "errors",
-            "fallbacks",
-            "killed",
-            "exposures",
-            "cost_usd",
-            "tokens",
-            "latency_hist",
-            "cost_hist",
-            "tokens_hist",
+    return qs
+
+
+def _summed_histograms(qs, key: str, field: str) -> dict[str, list[int]]:
+    """``{key value: histogram}`` summed over the rollup rows of ``qs`` (bin-wise).
+
+    PostgreSQL sums the JSON arrays itself (one grouped query, no row leaves the database);
+    other databases (SQLite on a laptop) sum in Python.
+    """
+    size = HISTOGRAMS[field].size
+    out: dict[str, list[int]] = defaultdict(lambda: [0] * size)
+    if connection.vendor == "postgresql":
+        ids_sql, params = qs.filter(calls__gt=0).values("id").query.sql_with_params()
+        table = CallRollup._meta.db_table
+        with connection.cursor() as cur:
+            cur.execute(
+                f'SELECT r."{key}", h.idx - 1, SUM(h.value::bigint) FROM {table} r '
+                f'CROSS JOIN LATERAL jsonb_array_elements_text(r."{field}") WITH ORDINALITY AS h(value, idx) '
+                f"WHERE r.id IN ({ids_sql}) GROUP BY 1, 2",
+                params,
+            )
+            for k, i, n in cur.fetchall():
+                if i < size:
+                    out[k][i] += int(n)
+        return out
+    for k, hist in qs.filter(calls__gt=0).values_list(key, field):
+        out[k] = histograms.merge([out[k], hist], size)
+    return out
+
+
+def rollup_by(qs, key: str, fields: Iterable[str] = tuple(HISTOGRAMS)) -> dict[str, dict[str, Any]]:
+    """Per ``key`` (variant_key or endpoint): summed calls, errors, fallbacks, killed, cost (USD),
+    tokens, and the summed histograms named in ``fields``."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in (
+        qs.filter(calls__gt=0)
+        .values(key)
+        .annotate(
+            n=Sum("calls"),
+            err=Sum("errors"),
+            fb=Sum("fallbacks"),
+            kill=Sum("killed"),
+            cost=Sum("cost_usd"),
+            tok=Sum("tokens"),
         )
-    )
+    ):
+        out[r[key]] = {
+            "calls": r["n"] or 0,
+            "errors": r["err"] or 0,
+            "fallbacks": r["fb"] or 0,
+            "killed": r["kill"] or 0,
+            "cost": float(r["cost"] or 0.0),
+            "tokens": int(r["tok"] or 0),
+        }
+    for field in fields:
+        for k, hist in _summed_histograms(qs, key, field).items():
+            if k in out:
+                out[k][field] = hist
+    return out
 
 
 def _day(bucket: datetime) -> str:
-    return bucket.astimezone(timezone.get_current_timezone()).date().isoformat()
+    return bucket.astimezone(UTC).date().isoformat()
 
 
-def exposure_series(*, rows: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
+def exposure_rows(qs) -> list[tuple[datetime, str, int]]:
+    """``(hour, variant, units first exposed)`` of the rollup rows with exposures."""
+    return list(
+        qs.filter(exposures__gt=0).order_by("bucket").values_list("bucket", "variant_key", "exposures")
+    )
+
+
+def exposure_series(*, rows: list[tuple[datetime, str, int]], variants: list[str]) -> dict[str, Any]:
     """Units first exposed per day (reporting zone) per variant: ``{"labels", "series": {v: [...]}}``."""
-    days = sorted({_day(r["bucket"]) for r in rows if r["exposures"]})
     per: dict[str, dict[str, int]] = {v: defaultdict(int) for v in variants}
-    for r in rows:
-        if r["exposures"] and r["variant_key"] in per:
-            per[r["variant_key"]][_day(r["bucket"])] += r["exposures"]
-    return {"labels": days, "series": {v: [per[v].get(d, 0) for d in days] for v in variants}}
+    days: set[str] = set()
+    for bucket, variant, n in rows:
+        if variant in per:
+            day = _day(bucket)
+            days.add(day)
+            per[variant][day] += n
+    labels = sorted(days)
+    return {"labels": labels, "series": {v: [per[v].get(d, 0) for d in labels] for v in variants}}
 
 
-def call_table(*, rows: list[dict[str, Any]], variants: list[str]) -> tuple[Table, dict[str, Any]]:
-    """Per-variant call health (from the rollup) and the distributions for the charts."""
-    agg: dict[str, dict[str, Any]] = {
-        v: {"calls": 0, "errors": 0, "fallbacks": 0, "killed": 0, "cost": 0.0, "tokens": 0} for v in variants
+def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tuple[Table, dict[str, Any]]:
+    """Per-variant call health (from :func:`rollup_by`) and the distributions for the charts."""
+    empty = {"calls": 0, "errors": 0, "fallbacks": 0, "killed": 0, "cost": 0.0, "tokens": 0}
+    merged = {
+        v: {h: (totals.get(v) or {}).get(h) or [0] * g.size for h, g in HISTOGRAMS.items()} for v in variants
     }
-    hists: dict[str, dict[str, list[list[int]]]] = {v: defaultdict(list) for v in variants}
-    for r in rows:
-        a = agg.get(r["variant_key"])
-        if a is None or not r["calls"]:
-            continue
-        for k in ("calls", "errors", "fallbacks", "killed", "tokens"):
-            a[k] += r[k]
-        a["cost"] += r["cost_usd"]
-        for h in ("latency_hist", "cost_hist", "tokens_hist"):
-            hists[r["variant_key"]][h].append(r[h])
-    grids = {
-        "latency_hist": histograms.LATENCY_MS,
-        "cost_hist": histograms.COST_USD,
-        "tokens_hist": histograms.TOKENS,
-    }
-    merged = {v: {h: histograms.merge(hists[v][h], g.size) for h, g in grids.items()} for v in variants}
     table_rows = []
     for v in variants:
-        a, lat = agg[v], merged[v]["latency_hist"]
+        a, lat = totals.get(v) or empty, merged[v]["latency_hist"]
         n = a["calls"]
         table_rows.append(
             {
@@ -546,7 +597,7 @@ def call_table(*, rows: list[dict[str, Any]], variants: list[str]) -> tuple[Tabl
     )
     charts = {}
     formats = {"latency_hist": milliseconds, "cost_hist": money, "tokens_hist": number}
-    for h, g in grids.items():
+    for h, g in HISTOGRAMS.items():
         labels = g.labels(formats[h])
         used = [i for i in range(g.size) if any(merged[v][h][i] for v in variants)]
         lo, hi = (used[0], used[-1] + 1) if used else (0, 0)
@@ -557,7 +608,8 @@ def call_table(*, rows: list[dict[str, Any]], variants: list[str]) -> tuple[Tabl
     return table, charts
 
 
-def _thin(points: list[LiftPoint], most: int) -> list[LiftPoint]:
+def _thin(points: list, most: int) -> list:
+    """At most ``most`` points, evenly spaced, always keeping the newest."""
     if len(points) <= most:
         return points
     step = len(points) / most
@@ -565,9 +617,22 @@ def _thin(points: list[LiftPoint], most: int) -> list[LiftPoint]:
     return [*picked, points[-1]]
 
 
+LIFT_FIELDS = (
+    "variant_key",
+    "computed_at",
+    "relative_lift",
+    "ci_low",
+    "ci_high",
+    "sequential_low",
+    "sequential_high",
+    "units",
+)
+
+
 def lift_series(*, experiment: Experiment, options: ResultsOptions, metric: str) -> dict[str, Any]:
     """Cumulative relative lift per treatment over snapshot times, with the sequential
-    (always-valid) band when stored, else the fixed-horizon interval."""
+    (always-valid) band when stored, else the fixed-horizon interval. CUPED on reads the adjusted
+    points where the metric has them; off (or a metric without covariate) the unadjusted ones."""
     start, end = _bounds(options)
     qs = LiftPoint.objects.filter(
         experiment=experiment, phase=options.phase, analysis=options.analysis, metric=metric
@@ -576,27 +641,32 @@ def lift_series(*, experiment: Experiment, options: ResultsOptions, metric: str)
         qs = qs.filter(computed_at__gte=start)
     if end:
         qs = qs.filter(computed_at__lt=end)
-    by_variant: dict[str, dict[bool, list[LiftPoint]]] = defaultdict(lambda: defaultdict(list))
-    for p in qs.order_by("computed_at", "id"):
-        by_variant[p.variant_key][p.cuped].append(p)
+    cuped = options.cuped and qs.filter(cuped=True).exists()
+    qs = qs.filter(cuped=cuped)
+    # Thin in the database: every step-th snapshot per treatment (and the newest), so a page reads
+    # at most ~MAX_LIFT_POINTS rows per line however long the experiment has run.
+    per_line = max(qs.values("variant_key").annotate(n=Count("id")).values_list("n", flat=True), default=0)
+    step = max(1, math.ceil(per_line / MAX_LIFT_POINTS))
+    if step > 1:
+        qs = qs.annotate(
+            rn=Window(RowNumber(), partition_by=[F("variant_key")], order_by=F("computed_at").desc())
+        ).filter(Q(rn=1) | Q(rn__in=range(1 + step, per_line + 1, step)))
+    by_variant: dict[str, list[tuple]] = defaultdict(list)
+    for row in sorted(qs.values_list(*LIFT_FIELDS), key=lambda r: r[1]):
+        by_variant[row[0]].append(row)
     zone = timezone.get_current_timezone()
     series = {}
-    for variant, sets in by_variant.items():
-        points = sets.get(options.cuped) or sets.get(not options.cuped) or []
+    for variant, points in by_variant.items():
         out = []
-        for p in _thin(points, MAX_LIFT_POINTS):
-            band = (
-                (p.sequential_low, p.sequential_high)
-                if p.sequential_low is not None and p.sequential_high is not None
-                else (p.ci_low, p.ci_high)
-            )
+        for _, at, lift, lo, hi, seq_lo, seq_hi, units in _thin(points, MAX_LIFT_POINTS):
+            band = (seq_lo, seq_hi) if seq_lo is not None and seq_hi is not None else (lo, hi)
             out.append(
                 {
-                    "t": p.computed_at.astimezone(zone).strftime("%Y-%m-%d %H:%M"),
-                    "lift": p.relative_lift,
+                    "t": at.astimezone(zone).strftime("%Y-%m-%d %H:%M"),
+                    "lift": lift,
                     "low": band[0],
                     "high": band[1],
-                    "units": p.units,
+                    "units": units,
                 }
             )
         series[variant] = out
@@ -655,15 +725,15 @@ def power_table(*, body: Mapping[str, Any], options: ResultsOptions, daily_units
     )
 
 
-def _daily_units(rows: list[dict[str, Any]]) -> float | None:
-    """New units per day over the last 7 days that have rollup rows."""
+def _daily_units(rows: list[tuple[datetime, str, int]]) -> float | None:
+    """New units per day over the last 7 UTC days that have exposures in the rollup."""
     if not rows:
         return None
-    last = max(r["bucket"] for r in rows)
-    recent = [r for r in rows if r["bucket"] > last - timedelta(days=7)]
-    first = min(r["bucket"] for r in recent)
-    days = max((last - first).total_seconds() / 86400 + 1 / 24, 1 / 24)
-    total = sum(r["exposures"] for r in recent)
+    last = max(r[0] for r in rows)
+    recent = [r for r in rows if r[0] > last - timedelta(days=7)]
+    first = min(r[0] for r in recent)
+    days = (last - first).total_seconds() / 86400 + 1
+    total = sum(r[2] for r in recent)
     return total / days if total else None
 
 
@@ -700,6 +770,7 @@ def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dic
     """Everything the results page shows for one phase (see the template for the layout)."""
     snapshot = (
         ResultSnapshot.objects.filter(experiment=experiment, phase=options.phase)
+        .defer("inputs")  # the sufficient statistics: large, and the pages never show them
         .order_by("-computed_at", "-id")
         .first()
         if options.phase
@@ -709,9 +780,11 @@ def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dic
     out: dict[str, Any] = {"snapshot": snapshot, "phase_row": phase_row, "tables": {}}
     out["tables"]["kills"] = kills_table(experiment=experiment)
     variants = [v.key for v in experiment.variants.order_by("position", "id")]
-    rows = _rollup_rows(experiment=experiment, phase=options.phase, options=options) if options.phase else []
-    out["exposures"] = exposure_series(rows=rows, variants=variants)
-    out["tables"]["calls"], out["distributions"] = call_table(rows=rows, variants=variants)
+    qs = _rollup_queryset(experiment=experiment, phase=options.phase, options=options)
+    exposures = exposure_rows(qs) if options.phase else []
+    out["exposures"] = exposure_series(rows=exposures, variants=variants)
+    totals = rollup_by(qs, "variant_key") if options.phase else {}
+    out["tables"]["calls"], out["distributions"] = call_table(totals=totals, variants=variants)
     out["health"] = _health(out["tables"]["calls"].rows)
     if snapshot is None:
         return out
@@ -726,7 +799,7 @@ def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dic
     out["metric"] = metric
     out["tables"]["split"] = srm_table(body=body)
     out["tables"]["metrics"] = metric_table(body=body, options=options)
-    out["tables"]["power"] = power_table(body=body, options=options, daily_units=_daily_units(rows))
+    out["tables"]["power"] = power_table(body=body, options=options, daily_units=_daily_units(exposures))
     out["lift"] = lift_series(experiment=experiment, options=options, metric=metric)
     out["guardrail_actions"] = list(
         GuardrailAction.objects.filter(experiment=experiment, phase=options.phase)[:20]
@@ -743,34 +816,21 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     hour_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     day_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
-    rows = list(
-        CallRollup.objects.filter(bucket__gte=day_start)
-        .exclude(endpoint="")
-        .values("bucket", "endpoint", "calls", "errors", "fallbacks", "cost_usd", "latency_hist")
-    )
-    windows: dict[str, dict[str, dict[str, Any]]] = defaultdict(
-        lambda: {
-            w: {"calls": 0, "errors": 0, "fallbacks": 0, "cost": 0.0, "lat": []} for w in ("hour", "day")
-        }
-    )
+    base = CallRollup.objects.filter(span=RollupSpan.HOUR).exclude(endpoint="")
+    windows = {
+        "hour": rollup_by(base.filter(bucket__gte=hour_start), "endpoint", ("latency_hist",)),
+        "day": rollup_by(base.filter(bucket__gte=day_start), "endpoint", ("latency_hist",)),
+    }
     hourly: dict[str, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
-    for r in rows:
-        for w in ("hour", "day"):
-            if w == "hour" and r["bucket"] < hour_start:
-                continue
-            a = windows[r["endpoint"]][w]
-            a["calls"] += r["calls"]
-            a["errors"] += r["errors"]
-            a["fallbacks"] += r["fallbacks"]
-            a["cost"] += r["cost_usd"]
-            a["lat"].append(r["latency_hist"])
-        hourly[r["endpoint"]][r["bucket"]] += r["calls"]
+    for bucket, endpoint, calls in base.filter(bucket__gte=day_start, calls__gt=0).values_list(
+        "bucket", "endpoint", "calls"
+    ):
+        hourly[endpoint][bucket] += calls
     kills = kill_state()
     cb = breaker()
     grid = histograms.LATENCY_MS
     table_rows = []
     for e in ModelEndpoint.objects.select_related("provider").order_by("provider__key", "public_id"):
-        w = windows.get(e.public_id)
         entry: dict[str, Any] = {
             "endpoint": e.public_id,
             "endpoint_label": e.version_label or e.public_id,
@@ -786,8 +846,8 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
             "price_out": float(e.price_output_per_mtok),
         }
         for name in ("hour", "day"):
-            a = (w or {}).get(name) or {"calls": 0, "errors": 0, "fallbacks": 0, "cost": 0.0, "lat": []}
-            lat = histograms.merge(a["lat"], grid.size)
+            a = windows[name].get(e.public_id) or {"calls": 0, "errors": 0, "cost": 0.0}
+            lat = a.get("latency_hist") or [0] * grid.size
             n = a["calls"]
             entry.update(
                 {

@@ -292,8 +292,18 @@ class GuardrailAction(models.Model):
         return f"{self.decision}: {self.variant_key} on {self.metric} ({self.experiment_id}/{self.phase})"
 
 
+class RollupSpan(models.TextChoices):
+    HOUR = "hour"
+    DAY = "day"
+
+
 class CallRollup(models.Model):
-    """Routing call records pre-aggregated per hour × endpoint × experiment phase × variant.
+    """Routing call records pre-aggregated per hour (and per UTC day) × endpoint × experiment
+    phase × variant.
+
+    ``span="hour"`` rows are summed from raw records; ``span="day"`` rows are the sums of a UTC
+    day's hour rows, so an experiment page reads one row per day × variant × endpoint whatever
+    the length of the experiment, and routing health reads the last 24 hour rows.
 
     Written only by :func:`analytics.rollups.call_rollup_refresh` (the analytics task), read by the
     dashboards, which never scan raw call records. ``endpoint`` is the endpoint that served the
@@ -303,7 +313,8 @@ class CallRollup(models.Model):
     first exposed in the hour (from the exposure table; ``endpoint`` is then empty).
     """
 
-    bucket = models.DateTimeField(help_text="Start of the hour (UTC).")
+    span = models.CharField(max_length=4, choices=RollupSpan.choices, default=RollupSpan.HOUR)
+    bucket = models.DateTimeField(help_text="Start of the hour or UTC day.")
     endpoint = models.CharField(max_length=200, blank=True)
     experiment_id = models.BigIntegerField(default=0)
     phase = models.PositiveIntegerField(default=0)
@@ -322,13 +333,15 @@ class CallRollup(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["bucket", "endpoint", "experiment_id", "phase", "variant_key"],
-                name="one_call_rollup_per_key",
+                fields=["span", "bucket", "endpoint", "experiment_id", "phase", "variant_key"],
+                name="one_call_rollup_per_span_key",
             )
         ]
         indexes = [
-            models.Index(fields=["experiment_id", "phase", "bucket"], name="rollup_experiment_idx"),
-            models.Index(fields=["bucket", "endpoint"], name="rollup_bucket_idx"),
+            models.Index(
+                fields=["experiment_id", "phase", "span", "bucket"], name="rollup_experiment_span_idx"
+            ),
+            models.Index(fields=["span", "bucket", "endpoint"], name="rollup_span_bucket_idx"),
         ]
 
     def __str__(self) -> str:

@@ -21,7 +21,7 @@ from routing.models import KILL_REASONS, CallRecord, JobStatus, RoutingReason
 
 from . import histograms
 from .histograms import LogBins
-from .models import CallRollup, LiftPoint, ResultSnapshot
+from .models import CallRollup, LiftPoint, ResultSnapshot, RollupSpan
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _bin_case(field: str, grid: LogBins) -> Case:
 
 def _resume_point() -> datetime | None:
     """The newest stored hour (recomputed, as it may have been partial), or None for everything."""
-    return CallRollup.objects.aggregate(last=Max("bucket"))["last"]
+    return CallRollup.objects.filter(span=RollupSpan.HOUR).aggregate(last=Max("bucket"))["last"]
 
 
 def call_rollup_refresh(*, since: datetime | None = None) -> int:
@@ -118,14 +118,41 @@ def call_rollup_refresh(*, since: datetime | None = None) -> int:
         row((t["bucket"], "", t["experiment_id"], t["phase"], t["variant_key"]))["exposures"] = t["n"]
 
     objects = [CallRollup(**dict(zip(KEY, k, strict=True)), **v) for k, v in rows.items()]
+    day_start = start.replace(hour=0)
     try:
         with transaction.atomic():
-            CallRollup.objects.filter(bucket__gte=start).delete()
+            CallRollup.objects.filter(span=RollupSpan.HOUR, bucket__gte=start).delete()
             CallRollup.objects.bulk_create(objects, batch_size=2000)
+            days = _day_rows(since=day_start)
+            CallRollup.objects.filter(span=RollupSpan.DAY, bucket__gte=day_start).delete()
+            CallRollup.objects.bulk_create(days, batch_size=2000)
     except IntegrityError:
         log.info("call rollup: a concurrent refresh won the race for hours from %s", start)
         return 0
-    return len(objects)
+    return len(objects) + len(days)
+
+
+SUMMED = ("calls", "errors", "fallbacks", "killed", "exposures", "cost_usd", "tokens")
+HISTOGRAM_FIELDS = ("latency_hist", "cost_hist", "tokens_hist")
+
+
+def _day_rows(*, since: datetime) -> list[CallRollup]:
+    """UTC-day rows summed from the hour rows from ``since`` (a UTC midnight) on."""
+    days: dict[tuple, dict[str, Any]] = {}
+    hours = CallRollup.objects.filter(span=RollupSpan.HOUR, bucket__gte=since).values(
+        *KEY, *SUMMED, *HISTOGRAM_FIELDS
+    )
+    for h in hours:
+        key = (h["bucket"].astimezone(UTC).replace(hour=0), *(h[k] for k in KEY[1:]))
+        day = days.get(key)
+        if day is None:
+            days[key] = {**{k: h[k] for k in SUMMED}, **{k: list(h[k]) for k in HISTOGRAM_FIELDS}}
+            continue
+        for k in SUMMED:
+            day[k] += h[k]
+        for k in HISTOGRAM_FIELDS:
+            day[k] = histograms.merge([day[k], h[k]], max(len(day[k]), len(h[k])))
+    return [CallRollup(span=RollupSpan.DAY, **dict(zip(KEY, k, strict=True)), **v) for k, v in days.items()]
 
 
 def lift_points_record(*, snapshot: ResultSnapshot) -> int:

@@ -52,7 +52,7 @@ def test_results_page_has_health_forest_plot_lift_power_and_distributions(staff,
     page = response.content.decode()
     for text in (
         "Sample ratio OK",
-        "New units per day (UTC)",
+        "New units per day (UTC days)",
         "Lift with its 95 % confidence interval (shared axis)",
         "Cumulative relative lift of task_success",
         "MDE now",
