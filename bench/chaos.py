@@ -878,6 +878,20 @@ def print_table(rows: list[dict], totals: dict) -> None:
     )
 
 
+def scrape_metrics(broker: str) -> bool:
+    """After a pass, ``/metrics`` must see the broker up and count the routed calls."""
+    text = httpx.get(f"http://127.0.0.1:{PORTS['web']}/metrics", timeout=30).text
+    routed = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("muse_routed_calls_total{")
+    )
+    depth = [line for line in text.splitlines() if line.startswith("muse_queue_depth{")]
+    up = "muse_broker_up 1.0" in text
+    log(f"[{broker}] /metrics: broker up {up}, routed calls counted {routed:.0f}, {'; '.join(depth)}")
+    return up and routed > 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="CI size: short windows, lower rate")
@@ -917,6 +931,7 @@ def main() -> int:
             load, windows = asyncio.run(
                 drive(stack, broker, faults if broker == "redis" else RABBIT_FAULTS, timing)
             )
+            bad += 0 if scrape_metrics(broker) else 1
             stack.stop_platform()
             loads.append((load, windows))
         log("checking the database (waiting for the records to drain) and the upstreams' call logs")

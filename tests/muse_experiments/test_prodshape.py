@@ -74,3 +74,10 @@ def test_the_supervisor_restarts_a_killed_process_and_stops_all_groups(tmp_path)
         sup.stop_all(timeout_s=5)
     assert all(c.poll() is not None for c in sup.children.values())
     assert not (tmp_path / "a.1.pid").exists()
+
+
+def test_exec_refuses_a_type_the_procfile_does_not_have():
+    from muse_experiments.prodshape import exec_type
+
+    with pytest.raises(ValueError, match="not a Procfile type"):
+        exec_type("wrker")
