@@ -12,12 +12,13 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from . import selectors, services
+from . import config_version, selectors, services
 from .admin_base import ReadOnlyAdmin
 from .audit_text import describe_changes, percent
 from .auth import SCOPES, api_key_create
@@ -470,7 +471,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
-            return super().save_model(request, obj, form, change)
+            with transaction.atomic():
+                super().save_model(request, obj, form, change)
+                config_version.bump()  # revocations, scopes and limits reach cached keys everywhere
+            return None
         try:
             key, raw = api_key_create(
                 name=form.cleaned_data["name"],

@@ -12,10 +12,13 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
+from . import config_version
+from .config_version import VersionedSnapshot
 from .models import ApiKey
 
 KEY_PREFIX = "muse"
@@ -59,6 +62,21 @@ def generate_key() -> tuple[str, str, str]:
     return raw, prefix, digest_key(raw)
 
 
+def _load_active_keys() -> dict[str, ApiKey]:
+    return {k.prefix: k for k in ApiKey.objects.filter(revoked_at__isnull=True)}
+
+
+_active_keys = VersionedSnapshot(_load_active_keys)
+
+
+def active_keys() -> dict[str, ApiKey]:
+    """Unrevoked keys by prefix, cached in process and rebuilt when the configuration version
+    moves (:mod:`muse_experiments.config_version`), so a revocation or a scope or rate-limit
+    change reaches every process within ``CONFIG_REFRESH_INTERVAL_S`` (0.5 s by default). A key
+    created since the last rebuild is looked up in the database."""
+    return _active_keys.get()
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer muse_…`` or ``X-Api-Key: muse_…`` (also accepted: ``api-key``, ``x-api-key``
     as sent by the OpenAI/Anthropic SDKs' drop-in clients)."""
@@ -72,7 +90,9 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         parts = raw.split("_")
         if len(parts) < 3 or parts[0] != KEY_PREFIX:
             raise exceptions.AuthenticationFailed("Malformed API key.")
-        key = ApiKey.objects.filter(prefix=parts[1], revoked_at__isnull=True).first()
+        key = active_keys().get(parts[1])
+        if key is None:  # created since the snapshot was built
+            key = ApiKey.objects.filter(prefix=parts[1], revoked_at__isnull=True).first()
         if key is None or not hmac.compare_digest(key.digest, digest_key(raw)):
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         return ApiClient(key), key
@@ -143,7 +163,10 @@ def api_key_create(
 
 
 def api_key_revoke(*, key: ApiKey) -> None:
-    """Revoke a key: every later request with it gets 401. Idempotent (keeps the first time)."""
+    """Revoke a key: every later request with it gets 401 (within ``CONFIG_REFRESH_INTERVAL_S`` in
+    every process). Idempotent (keeps the first time)."""
     if key.revoked_at is None:
-        key.revoked_at = timezone.now()
-        key.save(update_fields=["revoked_at"])
+        with transaction.atomic():
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at"])
+            config_version.bump()  # cached keys (active_keys) are rebuilt everywhere

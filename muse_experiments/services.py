@@ -841,15 +841,71 @@ def exposure_record(
             )
     except IntegrityError:  # a concurrent writer won the race: theirs is the sticky variant
         exposure = Exposure.objects.get(experiment_id=experiment_id, phase=phase, unit_id=unit_id)
-    if exposure.reason != "forced":
-        namespace = assignment_state().sticky_namespace
-        transaction.on_commit(
-            lambda: sticky.remember(
-                namespace,
-                unit_id=exposure.unit_id,
-                experiment_id=exposure.experiment_id,
-                phase=exposure.phase,
-                variant_key=exposure.variant_key,
-            )
-        )
+    _remember_after_commit([exposure])
     return exposure
+
+
+@dataclass(frozen=True)
+class ExposureInput:
+    """One exposure to record: a unit of an experiment phase saw ``variant_key`` because of ``reason``."""
+
+    experiment_id: int
+    phase: int
+    unit_id: str
+    variant_key: str
+    reason: str
+
+
+def exposures_record_many(*, exposures: Sequence[ExposureInput]) -> list[Exposure]:
+    """Record many first exposures at once (the bulk form of :func:`exposure_record`).
+
+    Idempotent: an exposure already stored for ``(experiment, phase, unit)`` is kept (the first
+    variant wins), so replaying a batch changes nothing. Two queries whatever the batch size (an
+    ``INSERT … ON CONFLICT DO NOTHING`` and a read of the stored rows); the stored variants go to
+    the sticky cache after commit. Returns the stored exposures, one per distinct key.
+    """
+    wanted = {(e.experiment_id, e.phase, e.unit_id): e for e in reversed(exposures)}  # first wins
+    if not wanted:
+        return []
+    Exposure.objects.bulk_create(
+        [
+            Exposure(
+                experiment_id=e.experiment_id,
+                phase=e.phase,
+                unit_id=e.unit_id,
+                variant_key=e.variant_key,
+                reason=e.reason,
+            )
+            for e in reversed(list(wanted.values()))
+        ],
+        ignore_conflicts=True,
+    )
+    stored = [
+        x
+        for x in Exposure.objects.filter(
+            experiment_id__in={k[0] for k in wanted}, unit_id__in={k[2] for k in wanted}
+        )
+        if (x.experiment_id, x.phase, x.unit_id) in wanted
+    ]
+    _remember_after_commit(stored)
+    return stored
+
+
+def _remember_after_commit(exposures: Sequence[Exposure]) -> None:
+    """After commit, write the stored variants of these exposures to the Redis sticky cache."""
+    sticky_ones = [x for x in exposures if x.reason != "forced"]
+    if not sticky_ones:
+        return
+    namespace = assignment_state().sticky_namespace
+
+    def remember_all() -> None:
+        for x in sticky_ones:
+            sticky.remember(
+                namespace,
+                unit_id=x.unit_id,
+                experiment_id=x.experiment_id,
+                phase=x.phase,
+                variant_key=x.variant_key,
+            )
+
+    transaction.on_commit(remember_all)

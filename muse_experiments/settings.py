@@ -100,6 +100,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # database server costs one failed check, not a failed request (README "Deployment").
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE_S", default=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if (
+    DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    and env.bool("DATABASE_POOL", default=not TESTING)
+    and not DATABASES["default"]["CONN_MAX_AGE"]
+):
+    # A per-process connection pool (psycopg_pool): a request or task borrows a connection and
+    # gives it back, instead of opening a new PostgreSQL backend each time (a fork on the server,
+    # several ms). At most DATABASE_POOL_MAX connections per process. (Django's pool and
+    # persistent connections exclude each other: DB_CONN_MAX_AGE_S > 0 turns the pool off.)
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": env.int("DATABASE_POOL_MIN", default=2),
+        "max_size": env.int("DATABASE_POOL_MAX", default=12),
+        "timeout": env.float("DATABASE_POOL_TIMEOUT_S", default=10.0),
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -248,6 +262,14 @@ COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)
 COMPLETION_REQUEUE_AFTER_S = env.float("COMPLETION_REQUEUE_AFTER_S", default=120.0)
 # How often (s) workers (and beat) fail running jobs whose lease lapsed.
 COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)
+# Write the records of each call (exposure, call record, attempts, transcript turn) behind the
+# answer: buffered in Redis, drained in bulk by every worker (routing.writebehind). Needs Redis.
+# In-process tests write them synchronously unless a test turns this on.
+RECORDS_WRITE_BEHIND = env.bool("RECORDS_WRITE_BEHIND", default=bool(REDIS_URL) and not TESTING)
+# Whether each worker process runs a drainer thread (off: only the maintenance.drain_call_records task drains).
+RECORDS_DRAINER = env.bool("RECORDS_DRAINER", default=True)
+# Most buffered call records one drain writes in one transaction (routing.writebehind; Redis only).
+RECORDS_DRAIN_BATCH = env.int("RECORDS_DRAIN_BATCH", default=500)
 # How long a streamed job's events stay in its Redis stream (s), for late subscribers.
 COMPLETION_STREAM_TTL_S = env.int("COMPLETION_STREAM_TTL_S", default=3600)
 # How long a drop-in (OpenAI/Anthropic-compatible) non-streaming call waits before a 504.

@@ -22,6 +22,7 @@ from muse_experiments.auth import ApiClient, HasScope
 
 from .dispatch import submit_completion, wait_for_job
 from .models import CompletionJob, JobStatus
+from .selectors import completion_job_current
 from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response
 
 
@@ -190,6 +191,7 @@ class CompletionDetailApi(APIView):
         job = jobs.filter(pk=job_id).first()
         if job is None:
             raise Http404("No such job.")
+        job = completion_job_current(job)
         return Response(CompletionOutputSerializer(job_payload(job)).data)
 
 

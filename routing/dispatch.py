@@ -1,7 +1,10 @@
 """Hand a completion job to a Celery worker and wait (bounded) for it to finish.
 
-The task id is the job id, so the web process waits on the task's result channel (Redis pub/sub
-with Redis; the result directory on the embedded default) instead of polling the database.
+With Redis the web process waits on the job's hand-off list (:mod:`routing.handoff`: one
+``BLPOP``) and answers from the final state the worker published, without reloading the job from
+the database; it re-reads the job row once a second as a safety net (a job failed by another
+path). On the embedded default the task id is the job id, so the web process waits on Celery's
+result store (a file) and then reads the job row.
 
 Outages (``bench/chaos.py`` injects them): a job whose task cannot be published (broker down
 beyond ``CELERY_TASK_PUBLISH_RETRY_POLICY``) is failed ``broker_unavailable`` at once, never left
@@ -25,27 +28,43 @@ from django.db import transaction
 from muse_experiments.queues import Queue
 
 from .events import uses_redis
+from .handoff import apply_final, wait_final
 from .models import CompletionJob, JobStatus
 from .services import completion_job_create, completion_job_fail
 from .tasks import run_completion
 
 log = logging.getLogger(__name__)
 
+#: How often (s) a request waiting on Redis re-reads the job row.
+RECHECK_S = 1.0
+
 
 def enqueue_completion(job: CompletionJob) -> None:
-    """Enqueue the worker task once the job row is committed (a worker never sees a rolled-back job)."""
+    """Enqueue the worker task once the job row is committed (a worker never sees a rolled-back job).
+
+    The message says whether the job streams and whether its caller pinned a model, so the worker
+    claims it without reading it first.
+    """
     job_id = str(job.id)
-    transaction.on_commit(lambda: publish_completion(job_id))
+    stream, pinned = bool(job.stream), bool(job.request.get("model"))
+    transaction.on_commit(lambda: publish_completion(job_id, stream=stream, pinned=pinned))
 
 
 #: Error of a job whose task could not be handed to the broker (it never ran).
 BROKER_UNAVAILABLE = "broker_unavailable: the job could not be queued and was not run"
 
 
-def publish_completion(job_id: str) -> None:
-    """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise."""
+def publish_completion(job_id: str, *, stream: bool | None = None, pinned: bool | None = None) -> None:
+    """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise.
+
+    With Redis no Celery result is stored: the final state travels through :mod:`routing.handoff`.
+    """
+    kwargs = {"stream": stream, "pinned": pinned} if stream is not None and pinned is not None else {}
+    options = {"ignore_result": True} if uses_redis() else {}
     try:
-        run_completion.apply_async(args=[job_id], task_id=job_id, queue=Queue.COMPLETIONS)
+        run_completion.apply_async(
+            args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS, **options
+        )
     except Exception:
         completion_job_fail(job_id=job_id, reason=BROKER_UNAVAILABLE)
         raise
@@ -84,7 +103,9 @@ def submit_completion(
 
 
 def wait_for_job(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
-    """Block up to ``timeout_s`` seconds for the job's task, then return the job as stored."""
+    """Block up to ``timeout_s`` seconds for the job to finish; return it with its latest state."""
+    if uses_redis():
+        return _wait_redis(job, timeout_s=timeout_s)
     deadline = time.monotonic() + timeout_s
     try:
         run_completion.AsyncResult(str(job.id)).get(timeout=timeout_s, interval=0.02, propagate=False)
@@ -99,3 +120,28 @@ def wait_for_job(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
             time.sleep(0.1)
     job.refresh_from_db()
     return job
+
+
+def _wait_redis(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
+    """Wait on the job's hand-off list, re-reading the row every :data:`RECHECK_S` (and only the
+    row if the hand-off channel broke, e.g. Redis restarted)."""
+    deadline = time.monotonic() + timeout_s
+    channel = True
+    while True:
+        remaining = max(deadline - time.monotonic(), 0.0)
+        if channel:
+            try:
+                state = wait_final(str(job.id), timeout_s=min(RECHECK_S, remaining))
+            except Exception as exc:  # noqa: BLE001 - the hand-off channel broke: read the row
+                log.warning("result channel lost (%s); waiting on the job row", type(exc).__name__)
+                channel, state = False, None
+            if state is not None:
+                return apply_final(job, state)
+        else:
+            time.sleep(min(0.1, remaining))
+        job.refresh_from_db()
+        if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            return job
+        if time.monotonic() >= deadline:
+            log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
+            return job

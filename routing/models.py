@@ -10,6 +10,7 @@ import uuid
 
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 
 class ProviderKind(models.TextChoices):
@@ -244,7 +245,11 @@ class CallRecord(models.Model):
     reasoning_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=0)
     tool_calls = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(
+        default=timezone.now,
+        db_index=True,
+        help_text="When the call finished (not when the record was written).",
+    )
 
     class Meta:
         indexes = [models.Index(fields=["experiment_id", "phase", "unit_id"])]

@@ -9,8 +9,10 @@ from decimal import Decimal
 from muse_experiments.config_version import VersionedSnapshot
 from muse_experiments.selectors import experiment_by_key
 
+from .events import uses_redis
+from .handoff import apply_final, final_state
 from .killswitch import KillInForce
-from .models import KillScope, KillSwitch, ModelEndpoint, RoutingReason
+from .models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
 
 
 @dataclass(frozen=True)
@@ -130,3 +132,16 @@ def experiment_kills_in_force(*, experiment_key: str) -> list[KillInForce]:
         if (scope, target) in wanted
     ]
     return sorted(kills, key=lambda k: (k.since is None, k.since or 0, k.scope, k.target))
+
+
+def completion_job_current(job: CompletionJob) -> CompletionJob:
+    """``job`` with its final state, including one a worker published to Redis but the records
+    drainer has not written yet (:mod:`routing.handoff`); the job row as stored otherwise."""
+    unfinished = job.status in (JobStatus.QUEUED, JobStatus.RUNNING) or (
+        job.status == JobStatus.FAILED and job.error.startswith("worker_lost")
+    )
+    if unfinished and uses_redis():
+        state = final_state(str(job.id))
+        if state is not None:
+            return apply_final(job, state)
+    return job

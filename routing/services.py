@@ -5,20 +5,22 @@ from __future__ import annotations
 import json
 import os
 import socket
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from rest_framework import exceptions
 
 from muse_experiments import config_version
 
 from .catalogue import EndpointSeed, ProviderSeed
-from .events import publish_failure
+from .events import publish_failure, uses_redis
+from .handoff import publish_final
 from .models import CompletionJob, JobStatus, ModelEndpoint, Provider
 
 
@@ -148,8 +150,15 @@ def completion_job_claim(*, job_id, worker: str | None = None) -> CompletionJob 
       not have reached the provider, so the job is marked failed with :data:`WORKER_LOST` and not
       re-run — a redelivered task never calls the provider twice for the same attempt.
     * finished or missing: None.
+
+    The common case (a queued job) costs one statement, ``UPDATE … WHERE status = 'queued'
+    RETURNING *`` in autocommit; the others take the row lock.
     """
     now = timezone.now()
+    identity = (worker or worker_identity())[:200]
+    job = _claim_queued(job_id=job_id, now=now, worker=identity)
+    if job is not None:
+        return job
     with transaction.atomic():
         job = CompletionJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
@@ -159,7 +168,7 @@ def completion_job_claim(*, job_id, worker: str | None = None) -> CompletionJob 
             job.started_at = now
             job.deliveries += 1
             job.lease_expires_at = now + timedelta(seconds=settings.COMPLETION_LEASE_S)
-            job.worker = (worker or worker_identity())[:200]
+            job.worker = identity
             job.save(update_fields=["status", "started_at", "deliveries", "lease_expires_at", "worker"])
             return job
         if (
@@ -174,6 +183,33 @@ def completion_job_claim(*, job_id, worker: str | None = None) -> CompletionJob 
             job.save(update_fields=["deliveries", "status", "error", "finished_at"])
             _announce_failure([job])
         return None
+
+
+def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
+    """``queued`` → ``running`` in one ``UPDATE … RETURNING`` statement; None if not queued."""
+    table = CompletionJob._meta.db_table
+    ops = connection.ops
+    lease = now + timedelta(seconds=settings.COMPLETION_LEASE_S)
+    try:
+        pk = CompletionJob._meta.pk.get_db_prep_value(uuid.UUID(str(job_id)), connection)
+    except ValueError:
+        return None
+    columns = ", ".join(ops.quote_name(f.column) for f in CompletionJob._meta.concrete_fields)
+    rows = list(
+        CompletionJob.objects.raw(
+            f"UPDATE {ops.quote_name(table)} SET status = %s, started_at = %s, deliveries = deliveries + 1, "
+            f"lease_expires_at = %s, worker = %s WHERE id = %s AND status = %s RETURNING {columns}",
+            [
+                JobStatus.RUNNING,
+                ops.adapt_datetimefield_value(now),
+                ops.adapt_datetimefield_value(lease),
+                worker,
+                pk,
+                JobStatus.QUEUED,
+            ],
+        )
+    )
+    return rows[0] if rows else None
 
 
 def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
@@ -204,10 +240,22 @@ def completion_jobs_reap_expired(*, now=None) -> int:
 
 
 def _announce_failure(jobs) -> None:
-    """After commit, tell streaming listeners of these jobs that they failed."""
-    streamed = [(str(j.id), j.error) for j in jobs if j.stream]
-    if streamed:
-        transaction.on_commit(lambda: [publish_failure(job_id=i, message=e) for i, e in streamed])
+    """After commit, tell whoever waits for these jobs that they failed (stream listeners and,
+    with Redis, the request waiting for the final state)."""
+    if not uses_redis():
+        return
+    failed = [(str(j.id), j.error, j.stream, j.finished_at) for j in jobs]
+    if not failed:
+        return
+
+    def announce() -> None:
+        for job_id, error, stream, finished_at in failed:
+            if stream:
+                publish_failure(job_id=job_id, message=error)
+            state = {"status": JobStatus.FAILED, "result": None, "error": error, "finished_at": finished_at}
+            publish_final(job_id=job_id, state=state)
+
+    transaction.on_commit(announce)
 
 
 def completion_job_fail(*, job_id, reason: str) -> bool:

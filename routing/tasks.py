@@ -26,11 +26,13 @@ from django.utils import timezone
 
 from muse_experiments.queues import Queue
 
+from .events import uses_redis
 from .leases import keeper
 from .models import CompletionJob, JobStatus
 from .router import execute_job
 from .services import completion_job_fail, completion_jobs_reap_expired
 from .streaming import publish_job_events, run_pinned_job
+from .writebehind import drain, drainer
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +55,21 @@ class CompletionTask(Task):
     soft_time_limit=300,
     time_limit=330,
 )
-def run_completion(job_id: str) -> str:
-    """Route and run one completion job (streamed jobs publish their deltas). Returns its final status."""
+def run_completion(job_id: str, stream: bool | None = None, pinned: bool | None = None) -> str:
+    """Route and run one completion job (streamed jobs publish their deltas). Returns its final status.
+
+    ``stream`` / ``pinned`` come with the message (:func:`routing.dispatch.enqueue_completion`);
+    a message without them (older producers, :func:`requeue_lost_jobs`) reads them from the job row.
+    """
     with keeper.hold(job_id):
-        job = CompletionJob.objects.filter(pk=job_id).values("stream", "request").first()
-        if job is None:
-            return "missing"
-        if job["stream"]:
+        if stream is None or pinned is None:
+            job = CompletionJob.objects.filter(pk=job_id).values("stream", "request").first()
+            if job is None:
+                return "missing"
+            stream, pinned = job["stream"], bool(job["request"].get("model"))
+        if stream:
             return publish_job_events(job_id=job_id)
-        if job["request"].get("model"):  # pinned by a drop-in caller: no experiment decides
+        if pinned:  # pinned by a drop-in caller: no experiment decides
             return run_pinned_job(job_id=job_id)
         return execute_job(job_id=job_id)
 
@@ -100,7 +108,34 @@ def reap_expired_completion_jobs() -> int:
     return completion_jobs_reap_expired()
 
 
+@shared_task(
+    name="maintenance.drain_call_records",
+    queue=Queue.MAINTENANCE,
+    soft_time_limit=50,
+    time_limit=60,
+)
+def drain_call_records() -> int:
+    """Write buffered call records to the database until the buffer is empty (or 50 batches).
+
+    Every worker also drains continuously (:data:`routing.writebehind.drainer`); this task is
+    the same service on demand or on a schedule. Returns how many records it wrote. No-op
+    without Redis (records are written synchronously there).
+    """
+    if not uses_redis():
+        return 0
+    total = 0
+    for _ in range(50):
+        n = drain()
+        total += n
+        if not n:
+            break
+    return total
+
+
 @worker_ready.connect
-def _start_lease_keeper(**_kwargs) -> None:
-    """Every worker renews its leases and reaps expired jobs, with or without ``celery beat``."""
+def _start_background_threads(**_kwargs) -> None:
+    """Every worker renews its leases and reaps expired jobs, with or without ``celery beat``,
+    and (with Redis) drains the write-behind buffer of call records."""
     keeper.start(reap=True)
+    if uses_redis() and settings.RECORDS_DRAINER:
+        drainer.start()

@@ -23,10 +23,14 @@ import httpx
 import pytest
 from django.conf import settings
 
-from routing.models import CompletionJob, JobStatus
+from muse_experiments.models import Exposure
+from routing import writebehind
+from routing.events import redis_client
+from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.services import WORKER_LOST
+from routing.transcripts.models import TranscriptTurn
 from tests.conftest import CREDENTIAL_ENV, REPO, database_url_for_subprocess
-from tests.factories import api_key, seed_catalogue
+from tests.factories import api_key, make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -39,11 +43,12 @@ FAST_RECOVERY = {
 }
 
 
-def start_worker(name: str, log_path: Path) -> subprocess.Popen:
+def start_worker(name: str, log_path: Path, **extra_env: str) -> subprocess.Popen:
     env = {
         **os.environ,
         **CREDENTIAL_ENV,
         **FAST_RECOVERY,
+        **extra_env,
         "DATABASE_URL": database_url_for_subprocess(),
         "MUSE_VAR_DIR": str(settings.VAR_DIR),
         "DJANGO_DEBUG": "true",
@@ -144,3 +149,53 @@ def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_complet
     assert calls_carrying(upstreams, "job-one") == 1
     assert calls_carrying(upstreams, "job-two") == 1
     assert not CompletionJob.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+def test_a_worker_killed_after_answering_loses_no_record(
+    live_server, upstreams, redis_url, postgres, tmp_path
+):
+    """The answer leaves the worker with its records buffered in Redis (one MULTI); worker A runs
+    no drainer, answers, and is SIGKILLed before anything reached the database. Worker B's
+    drainer writes every record of the call."""
+    redis_client().delete(writebehind.STREAM)
+    seed_catalogue(upstreams.url)
+    make_experiment()
+    headers = {"Authorization": f"Bearer {api_key()}"}
+    worker_a = start_worker("a", tmp_path / "a.log", RECORDS_DRAINER="false")
+    worker_b = None
+    try:
+        with httpx.Client(base_url=live_server.url, headers=headers, timeout=30) as client:
+            r = client.post(
+                "/api/v1/completions",
+                json={
+                    "session_id": "s-kill",
+                    "user_id": "u",
+                    "messages": [{"role": "user", "content": "hi"}],
+                },
+            )
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert answer["status"] == "succeeded"
+        job_id = answer["id"]
+        assert not CallRecord.objects.filter(job_id=job_id).exists()  # not drained: A has no drainer
+        assert redis_client().xlen(writebehind.STREAM) == 1
+        stop(worker_a, signal.SIGKILL)
+
+        worker_b = start_worker("b", tmp_path / "b.log")
+        wait_for(
+            lambda: CallRecord.objects.filter(job_id=job_id).exists(), 30, "worker B to drain the records"
+        )
+    finally:
+        stop(worker_a, signal.SIGKILL)
+        if worker_b is not None:
+            stop(worker_b)
+
+    job = CompletionJob.objects.get(pk=job_id)
+    assert (job.status, job.result) == (JobStatus.SUCCEEDED, answer["result"])
+    call = CallRecord.objects.get(job_id=job_id)
+    assert (call.experiment_key, call.variant_key) == ("exp", answer["result"]["variant"])
+    assert call.served_endpoint == answer["result"]["served_model"]
+    assert list(Attempt.objects.filter(call=call).values_list("outcome", flat=True)) == ["ok"]
+    assert Exposure.objects.filter(unit_id="s-kill", variant_key=call.variant_key).count() == 1
+    assert TranscriptTurn.objects.get(job_id=job_id).output_text == answer["result"]["text"]
+    assert redis_client().xlen(writebehind.STREAM) == 0

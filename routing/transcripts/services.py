@@ -1,6 +1,7 @@
 """Transcript, opt-out and training-ingestion writes.
 
-* :func:`transcript_record_turn` -- called by the router inside its record transaction.
+* :func:`transcript_record_turns` -- called by the router's record step (in bulk, one transaction);
+  :func:`transcript_record_turn` records one.
 * :func:`training_opt_out` / :func:`training_opt_in` -- a user's training consent.
 * :func:`training_records_ingest` -- the ingestion gate's write side.
 
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Max
+from django.utils import timezone
 
 from routing.selectors import catalogue
 
@@ -32,6 +34,26 @@ def provenance_for(provider_kind: str) -> str:
     return Provenance.NATIVE if provider_kind == "native" else Provenance.EXTERNAL
 
 
+@dataclass(frozen=True)
+class TurnInput:
+    """One finished job's turn, as :func:`transcript_record_turns` stores it.
+
+    ``request``: the job's normalised request (``messages``, ``tools``). ``result_public``: the
+    result's ``to_public_dict()`` (``text``, ``tool_calls``, ``finish_reason``, ``usage``).
+    ``provider_kind``: the serving endpoint's provider kind, which sets the provenance.
+    """
+
+    job_id: Any
+    session_id: str
+    user_id: str
+    request: Mapping[str, Any]
+    served_endpoint_public_id: str
+    provider_kind: str
+    result_public: Mapping[str, Any]
+    experiment_key: str | None = None
+    variant_key: str | None = None
+
+
 def transcript_record_turn(
     *,
     job: Any,
@@ -41,29 +63,97 @@ def transcript_record_turn(
     experiment_key: str | None,
     variant_key: str | None,
 ) -> TranscriptTurn | None:
-    """Append the turn a finished job produced to its session's transcript.
+    """Append the turn a finished job produced to its session's transcript (one turn of
+    :func:`transcript_record_turns`).
 
     ``job``: the :class:`routing.models.CompletionJob` (``id``, ``session_id``, ``user_id``,
-    ``request`` with ``messages``/``tools``). ``result_public``: the result's
-    ``to_public_dict()`` (``text``, ``tool_calls``, ``finish_reason``, ``usage``); ``None``
-    (a failed job) records nothing. ``provider_kind``: the serving endpoint's provider kind,
-    which sets the provenance.
-
-    Everything stored is scanned for encrypted reasoning first and stripped if any is found
-    (counted in ``reasoning_removed``, logged without content; such a turn is never exported).
-    Idempotent per job: a second call for the same job returns the existing turn. Runs in the
-    caller's transaction (opens a savepoint-free atomic block of its own otherwise).
-    Returns the turn, or ``None`` when there was no result.
+    ``request`` with ``messages``/``tools``). ``result_public``: ``None`` (a failed job) records
+    nothing. Returns the turn (the existing one for a job already recorded), or ``None``.
     """
     if result_public is None:
         return None
-    existing = TranscriptTurn.objects.filter(job_id=job.id).first()
-    if existing is not None:
-        return existing
-    request = job.request or {}
+    turn = TurnInput(
+        job_id=job.id,
+        session_id=job.session_id,
+        user_id=job.user_id,
+        request=job.request or {},
+        served_endpoint_public_id=served_endpoint_public_id,
+        provider_kind=provider_kind,
+        result_public=result_public,
+        experiment_key=experiment_key,
+        variant_key=variant_key,
+    )
+    transcript_record_turns(turns=[turn])
+    return TranscriptTurn.objects.filter(job_id=job.id).first()
+
+
+def transcript_record_turns(*, turns: Sequence[TurnInput]) -> int:
+    """Append finished jobs' turns to their sessions' transcripts, in the given order.
+
+    Everything stored is scanned for encrypted reasoning first and stripped if any is found
+    (counted in ``reasoning_removed``, logged without content; such a turn is never exported).
+    Idempotent per job: a job that already has a turn is skipped, so replaying a batch changes
+    nothing. One transaction (the caller's, or its own); a fixed number of queries per batch: the
+    transcripts are created if missing and locked (in primary-key order, so concurrent batches
+    cannot deadlock), turns are numbered after each transcript's last one. Returns how many turns
+    were created.
+    """
+    turns = list(turns)
+    if not turns:
+        return 0
+    existing = {
+        str(j)
+        for j in TranscriptTurn.objects.filter(job_id__in=[t.job_id for t in turns]).values_list(
+            "job_id", flat=True
+        )
+    }
+    fresh: dict[str, TurnInput] = {}
+    for t in turns:
+        if str(t.job_id) not in existing:
+            fresh.setdefault(str(t.job_id), t)
+    if not fresh:
+        return 0
+    sessions = {t.session_id: t.user_id for t in fresh.values()}
+    cat = catalogue()
+    with transaction.atomic():
+        opted_out = opted_out_users({t.user_id for t in fresh.values()})
+        Transcript.objects.bulk_create(
+            [Transcript(session_id=s, user_id=u) for s, u in sessions.items()], ignore_conflicts=True
+        )
+        transcripts = {
+            t.session_id: t
+            for t in Transcript.objects.select_for_update()
+            .filter(session_id__in=list(sessions))
+            .order_by("pk")
+        }
+        last = dict(
+            TranscriptTurn.objects.filter(transcript__in=list(transcripts.values()))
+            .order_by()
+            .values_list("transcript_id")
+            .annotate(n=Max("number"))
+        )
+        rows = []
+        for t in fresh.values():
+            transcript = transcripts[t.session_id]
+            last[transcript.pk] = number = (last.get(transcript.pk) or 0) + 1
+            rows.append(
+                _turn_row(t, transcript=transcript, number=number, opted_out=t.user_id in opted_out, cat=cat)
+            )
+        TranscriptTurn.objects.bulk_create(rows)
+        Transcript.objects.filter(pk__in=[t.pk for t in transcripts.values()]).update(
+            updated_at=timezone.now()
+        )
+    return len(rows)
+
+
+def _turn_row(
+    t: TurnInput, *, transcript: Transcript, number: int, opted_out: bool, cat: Any
+) -> TranscriptTurn:
+    """The unsaved turn for ``t``: encrypted reasoning stripped, provenance and eligibility set."""
+    result_public = t.result_public
     stored = {
-        "input_messages": list(request.get("messages") or []),
-        "tools": list(request.get("tools") or []),
+        "input_messages": list(t.request.get("messages") or []),
+        "tools": list(t.request.get("tools") or []),
         "output_text": result_public.get("text") or "",
         "tool_calls": list(result_public.get("tool_calls") or []),
         "usage": dict(result_public.get("usage") or {}),
@@ -72,40 +162,31 @@ def transcript_record_turn(
     if removed:
         log.warning(
             "transcript turn of job %s: removed %d encrypted-reasoning carrier(s) before storing",
-            job.id,
+            t.job_id,
             removed,
         )
-    info = catalogue().get(served_endpoint_public_id)
-    provenance = provenance_for(provider_kind)
-    with transaction.atomic():
-        transcript, _ = Transcript.objects.get_or_create(
-            session_id=job.session_id, defaults={"user_id": job.user_id}
-        )
-        transcript = Transcript.objects.select_for_update().get(pk=transcript.pk)
-        number = transcript.turns.count() + 1
-        opted_out = TrainingOptOut.objects.filter(user_id=job.user_id).exists()
-        turn = TranscriptTurn.objects.create(
-            transcript=transcript,
-            number=number,
-            job_id=job.id,
-            user_id=job.user_id,
-            input_messages=clean["input_messages"],
-            tools=clean["tools"],
-            output_text=clean["output_text"],
-            tool_calls=clean["tool_calls"],
-            finish_reason=str(result_public.get("finish_reason") or "")[:20],
-            usage=clean["usage"],
-            served_model=served_endpoint_public_id,
-            model_version=info.version_label if info else "",
-            provider_kind=provider_kind,
-            provenance=provenance,
-            experiment_key=experiment_key or "",
-            variant_key=variant_key or "",
-            training_eligible=provenance == Provenance.NATIVE and not opted_out and not removed,
-            reasoning_removed=removed,
-        )
-        transcript.save(update_fields=["updated_at"])
-    return turn
+    info = cat.get(t.served_endpoint_public_id)
+    provenance = provenance_for(t.provider_kind)
+    return TranscriptTurn(
+        transcript=transcript,
+        number=number,
+        job_id=t.job_id,
+        user_id=t.user_id,
+        input_messages=clean["input_messages"],
+        tools=clean["tools"],
+        output_text=clean["output_text"],
+        tool_calls=clean["tool_calls"],
+        finish_reason=str(result_public.get("finish_reason") or "")[:20],
+        usage=clean["usage"],
+        served_model=t.served_endpoint_public_id,
+        model_version=info.version_label if info else "",
+        provider_kind=t.provider_kind,
+        provenance=provenance,
+        experiment_key=t.experiment_key or "",
+        variant_key=t.variant_key or "",
+        training_eligible=provenance == Provenance.NATIVE and not opted_out and not removed,
+        reasoning_removed=removed,
+    )
 
 
 @transaction.atomic
@@ -256,4 +337,5 @@ __all__ = [
     "training_opt_out",
     "training_records_ingest",
     "transcript_record_turn",
+    "transcript_record_turns",
 ]

@@ -66,6 +66,34 @@ def test_a_revoked_key_is_refused():
     assert client_for(raw).get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 401
 
 
+def test_a_cached_key_is_refused_once_revoked_after_the_configuration_refresh(
+    settings, django_capture_on_commit_callbacks
+):
+    settings.CONFIG_REFRESH_INTERVAL_S = 0  # check the configuration version on every request
+    key, raw = api_key_create(name="k", scopes=["completions"])
+    client = client_for(raw)
+    assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 404  # key now cached
+    with django_capture_on_commit_callbacks(execute=True):
+        api_key_revoke(key=key)
+    assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 401
+
+
+def test_a_scope_removed_in_the_admin_reaches_the_cached_key(
+    settings, admin_client, django_capture_on_commit_callbacks
+):
+    settings.CONFIG_REFRESH_INTERVAL_S = 0
+    key, raw = api_key_create(name="k", scopes=["completions", "events"])
+    client = client_for(raw)
+    assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 404
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            f"/admin/muse_experiments/apikey/{key.pk}/change/",
+            {"name": "k", "scopes": '["events"]', "rate_limit_per_minute": 6000, "owner": ""},
+        )
+    assert response.status_code == 302, response.content[:2000]
+    assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 403
+
+
 def test_a_key_over_its_rate_limit_gets_429_with_retry_after():
     _, raw = api_key_create(name="slow", scopes=["completions"], rate_limit_per_minute=3)
     client = client_for(raw)

@@ -1,0 +1,244 @@
+"""The records of a finished call as one JSON-able payload, and their idempotent bulk write.
+
+:func:`call_payload` turns what the router knows after serving a job (decision, candidate chain,
+outcome) into a plain dict: the job's final state (what the caller gets), the exposure, the call
+record with its attempts, and the transcript turn. :func:`records_write` writes a batch of such
+payloads in ONE transaction with a fixed number of queries; replaying a payload that was already
+written changes nothing (a job that has a call record is skipped), so a buffer can be drained at
+least once (:mod:`routing.writebehind`).
+
+Only ``CompletionResult.to_public_dict()`` enters a payload: encrypted reasoning never does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from muse_experiments.assignment.engine import Decision
+from muse_experiments.selectors import assignment_snapshot
+from muse_experiments.services import ExposureInput, exposures_record_many
+
+from .models import Attempt, CallRecord, CompletionJob, JobStatus
+from .planning import Candidate
+from .services import WORKER_LOST
+from .serving import ServeOutcome
+from .transcripts.services import TurnInput, transcript_record_turns
+
+log = logging.getLogger(__name__)
+
+_USAGE_FIELDS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
+
+
+def unit_id_for(decision: Decision, job: CompletionJob) -> str:
+    """The id that was hashed: the session or the user, per the experiment's unit type."""
+    if decision.experiment_id is None:
+        return ""
+    exp = next((e for e in assignment_snapshot().experiments if e.id == decision.experiment_id), None)
+    return job.user_id if exp is not None and exp.unit_type == "user" else job.session_id
+
+
+def job_final_state(
+    job: CompletionJob, decision: Decision, chain: list[Candidate], outcome: ServeOutcome
+) -> dict:
+    """The job's public final state: ``{status, result, error, finished_at}`` (ISO-8601 time).
+
+    ``result`` (succeeded jobs) is the public result plus served/assigned model, experiment,
+    variant, routing reason and the kill that moved the call (:func:`kill_in_result`); ``error`` (failed jobs) says why, at most 2,000 characters.
+    """
+    result = outcome.result
+    assigned = chain[0].endpoint.public_id if chain else ""
+    state: dict[str, Any] = {
+        "status": JobStatus.SUCCEEDED if result else JobStatus.FAILED,
+        "result": None,
+        "error": "",
+        "finished_at": timezone.now().isoformat(),
+    }
+    if result:
+        state["result"] = {
+            **result.to_public_dict(),
+            "served_model": outcome.served.public_id,
+            "assigned_model": assigned,
+            "experiment": decision.experiment_key,
+            "variant": decision.variant_key,
+            "reason": outcome.reason,
+            "kill": kill_in_result(decision, chain, outcome),
+        }
+    else:
+        state["error"] = (
+            f"{outcome.error_kind or 'no_endpoint'}: "
+            f"{outcome.error_message or 'no endpoint could serve this call'}"
+        )[:2000]
+    return state
+
+
+def call_payload(
+    job: CompletionJob, decision: Decision, chain: list[Candidate], outcome: ServeOutcome, final: Mapping
+) -> dict[str, Any]:
+    """Everything :func:`records_write` needs for one call, as JSON-able values.
+
+    ``final`` is :func:`job_final_state`. Keys: ``job`` (id, final state), ``exposure`` (or None
+    outside experiments), ``call`` (the CallRecord's fields), ``attempts`` and ``turn`` (or None
+    for a failed call).
+    """
+    result = outcome.result
+    usage = result.usage if result else None
+    unit_id = unit_id_for(decision, job)
+    job_id = str(job.id)
+    call = {
+        "session_id": job.session_id,
+        "user_id": job.user_id,
+        "subagent": job.subagent,
+        "experiment_id": decision.experiment_id,
+        "experiment_key": decision.experiment_key or "",
+        "phase": decision.phase,
+        "variant_key": decision.variant_key or "",
+        "unit_id": unit_id,
+        "assigned_endpoint": chain[0].endpoint.public_id if chain else "",
+        "served_endpoint": outcome.served.public_id if outcome.served else "",
+        "reason": outcome.reason,
+        "status": final["status"],
+        "error_kind": outcome.error_kind if not result else "",
+        "latency_ms": result.latency_ms if result else None,
+        **{f: getattr(usage, f) if usage else 0 for f in _USAGE_FIELDS},
+        "cost_usd": str(result.cost_usd) if result else "0",
+        "tool_calls": len(result.tool_calls) if result else 0,
+        "created_at": final["finished_at"],
+    }
+    exposure = None
+    if decision.in_experiment and outcome.reason not in NOT_ENROLLED:  # killed: no new enrolment
+        exposure = {
+            "experiment_id": decision.experiment_id,
+            "phase": decision.phase,
+            "unit_id": unit_id,
+            "variant_key": decision.variant_key,
+            "reason": decision.reason,
+        }
+    turn = None
+    if result:
+        turn = {
+            "session_id": job.session_id,
+            "user_id": job.user_id,
+            "request": job.request,
+            "served_endpoint_public_id": outcome.served.public_id,
+            "provider_kind": outcome.served.provider_kind,
+            "result_public": result.to_public_dict(),
+            "experiment_key": decision.experiment_key,
+            "variant_key": decision.variant_key,
+        }
+    return {
+        "job": {"id": job_id, **final},
+        "exposure": exposure,
+        "call": call,
+        "attempts": [
+            {
+                "endpoint": a.endpoint,
+                "outcome": a.outcome,
+                "status_code": a.status_code,
+                "latency_ms": a.latency_ms,
+                "upstream_request_id": a.upstream_request_id,
+                "backoff_ms": a.backoff_ms,
+                "retry_after_s": a.retry_after_s,
+            }
+            for a in outcome.attempts
+        ],
+        "turn": turn,
+    }
+
+
+def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
+    """Write a batch of :func:`call_payload` s in one transaction. Returns how many calls were new.
+
+    Idempotent: payloads whose job already has a call record (an earlier write of the same
+    payload) are skipped, and so are repeats within the batch and payloads whose job no longer
+    exists (logged). For each new call: the exposure
+    (first variant wins, :func:`muse_experiments.services.exposures_record_many`), the call record
+    and its attempts, the job's final state (unless another path already finished the job, except
+    a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn.
+    """
+    by_job = {p["job"]["id"]: p for p in payloads}
+    if not by_job:
+        return 0
+    with transaction.atomic():
+        done = {
+            str(j)
+            for j in CallRecord.objects.filter(job_id__in=list(by_job)).values_list("job_id", flat=True)
+        }
+        new = [p for j, p in by_job.items() if j not in done]
+        if not new:
+            return 0
+        exposures_record_many(
+            exposures=[ExposureInput(**p["exposure"]) for p in new if p["exposure"] is not None]
+        )
+        calls = CallRecord.objects.bulk_create(
+            [
+                CallRecord(
+                    job_id=p["job"]["id"],
+                    **{
+                        **p["call"],
+                        "cost_usd": Decimal(p["call"]["cost_usd"]),
+                        "created_at": datetime.fromisoformat(p["call"]["created_at"]),
+                    },
+                )
+                for p in new
+            ]
+        )
+        Attempt.objects.bulk_create(
+            Attempt(call=call, number=i, **a)
+            for call, p in zip(calls, new, strict=True)
+            for i, a in enumerate(p["attempts"], start=1)
+        )
+        _finish_jobs(new)
+        transcript_record_turns(
+            turns=[TurnInput(job_id=p["job"]["id"], **p["turn"]) for p in new if p["turn"] is not None]
+        )
+    return len(new)
+
+
+def _finish_jobs(payloads: Sequence[Mapping[str, Any]]) -> None:
+    """Store each job's final state unless it already finished (a ``worker_lost`` verdict excepted).
+
+    On PostgreSQL one ``UPDATE … FROM (VALUES …)`` for the batch (Django's ``bulk_update`` builds a
+    CASE expression per row and field, which cost more CPU than the rest of the drain); elsewhere
+    one ``UPDATE`` per job.
+    """
+    unfinished = Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(
+        status=JobStatus.FAILED, error=WORKER_LOST
+    )
+    states = [p["job"] for p in payloads]
+    if connection.vendor != "postgresql":
+        for state in states:
+            CompletionJob.objects.filter(unfinished, pk=state["id"]).update(
+                status=state["status"],
+                result=state["result"],
+                error=state["error"],
+                finished_at=datetime.fromisoformat(state["finished_at"]),
+            )
+        return
+    table = connection.ops.quote_name(CompletionJob._meta.db_table)
+    values = ", ".join(["(%s::uuid, %s, %s::jsonb, %s, %s::timestamptz)"] * len(states))
+    params: list[Any] = []
+    for state in states:
+        result = json.dumps(state["result"]) if state["result"] is not None else None
+        params += [state["id"], state["status"], result, state["error"], state["finished_at"]]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS j SET status = v.status, result = v.result, error = v.error, "
+            f"finished_at = v.finished_at FROM (VALUES {values}) AS v(id, status, result, error, finished_at) "
+            f"WHERE j.id = v.id AND (j.status IN (%s, %s) OR (j.status = %s AND j.error = %s))",
+            [*params, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, WORKER_LOST],
+        )

@@ -1,0 +1,176 @@
+"""Write-behind of call records through Redis: the caller's wait ends before the database write.
+
+With Redis (production), the worker that served a call does ONE Redis transaction (``MULTI``):
+
+1. ``XADD muse:records`` — the call's records (:func:`routing.records.call_payload`);
+2. ``SET muse:job:<id>:final`` + ``RPUSH muse:job:<id>:done`` — the job's final state, which wakes
+   the web request waiting for it (:mod:`routing.handoff`).
+
+Both or neither: once a caller can see the answer, the records are in Redis. A drainer
+(:func:`drain`) in every worker process reads the stream through the consumer group
+``drain`` (``XREADGROUP``), writes each batch in one transaction (:func:`routing.records.records_write`)
+and only then acknowledges and deletes the entries. A drainer that dies mid-batch leaves its
+entries pending; any drainer claims entries pending longer than :data:`STALE_MS`
+(``XAUTOCLAIM``) and writes them again — the write is idempotent, so a replay changes nothing.
+So a worker SIGKILLed after answering loses no record: the entries wait in Redis for the next
+drainer.
+
+Bound: a drainer blocks on the stream (``XREAD BLOCK``) and picks entries up as they arrive, in
+batches of up to ``RECORDS_DRAIN_BATCH``; records normally reach the database within one batch
+write of the answer (tens of ms), and within 5 s under load (``bench/bench_proxy.py`` prints the
+worst lag it saw). If every worker is down, records wait in Redis (Redis persistence decides
+their durability, as it does for queued tasks) and are written when a worker starts.
+
+Without Redis (the embedded default) there is nothing to write behind to: the worker writes the
+records in one transaction before answering (:mod:`routing.recording`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from .events import redis_client
+from .handoff import queue_final
+from .records import records_write
+
+log = logging.getLogger(__name__)
+
+STREAM = "muse:records"
+GROUP = "drain"
+#: Entries that could not be written even on their own (kept for inspection and replay).
+DEAD_LETTERS = "muse:records:dead"
+#: Entries pending this long (ms) belong to a dead drainer and are claimed by another.
+STALE_MS = 30_000
+
+
+def buffer_call(payload: Mapping[str, Any]) -> None:
+    """Buffer one call's records and publish its job's final state, atomically (``MULTI``)."""
+    job = payload["job"]
+    final = json.dumps(
+        {k: job[k] for k in ("status", "result", "error", "finished_at")}, separators=(",", ":")
+    )
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.xadd(STREAM, {"p": json.dumps(payload, separators=(",", ":")), "t": repr(time.time())})
+    queue_final(pipe, job["id"], final)
+    pipe.execute()
+
+
+def _consumer() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _ensure_group(client) -> None:
+    import redis
+
+    try:
+        client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
+    """Write one batch of buffered call records to the database. Returns how many entries it took.
+
+    Takes entries a dead drainer left pending for :data:`STALE_MS` first, else new ones (waiting
+    up to ``block_ms`` for the first to arrive; ``None`` = do not wait). Entries are acknowledged
+    and deleted only after their batch committed. Safe to run in many processes at once.
+    """
+    batch = batch or settings.RECORDS_DRAIN_BATCH
+    client = redis_client()
+    _ensure_group(client)
+    consumer = _consumer()
+    _, entries, _ = client.xautoclaim(
+        STREAM, GROUP, consumer, min_idle_time=STALE_MS, start_id="0", count=batch
+    )
+    entries = [e for e in entries if e and e[1]]
+    if not entries:
+        response = client.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=batch, block=block_ms)
+        entries = response[0][1] if response else []
+    if not entries:
+        return 0
+    payloads = [json.loads(fields[b"p"]) for _, fields in entries]
+    try:
+        records_write(payloads)
+    except Exception:  # one bad payload must not block the others: write one by one
+        log.exception("writing %d buffered call records failed; writing them one by one", len(payloads))
+        _write_one_by_one(client, entries)
+    ids = [entry_id for entry_id, _ in entries]
+    pipe = client.pipeline(transaction=False)
+    pipe.xack(STREAM, GROUP, *ids)
+    pipe.xdel(STREAM, *ids)
+    pipe.execute()
+    lag_s = time.time() - min(float(fields[b"t"]) for _, fields in entries)
+    _stats.note(len(entries), lag_s)
+    return len(entries)
+
+
+def _write_one_by_one(client, entries) -> None:
+    """Write each entry on its own; one that still fails goes to :data:`DEAD_LETTERS` (logged),
+    so it stays inspectable and replayable without blocking the buffer."""
+    for entry_id, fields in entries:
+        try:
+            records_write([json.loads(fields[b"p"])])
+        except Exception:
+            log.exception("call record entry %s moved to %s", entry_id, DEAD_LETTERS)
+            client.xadd(DEAD_LETTERS, {**fields, b"error_at": repr(time.time())})
+
+
+def pending() -> int:
+    """Entries buffered and not yet written (new or in a drainer's hands)."""
+    return int(redis_client().xlen(STREAM))
+
+
+class _Stats:
+    """Running figures of this process's drains (for benchmarks and logs)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries = 0
+        self.batches = 0
+        self.max_lag_s = 0.0
+
+    def note(self, n: int, lag_s: float) -> None:
+        with self.lock:
+            self.entries += n
+            self.batches += 1
+            self.max_lag_s = max(self.max_lag_s, lag_s)
+
+
+_stats = _Stats()
+
+
+class Drainer:
+    """One daemon thread per worker process that drains the buffer continuously."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="muse-records-drainer", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                drain(block_ms=1000)
+            except Exception:  # the drainer must outlive a database or Redis hiccup; entries stay pending
+                log.exception("draining call records failed; retrying")
+                close_old_connections()
+                time.sleep(1.0)
+
+
+drainer = Drainer()

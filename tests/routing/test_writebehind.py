@@ -1,0 +1,150 @@
+"""Write-behind of call records: buffered in Redis with the answer, drained into the same rows.
+
+Real Redis and PostgreSQL, the simulated upstreams over real HTTP. The drain is called here
+directly (in production every worker runs it continuously); a worker SIGKILLed after answering
+is covered with real processes in ``tests/test_worker_kill.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from muse_experiments.models import Exposure
+from routing import writebehind
+from routing.catalogue import avocado_id
+from routing.events import redis_client
+from routing.handoff import final_state
+from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
+from routing.records import records_write
+from routing.router import execute_job
+from routing.selectors import completion_job_current
+from routing.transcripts.models import TranscriptTurn
+from tests.factories import make_experiment, seed_catalogue
+from tests.routing.test_router import job
+
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def write_behind(redis_url, postgres, settings, upstreams):
+    settings.RECORDS_WRITE_BEHIND = True
+    client = redis_client()
+    client.delete(writebehind.STREAM, writebehind.DEAD_LETTERS)
+    seed_catalogue(upstreams.url)
+    make_experiment()  # control avocado v14, treatment avocado v15, 50/50
+    yield
+    client.delete(writebehind.STREAM, writebehind.DEAD_LETTERS)
+
+
+def drain_all() -> int:
+    total = 0
+    while n := writebehind.drain():
+        total += n
+    return total
+
+
+def buffered_entries() -> list[dict]:
+    return [json.loads(f[b"p"]) for _, f in redis_client().xrange(writebehind.STREAM)]
+
+
+def test_the_answer_is_handed_back_before_the_records_are_written_and_the_drain_writes_them_all():
+    j = job(session_id="s-1", user_id="u-1")
+    assert execute_job(job_id=str(j.id)) == JobStatus.SUCCEEDED
+
+    # answered: the final state is in Redis, the records are buffered, nothing is in the database yet
+    state = final_state(str(j.id))
+    assert state["status"] == "succeeded"
+    assert state["result"]["experiment"] == "exp"
+    assert CallRecord.objects.count() == 0 and TranscriptTurn.objects.count() == 0
+    stored = CompletionJob.objects.get(pk=j.id)
+    assert stored.status == JobStatus.RUNNING
+    assert completion_job_current(stored).result == state["result"]  # what GET /completions shows
+
+    assert drain_all() == 1
+    stored = CompletionJob.objects.get(pk=j.id)
+    assert (stored.status, stored.result) == (JobStatus.SUCCEEDED, state["result"])
+    call = CallRecord.objects.get(job=j)
+    assert (call.experiment_key, call.variant_key, call.unit_id) == ("exp", state["result"]["variant"], "s-1")
+    assert call.served_endpoint == state["result"]["served_model"]
+    assert call.created_at == stored.finished_at  # when the call finished, not when it was drained
+    assert [(a.number, a.outcome, a.status_code) for a in Attempt.objects.filter(call=call)] == [
+        (1, "ok", 200)
+    ]
+    exposure = Exposure.objects.get()
+    assert (exposure.unit_id, exposure.variant_key) == ("s-1", call.variant_key)
+    turn = TranscriptTurn.objects.get(job_id=j.id)
+    assert (turn.number, turn.output_text) == (1, state["result"]["text"])
+    assert not buffered_entries()
+
+
+def test_a_batch_of_calls_is_written_in_one_drain_with_turns_numbered_in_order():
+    jobs = [job(session_id="s-1", user_id="u-1") for _ in range(3)] + [job(session_id="s-2", user_id="u-2")]
+    for j in jobs:
+        execute_job(job_id=str(j.id))
+    assert len(buffered_entries()) == 4
+    assert writebehind.drain() == 4
+    turns = {
+        t.job_id: (t.transcript.session_id, t.number)
+        for t in TranscriptTurn.objects.select_related("transcript")
+    }
+    assert [turns[j.id] for j in jobs] == [("s-1", 1), ("s-1", 2), ("s-1", 3), ("s-2", 1)]
+    assert CallRecord.objects.count() == 4
+    assert Exposure.objects.count() == 2  # one per unit, first variant kept
+    assert CompletionJob.objects.filter(status=JobStatus.SUCCEEDED).count() == 4
+
+
+def test_entries_of_a_drainer_that_died_mid_batch_are_claimed_and_written_once(monkeypatch):
+    j = job(session_id="s-1", user_id="u-1")
+    execute_job(job_id=str(j.id))
+    client = redis_client()
+    writebehind._ensure_group(client)
+    # a drainer reads the entry, then dies before writing and acknowledging it
+    taken = client.xreadgroup(writebehind.GROUP, "dead-drainer", {writebehind.STREAM: ">"}, count=10)
+    assert len(taken[0][1]) == 1
+    assert writebehind.drain() == 0  # not stale yet: left to its owner
+    monkeypatch.setattr(writebehind, "STALE_MS", 0)
+    assert writebehind.drain() == 1
+    assert CallRecord.objects.filter(job=j).count() == 1
+    # replaying the same payload (e.g. the dead drainer had committed before dying) changes nothing
+    payload = json.loads(taken[0][1][0][1][b"p"])
+    assert records_write([payload]) == 0
+    assert (CallRecord.objects.count(), Attempt.objects.count(), Exposure.objects.count()) == (1, 1, 1)
+    assert TranscriptTurn.objects.count() == 1
+    assert client.xlen(writebehind.STREAM) == 0
+
+
+def test_an_entry_that_cannot_be_written_goes_to_dead_letters_without_blocking_the_others():
+    good, other = job(session_id="s-1", user_id="u-1"), job(session_id="s-2", user_id="u-2")
+    execute_job(job_id=str(good.id))
+    client = redis_client()
+    client.xadd(writebehind.STREAM, {"p": json.dumps({"job": {"id": str(other.id)}}), "t": "0"})  # malformed
+    assert writebehind.drain() == 2
+    assert CallRecord.objects.filter(job=good).count() == 1
+    assert client.xlen(writebehind.DEAD_LETTERS) == 1
+    assert client.xlen(writebehind.STREAM) == 0
+
+
+def test_records_of_a_job_that_no_longer_exists_are_dropped():
+    j = job(session_id="s-1", user_id="u-1")
+    execute_job(job_id=str(j.id))
+    CompletionJob.objects.filter(pk=j.id).delete()
+    assert writebehind.drain() == 1
+    assert CallRecord.objects.count() == 0 and TranscriptTurn.objects.count() == 0
+
+
+def test_a_failed_call_is_buffered_too_and_records_its_attempts(upstreams):
+    upstreams.set_scenario("avocado-v14", failure="bad_request")
+    upstreams.set_scenario("avocado-v15", failure="bad_request")
+    j = job(session_id="s-1", user_id="u-1")
+    assert execute_job(job_id=str(j.id)) == JobStatus.FAILED
+    assert final_state(str(j.id))["status"] == "failed"
+    drain_all()
+    stored = CompletionJob.objects.get(pk=j.id)
+    assert stored.status == JobStatus.FAILED and stored.error.startswith("ClientRequestError")
+    call = CallRecord.objects.get(job=j)
+    assert call.status == JobStatus.FAILED and call.error_kind == "ClientRequestError"
+    assert Exposure.objects.count() == 1  # intent-to-treat: exposed even though nothing served
+    assert TranscriptTurn.objects.count() == 0
+    assert call.assigned_endpoint in (avocado_id(14), avocado_id(15)) and call.served_endpoint == ""
