@@ -191,3 +191,25 @@ def celery_worker_process(upstreams):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def wait_for_records_written(timeout_s: float = 30.0) -> None:
+    """Wait until a worker's drainer has written every buffered call record to the database.
+
+    With Redis the records of a call reach the database after the answer (write-behind,
+    ``routing.writebehind``); tests that read them after a worker process answered wait here.
+    A no-op on the embedded default (records are written before answering there).
+    """
+    import time
+
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return
+    from routing import writebehind
+
+    deadline = time.monotonic() + timeout_s
+    while writebehind.pending():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"call records still buffered after {timeout_s:g}s")
+        time.sleep(0.05)

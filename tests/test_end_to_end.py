@@ -8,6 +8,7 @@ import pytest
 from muse_experiments.models import Exposure
 from routing.catalogue import avocado_id
 from routing.models import CallRecord
+from tests.conftest import wait_for_records_written
 from tests.factories import api_key, make_experiment, seed_catalogue
 
 ENDPOINTS = [avocado_id(14), "azure/muse-special", "anthropic/claude-sonnet-5-5"]
@@ -54,6 +55,7 @@ def test_completions_flow_through_the_api_a_real_worker_and_all_three_provider_k
             {"event_id": f"s-{i}-ok", "name": "task_success", "session_id": f"s-{i}", "value": float(i % 2)}
             for i in range(sessions)
         ]
+        wait_for_records_written()  # the call records reach the database just after the answers
         assert client.post("/api/v1/events", json={"events": events}).status_code == 201
         results = client.get("/api/v1/experiments/e2e/results", params={"refresh": "1"}).json()
 

@@ -21,6 +21,7 @@ from django.db import connection
 
 from muse_experiments import config_version
 from muse_experiments.models import ForcedAssignment
+from tests.conftest import wait_for_records_written
 from tests.factories import api_key, make_experiment, seed_catalogue
 from tests.routing.reasoning_session import issued_reasoning, secret_strings
 
@@ -150,6 +151,7 @@ def test_reasoning_reaches_the_upstream_on_later_turns_and_nowhere_else(
             assert ended.status_code == 200
             if settings.REDIS_URL:  # the worker's store is shared only through Redis
                 assert ended.json()["deleted_states"] == 3
+        wait_for_records_written()
         export = client.post("/api/v1/training/export", json={"dry_run": True}).text
 
     manifest = json.loads(export.splitlines()[-1])["manifest"]

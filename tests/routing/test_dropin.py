@@ -16,6 +16,7 @@ import pytest
 
 from routing.catalogue import AVOCADO_VERSIONS, avocado_id
 from routing.models import CallRecord, CompletionJob
+from tests.conftest import wait_for_records_written
 from tests.factories import api_key, make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -85,6 +86,7 @@ def test_openai_chat_completions_with_parallel_tool_calls_then_a_tool_result(pla
     assert second.choices[0].finish_reason == "stop"
     assert second.choices[0].message.content.startswith("avocado-v15 reply to: Paris")
 
+    wait_for_records_written()
     jobs = CompletionJob.objects.order_by("created_at")
     assert [(j.session_id, j.user_id, j.status) for j in jobs] == [("sess-1", "user-1", "succeeded")] * 2
     # the tool results reached the upstream as tool messages answering the two calls
@@ -123,6 +125,7 @@ def test_openai_chat_streaming_relays_text_and_separate_parallel_tool_calls(plat
         "tool_calls"
     ]
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    wait_for_records_written()
     job = CompletionJob.objects.get()
     assert job.stream and job.user_id == "u-stream" and job.status == "succeeded"
     assert [c["name"] for c in job.result["tool_calls"]] == ["weather", "clock"]
@@ -152,6 +155,7 @@ def test_openai_responses_pinned_to_azure_streams_and_returns_function_calls_wit
     calls = [o for o in response.output if o.type == "function_call"]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("weather", {"city": "Rome"})] * 2
     assert response.usage.output_tokens_details.reasoning_tokens == 12
+    wait_for_records_written()
     assert CallRecord.objects.get().reason == "forced"
 
     follow = [

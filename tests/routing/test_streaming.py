@@ -10,6 +10,7 @@ import pytest
 
 from routing.catalogue import AVOCADO_VERSIONS, avocado_id
 from routing.models import CompletionJob
+from tests.conftest import wait_for_records_written
 from tests.factories import api_key, make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -87,6 +88,7 @@ def test_streamed_parallel_tool_calls_arrive_as_separate_calls_and_end_with_the_
     assert (result["experiment"], result["variant"], result["reason"]) == ("stream-exp", "claude", "assigned")
     assert result["usage"]["output_tokens"] > 0 and float(result["cost_usd"]) > 0
     assert [c["id"] for c in result["tool_calls"]] == [calls[0]["id"], calls[1]["id"]]
+    wait_for_records_written()
     job = CompletionJob.objects.get(pk=done["id"])
     assert job.status == "succeeded" and job.result == result
     assert upstreams.call_count(model="claude-sonnet-5-5") == 1
@@ -101,6 +103,7 @@ def test_a_stream_that_breaks_after_content_ends_with_an_error_event_and_a_faile
         events = sse_events(r.read().decode())
     assert [n for n, _ in events][-1] == "error"
     assert sum(1 for n, _ in events if n == "text_delta") == 2
+    wait_for_records_written()
     job = CompletionJob.objects.get()
     assert job.status == "failed" and "after content" in job.error
     assert upstreams.call_count(model="claude-sonnet-5-5") == 1  # never restarted elsewhere
