@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from .events import redis_client
 from .handoff import queue_final
@@ -49,6 +49,8 @@ STREAM = "muse:records"
 GROUP = "drain"
 #: Entries that could not be written even on their own (kept for inspection and replay).
 DEAD_LETTERS = "muse:records:dead"
+#: Errors that say the database is unreachable, not that an entry is bad: the batch stays pending.
+DATABASE_DOWN = (OperationalError, InterfaceError)
 #: Entries pending this long (ms) belong to a dead drainer and are claimed by another.
 STALE_MS = 30_000
 
@@ -82,18 +84,25 @@ def _ensure_group(client) -> None:
 def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     """Write one batch of buffered call records to the database. Returns how many entries it took.
 
-    Takes entries a dead drainer left pending for :data:`STALE_MS` first, else new ones (waiting
-    up to ``block_ms`` for the first to arrive; ``None`` = do not wait). Entries are acknowledged
-    and deleted only after their batch committed. Safe to run in many processes at once.
+    Takes this drainer's own unacknowledged entries first (a batch that failed because the
+    database was unreachable), then entries a dead drainer left pending for :data:`STALE_MS`, else
+    new ones (waiting up to ``block_ms`` for the first to arrive; ``None`` = do not wait). Entries
+    are acknowledged and deleted only after their batch committed; an entry that cannot be
+    written even alone goes to :data:`DEAD_LETTERS`. Raises the database's error when it is
+    unreachable (the entries stay pending). Safe to run in many processes at once.
     """
     batch = batch or settings.RECORDS_DRAIN_BATCH
     client = redis_client()
     _ensure_group(client)
     consumer = _consumer()
-    _, entries, _ = client.xautoclaim(
-        STREAM, GROUP, consumer, min_idle_time=STALE_MS, start_id="0", count=batch
-    )
-    entries = [e for e in entries if e and e[1]]
+    # this drainer's own unacknowledged entries first (its last batch failed, e.g. database down)
+    own = client.xreadgroup(GROUP, consumer, {STREAM: "0"}, count=batch)
+    entries = [e for e in (own[0][1] if own else []) if e and e[1]]
+    if not entries:
+        _, claimed, _ = client.xautoclaim(
+            STREAM, GROUP, consumer, min_idle_time=STALE_MS, start_id="0", count=batch
+        )
+        entries = [e for e in claimed if e and e[1]]
     if not entries:
         response = client.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=batch, block=block_ms)
         entries = response[0][1] if response else []
@@ -102,6 +111,8 @@ def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     payloads = [json.loads(fields[b"p"]) for _, fields in entries]
     try:
         records_write(payloads)
+    except DATABASE_DOWN:  # keep them pending: this drainer takes them again first
+        raise
     except Exception:  # one bad payload must not block the others: write one by one
         log.exception("writing %d buffered call records failed; writing them one by one", len(payloads))
         _write_one_by_one(client, entries)
@@ -121,6 +132,8 @@ def _write_one_by_one(client, entries) -> None:
     for entry_id, fields in entries:
         try:
             records_write([json.loads(fields[b"p"])])
+        except DATABASE_DOWN:
+            raise
         except Exception:
             log.exception("call record entry %s moved to %s", entry_id, DEAD_LETTERS)
             client.xadd(DEAD_LETTERS, {**fields, b"error_at": repr(time.time())})
