@@ -27,7 +27,8 @@ from muse_experiments.assignment.engine import Decision
 from muse_experiments.selectors import assignment_snapshot
 from muse_experiments.services import ExposureInput, exposures_record_many
 
-from .models import Attempt, CallRecord, CompletionJob, JobStatus
+from .killswitch import kill_state
+from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
 from .planning import Candidate
 from .services import WORKER_LOST
 from .serving import ServeOutcome
@@ -50,6 +51,34 @@ def unit_id_for(decision: Decision, job: CompletionJob) -> str:
         return ""
     exp = next((e for e in assignment_snapshot().experiments if e.id == decision.experiment_id), None)
     return job.user_id if exp is not None and exp.unit_type == "user" else job.session_id
+
+
+#: Reasons under which a unit is not (newly) enrolled: no exposure, so no sticky write.
+NOT_ENROLLED = frozenset({RoutingReason.EXPERIMENT_KILLED, RoutingReason.VARIANT_KILLED})
+
+
+def kill_in_result(decision: Decision, chain: list[Candidate], outcome: ServeOutcome) -> dict | None:
+    """The kill that moved this call, as the job result states it (``{"scope", "target", "reason",
+    "since"}``), or ``None`` when no kill was involved."""
+    if outcome.reason not in KILL_REASONS:
+        return None
+    kills = kill_state()
+    kill = kills.enrolment_kill(
+        decision.experiment_key if decision.in_experiment else None, decision.variant_key
+    )
+    if kill is None and chain:
+        info = chain[0].endpoint
+        kill = kills.endpoint_kill(
+            public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
+        )
+    if kill is None:
+        return {
+            "scope": "",
+            "target": chain[0].endpoint.public_id if chain else "",
+            "reason": outcome.reason,
+            "since": None,
+        }
+    return kill.to_public_dict()
 
 
 def job_final_state(

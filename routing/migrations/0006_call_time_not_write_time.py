@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0004_kill_switch_plural'),
+        ('routing', '0005_kill_reasons_and_since'),
     ]
 
     operations = [
