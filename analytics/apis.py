@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from datetime import timedelta
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -19,7 +19,15 @@ from muse_experiments.api_base import FiniteFloatField, StrictSerializer, UnitId
 from muse_experiments.auth import HasScope
 from muse_experiments.models import Experiment
 
-from .events import EventInput, events_record
+from .events import (
+    MAX_CLOCK_SKEW,
+    MAX_EVENT_VALUE,
+    EventConflict,
+    EventInput,
+    earliest_event_time,
+    events_record,
+    yes_no_event_names,
+)
 from .models import ResultSnapshot, SnapshotTrigger
 from .result_schema import ResultsSnapshotSchema
 from .rollups import call_rollup_refresh
@@ -28,26 +36,77 @@ from .services import results_compute
 from .tasks import compute_results
 
 MAX_BATCH = 1000
-#: How far ahead of the server clock an event's timestamp may be.
-MAX_CLOCK_SKEW = timedelta(days=1)
+
+
+class EventValueField(FiniteFloatField):
+    """A JSON number (never a boolean or a string) with ``|value| <= MAX_EVENT_VALUE``."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise serializers.ValidationError("Must be a JSON number (not a string or a boolean).")
+        value = super().to_internal_value(data)
+        if abs(value) > MAX_EVENT_VALUE:
+            raise serializers.ValidationError(
+                f"Must be between -{MAX_EVENT_VALUE:g} and {MAX_EVENT_VALUE:g}."
+            )
+        return value
+
+
+class ZonedDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 time that states its zone (``Z`` or ``±hh:mm``); a zone-less time is ambiguous."""
+
+    def to_internal_value(self, value):
+        parsed = super().to_internal_value(value)
+        if isinstance(value, str) and not _has_zone(value):
+            raise serializers.ValidationError("Give a time zone, e.g. 2026-11-30T23:30:00Z or +01:00.")
+        return parsed
+
+
+def _has_zone(text: str) -> bool:
+    try:
+        parsed = parse_datetime(text.strip())
+    except ValueError:
+        return False
+    return parsed is not None and parsed.tzinfo is not None
 
 
 class EventSerializer(StrictSerializer):
-    event_id = serializers.CharField(max_length=200, help_text="Client-chosen id; re-posting it is a no-op.")
+    event_id = serializers.CharField(
+        max_length=200,
+        help_text="Client-chosen id, unique per API key: re-posting the same event is a no-op; the same "
+        "id with a different body is a 409.",
+    )
     name = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,100}$")
     session_id = UnitIdField(required=False, allow_blank=True, default="")
     user_id = UnitIdField(required=False, allow_blank=True, default="")
-    value = FiniteFloatField(required=False, default=1.0)
-    timestamp = serializers.DateTimeField(required=False, help_text="When it happened; at most 1 day ahead.")
+    value = EventValueField(
+        required=False,
+        default=1.0,
+        help_text=f"A number with |value| ≤ {MAX_EVENT_VALUE:g}; 0 or 1 for an event behind a yes/no metric.",
+    )
+    timestamp = ZonedDateTimeField(
+        required=False,
+        help_text="When it happened, with a zone; at most 5 minutes ahead of the server and not more "
+        "than 366 days before the earliest experiment. Default: when received.",
+    )
 
     def validate_timestamp(self, value):
-        if value > timezone.now() + MAX_CLOCK_SKEW:
+        now = timezone.now()
+        if value > now + MAX_CLOCK_SKEW:
             raise serializers.ValidationError("Timestamp is in the future.")
+        if value < self.context.get("earliest", earliest_event_time(now)):
+            raise serializers.ValidationError(
+                "Timestamp is too old: more than 366 days before the earliest experiment started."
+            )
         return value
 
     def validate(self, attrs):
         if not attrs["session_id"] and not attrs["user_id"]:
             raise serializers.ValidationError({"session_id": "Give a session_id or a user_id."})
+        if attrs["name"] in self.context.get("yes_no", ()) and attrs["value"] not in (0.0, 1.0):
+            raise serializers.ValidationError(
+                {"value": f"{attrs['name']} feeds a yes/no metric: the value must be 0 or 1."}
+            )
         return attrs
 
 
@@ -69,13 +128,23 @@ class EventsCreateApi(APIView):
 
     @extend_schema(
         request=InputSerializer,
-        responses={201: OutputSerializer, 400: OpenApiResponse(description="Field errors")},
+        responses={
+            201: OutputSerializer,
+            400: OpenApiResponse(description="Field errors"),
+            409: OpenApiResponse(description="An event_id already used by this key with a different body"),
+        },
     )
     def post(self, request):
         payload = request.data
         if isinstance(payload, dict) and "events" not in payload:
             payload = {"events": [payload]}
-        data = self.InputSerializer(data=payload)
+        rows = payload.get("events") if isinstance(payload, dict) else None
+        names = [r.get("name") for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+        context = {
+            "earliest": earliest_event_time(),
+            "yes_no": yes_no_event_names(n for n in names[: MAX_BATCH + 1] if isinstance(n, str)),
+        }
+        data = self.InputSerializer(data=payload, context=context)
         data.is_valid(raise_exception=True)
         now = timezone.now()
         events = [
@@ -86,12 +155,31 @@ class EventsCreateApi(APIView):
                 user_id=e["user_id"],
                 value=e["value"],
                 occurred_at=e.get("timestamp") or now,
+                body={
+                    "name": e["name"],
+                    "session_id": e["session_id"],
+                    "user_id": e["user_id"],
+                    "value": e["value"],
+                    "timestamp": e["timestamp"].isoformat() if e.get("timestamp") else None,
+                },
             )
             for e in data.validated_data["events"]
         ]
-        with transaction.atomic():
-            report = events_record(events=events)
+        try:
+            with transaction.atomic():
+                report = events_record(events=events, source=_source(request.user))
+        except EventConflict as exc:
+            return Response(
+                {"error": {"code": "event_id_conflict", "message": str(exc), "event_ids": exc.ids}},
+                status=status.HTTP_409_CONFLICT,
+            )
         return Response(self.OutputSerializer(report).data, status=status.HTTP_201_CREATED)
+
+
+def _source(user) -> str:
+    """Scope of event ids: the API key (``key:<prefix>``) or the staff user (``user:<name>``)."""
+    key = getattr(user, "key", None)
+    return f"key:{key.prefix}" if key is not None else f"user:{user.get_username()}"
 
 
 ANALYSIS_CHOICES = ("itt", "served")

@@ -22,10 +22,15 @@ event_name_validator = RegexValidator(r"^[A-Za-z0-9_.:-]{1,100}$", "Use the even
 class OutcomeEvent(models.Model):
     """An outcome for a unit (``task_success`` 0/1, ``rating`` 1–5, or a custom name).
 
-    ``event_id`` is the client's idempotency key: posting the same id twice stores one row.
+    ``event_id`` is the client's idempotency key, scoped by ``source`` (the API key that posted it,
+    ``key:<prefix>``, or ``user:<name>`` for a staff session): one source re-posting an id stores one
+    row, two sources never collide. ``body_sha256`` is the digest of the event as posted, so the same
+    id with a different body is recognised as a conflict rather than a duplicate.
     """
 
-    event_id = models.CharField(max_length=200, unique=True)
+    source = models.CharField(max_length=120, default="", blank=True)
+    event_id = models.CharField(max_length=200)
+    body_sha256 = models.CharField(max_length=64, blank=True, default="")
     name = models.CharField(max_length=100)
     session_id = models.CharField(max_length=200, blank=True, db_index=True)
     user_id = models.CharField(max_length=200, blank=True, db_index=True)
@@ -35,6 +40,7 @@ class OutcomeEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["name", "session_id"]), models.Index(fields=["name", "user_id"])]
+        constraints = [models.UniqueConstraint(fields=["source", "event_id"], name="one_event_id_per_source")]
 
     def __str__(self) -> str:
         return f"{self.name}={self.value} ({self.event_id})"

@@ -55,7 +55,9 @@ def test_a_bad_event_in_a_batch_stores_nothing(client):
     batch = {"events": [event(1), event(2, value="high")]}
     response = client.post("/api/v1/events", batch, format="json")
     assert response.status_code == 400
-    assert response.json()["error"]["fields"]["events"]["1"] == {"value": ["A valid number is required."]}
+    assert response.json()["error"]["fields"]["events"]["1"] == {
+        "value": ["Must be a JSON number (not a string or a boolean)."]
+    }
     assert OutcomeEvent.objects.count() == 0
 
 
@@ -64,3 +66,89 @@ def test_an_event_timestamp_far_in_the_future_is_a_field_error(client):
     assert response.status_code == 400
     assert response.json()["error"]["fields"]["events"]["0"] == {"timestamp": ["Timestamp is in the future."]}
     assert OutcomeEvent.objects.count() == 0
+
+
+# --------------------------------------------------------------------------- hostile input
+
+
+def keyed_client(scopes=("events",)):
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(list(scopes))}")
+    return c
+
+
+def test_event_ids_are_scoped_per_api_key():
+    a, b = keyed_client(), keyed_client()
+    assert a.post("/api/v1/events", event(1), format="json").json()["accepted"] == 1
+    response = b.post("/api/v1/events", event(1, session_id="other"), format="json")
+    assert response.status_code == 201 and response.json() == {
+        "accepted": 1,
+        "duplicates": 0,
+        "unknown_units": 1,
+    }
+    assert sorted(OutcomeEvent.objects.values_list("session_id", flat=True)) == ["other", "s-1"]
+
+
+def test_the_same_id_with_a_different_body_is_a_conflict_and_stores_nothing(client):
+    assert client.post("/api/v1/events", event(1), format="json").status_code == 201
+    assert client.post("/api/v1/events", event(1), format="json").json()["duplicates"] == 1  # same body
+    response = client.post("/api/v1/events", {"events": [event(2), event(1, value=0)]}, format="json")
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "event_id_conflict" and response.json()["error"][
+        "event_ids"
+    ] == ["e-1"]
+    assert list(OutcomeEvent.objects.values_list("event_id", "value")) == [("e-1", 1.0)]
+    response = client.post("/api/v1/events", {"events": [event(3), event(3, value=0)]}, format="json")
+    assert response.status_code == 409 and not OutcomeEvent.objects.filter(event_id="e-3").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (1e308, "Must be between -1e+09 and 1e+09."),
+        (1.2e29, "Must be between -1e+09 and 1e+09."),
+        (-1e10, "Must be between -1e+09 and 1e+09."),
+        (True, "Must be a JSON number (not a string or a boolean)."),
+        ("12", "Must be a JSON number (not a string or a boolean)."),
+        (None, "This field may not be null."),
+    ],
+)
+def test_values_out_of_bounds_or_of_the_wrong_type_are_refused(client, value, message):
+    response = client.post("/api/v1/events", event(1, name="tokens_saved", value=value), format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["events"]["0"] == {"value": [message]}
+    assert not OutcomeEvent.objects.exists()
+
+
+@pytest.mark.parametrize("value", [-5, 2, 0.5])
+def test_a_yes_no_metric_takes_only_0_or_1(client, value):
+    response = client.post("/api/v1/events", event(1, value=value), format="json")  # task_success: proportion
+    assert response.status_code == 400
+    assert "must be 0 or 1" in response.json()["error"]["fields"]["events"]["0"]["value"][0]
+    assert client.post("/api/v1/events", event(2, value=0), format="json").status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "message"),
+    [
+        ("1970-01-01T00:00:00Z", "Timestamp is too old"),
+        ("0001-01-01T00:00:00Z", "Timestamp is too old"),
+        ("2026-11-30T23:30:00", "Give a time zone"),
+    ],
+)
+def test_timestamps_need_a_zone_and_a_plausible_time(client, timestamp, message):
+    response = client.post("/api/v1/events", event(1, timestamp=timestamp), format="json")
+    assert response.status_code == 400
+    assert message in response.json()["error"]["fields"]["events"]["0"]["timestamp"][0]
+
+
+def test_a_timestamp_a_few_minutes_ahead_is_accepted_but_not_ten(client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    soon = (timezone.now() + timedelta(minutes=2)).isoformat()
+    later = (timezone.now() + timedelta(minutes=10)).isoformat()
+    assert client.post("/api/v1/events", event(1, timestamp=soon), format="json").status_code == 201
+    response = client.post("/api/v1/events", event(2, timestamp=later), format="json")
+    assert response.json()["error"]["fields"]["events"]["0"] == {"timestamp": ["Timestamp is in the future."]}

@@ -274,3 +274,24 @@ def test_a_metric_with_no_successes_in_one_arm_keeps_the_snapshot(three_arms):
     assert fast["relative_ci"] is None and fast["relative_p_value"] is None and fast["relative_lift"] == -1.0
     assert fast["bayesian"]["status"] in ("ok", "zero_width_interval")
     assert fast["p_value"] == pytest.approx(proportions_ztest([0, 10], [20, 20])[1], rel=1e-9)
+
+
+def test_values_at_the_accepted_bound_keep_the_metric_valid(three_arms):
+    """|value| ≤ 1e9 (the events API bound): sums and squares stay finite, the metric is analysed."""
+    from analytics.events import MAX_EVENT_VALUE
+
+    experiment = three_arms.experiment
+    experiment.primary_metric = "rating"
+    experiment.save(update_fields=["primary_metric"])
+    for i in range(10):
+        for variant in ("control", "fast"):
+            unit = f"{variant}-{i}"
+            three_arms.expose(unit, variant)
+            three_arms.call(unit, variant, latency_ms=100.0)
+            three_arms.event(unit, "rating", MAX_EVENT_VALUE * (1 if i % 2 else -1))
+            three_arms.event(unit, "rating", MAX_EVENT_VALUE)
+    snapshot = results_compute(experiment=experiment)
+    rating = _metric(snapshot.results, "rating")
+    assert rating["status"] == "ok", rating["reason"]
+    fast = _cmp(rating, "fast")
+    assert fast["status"] in ("ok", "constant_identical") and fast["control_n"] == 10
