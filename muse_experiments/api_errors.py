@@ -13,7 +13,7 @@ import logging
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from .api_base import RequestTooLarge
@@ -37,8 +37,6 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
         response["Retry-After"] = str(int(exc.wait) + 1)
     response.data = body
-    if response.status_code == status.HTTP_415_UNSUPPORTED_MEDIA_TYPE:
-        response.status_code = status.HTTP_400_BAD_REQUEST
     return response
 
 

@@ -8,6 +8,7 @@ shows only the *name* of each credential's environment variable, never a value.
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.utils.html import escape
 
 from muse_experiments.admin_base import ReadOnlyAdmin
 
@@ -85,8 +86,11 @@ class KillSwitchForm(forms.ModelForm):
         model = KillSwitch
         fields = ("scope", "target", "active", "reason")
         help_texts = {
-            "target": "Empty for all_external; provider key; endpoint public id; experiment key; "
-            "or <experiment key>/<variant key>.",
+            # The admin renders help text as HTML: escape it, or "<experiment key>" vanishes as a tag.
+            "target": escape(
+                "Empty for all_external; provider key; endpoint public id; experiment key; "
+                "or <experiment key>/<variant key>."
+            ),
             "reason": "Why (recorded in the audit log).",
         }
 

@@ -76,3 +76,12 @@ def test_experiment_list_and_detail_still_work(catalogue):
         1,
         [0.5, 0.5],
     )
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "application/xml"]
+)
+def test_an_unsupported_content_type_is_a_415(catalogue, content_type):
+    response = client().post(URL, data="session_id=s", content_type=content_type)
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"

@@ -461,3 +461,8 @@ def test_a_pinned_model_under_a_kill_fails_model_unavailable_naming_the_kill(cat
         "",
     )
     assert upstreams.call_count(model="muse-special") == 0
+
+
+def test_the_target_help_text_keeps_its_angle_brackets(catalogue, admin_client):
+    page = admin_client.get("/admin/routing/killswitch/add/").content.decode()
+    assert "&lt;experiment key&gt;/&lt;variant key&gt;" in page
