@@ -9,6 +9,8 @@ services' own rules, so invalid configurations come back as form errors.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -351,8 +353,23 @@ class ExperimentAdmin(admin.ModelAdmin):
             "form": form,
             "preview": preview,
             "sticky": {f"{e}:{p}": v for (e, p), v in preview.sticky.items()} if preview else {},
+            "model_labels": _preview_model_labels(preview),
         }
         return TemplateResponse(request, "admin/muse_experiments/experiment/preview.html", context)
+
+
+def _preview_model_labels(preview: Any) -> dict[str, str]:
+    """Version labels of the models a preview names (``routing``/``experiment`` → label)."""
+    if preview is None:
+        return {}
+    labels = selectors.model_labels()
+    out = {}
+    for name in ("routing", "experiment"):
+        decision = getattr(preview, name, None)
+        model = getattr(decision, "endpoint_id", None) if decision is not None else None
+        if model:
+            out[name] = labels.get(model, model)
+    return out
 
 
 @admin.register(Layer)

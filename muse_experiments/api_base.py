@@ -4,6 +4,7 @@ attributes field."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import math
 
@@ -138,3 +139,23 @@ class UnitIdField(serializers.CharField):
         if problem:
             raise serializers.ValidationError(problem)
         return value
+
+
+class DrainRefusedBodyMiddleware:
+    """After a 413, read and discard what is left of the request body (up to
+    :data:`DRAIN_MAX_BYTES`) so a kept-alive connection stays usable: otherwise the server can
+    take the body's unread tail for the next request and drop the connection, and the client's
+    next pooled request fails ("Server disconnected"). Django refuses an oversize
+    ``Content-Length`` without reading the body (``RequestDataTooBig``)."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.status_code == status.HTTP_413_REQUEST_ENTITY_TOO_LARGE:
+            stream = request.META.get("wsgi.input")
+            if stream is not None:
+                with contextlib.suppress(OSError, ValueError):  # the client went away: nothing to keep
+                    _drain(stream)
+        return response

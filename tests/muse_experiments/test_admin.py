@@ -325,6 +325,10 @@ def test_the_preview_page_shows_the_decision_and_why(admin_client, catalogue):
         url, {"session_id": "s-1", "user_id": "u-1", "attributes": '{"tier": "pro"}'}
     ).content.decode()
     assert "pv:assigned" in page
+    # the model by its version label, the id on hover
+    assert (
+        f'<span title="{V14}">avocado-v14</span>' in page or f'<span title="{V15}">avocado-v15</span>' in page
+    )
     page = admin_client.get(url, {"session_id": "s-1", "attributes": "[1]"}).content.decode()
     assert "Attributes must be a JSON object" in page
 
