@@ -16,7 +16,10 @@ class SrmSchema(serializers.Serializer):
     p_value = serializers.FloatField(allow_null=True, help_text="Chi-square p-value against the weights.")
     df = serializers.IntegerField()
     flagged = serializers.BooleanField(help_text="p < 0.001 or units in a zero-weight arm.")
-    status = serializers.CharField(help_text="ok | no_data | single_arm | units_in_zero_weight_arm")
+    status = serializers.CharField(
+        help_text="ok (not flagged) | mismatch (flagged, p < 0.001) | units_in_zero_weight_arm (flagged) | "
+        "no_data | single_arm"
+    )
     expected_counts = serializers.ListField(child=serializers.FloatField())
     reason = serializers.CharField(allow_null=True)
 
@@ -50,7 +53,9 @@ class MetricSchema(serializers.Serializer):
     variants = MetricVariantSchema(many=True)
     comparisons = serializers.ListField(
         child=serializers.DictField(),
-        help_text="Per treatment vs control: variant, lifts, CIs, p_value, p_holm, p_bh, cuped, "
+        help_text="Per treatment vs control: variant, lifts, CIs, p_value (absolute scale, matches "
+        "absolute_ci), relative_p_value (delta-method, matches relative_ci; null with relative_status "
+        "zero_width_interval / control_mean_zero / control_mean_near_zero), p_holm, p_bh, cuped, "
         "sequential, bayesian, verdict.",
     )
 
