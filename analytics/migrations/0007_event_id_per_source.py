@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('analytics', '0005_dashboard_rollups'),
+        ("analytics", "0006_rollup_day_span"),
     ]
 
     operations = [
