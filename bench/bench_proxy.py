@@ -48,6 +48,7 @@ from pathlib import Path
 from benchlib import (
     REPO,
     Processes,
+    bench_ports,
     ensure_venv,
     free_port,
     pct,
@@ -63,8 +64,10 @@ LABELS = {"direct": "direct SDK", "litellm": "LiteLLM proxy", "platform": "this 
 MODEL_ALIAS = "muse-default"
 UPSTREAM_MODEL = "avocado-v14"
 UPSTREAM_KEY = "sk-instant-upstream"
-#: Ports this harness binds (the bench developer's fixed range); a taken port is skipped.
-PORTS = range(18200, 18300)
+#: Ports this harness binds: ``BENCH_PORTS=18200-18299`` (your fixed range on a shared machine;
+#: a taken port is skipped), else ports the kernel picks. Two developers running the harness at
+#: once on one hard-coded range raced for the same port.
+PORTS = bench_ports(os.environ.get("BENCH_PORTS", ""))
 #: Process types of the Procfile not started unless ``$MUSE_FORMATION`` names them: scheduled
 #: work, off the request path.
 SKIP_PROCESSES = frozenset({"beat"})

@@ -80,6 +80,17 @@ def free_port(candidates: range | None = None) -> int:
     raise SystemExit(f"no free port in {candidates}")
 
 
+def bench_ports(text: str) -> range | None:
+    """``"18200-18299"`` → ``range(18200, 18300)``; empty → ``None`` (kernel-chosen ports).
+    Raises ``ValueError`` on anything else."""
+    if not text.strip():
+        return None
+    low, sep, high = text.partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit() or int(low) > int(high):
+        raise ValueError(f"BENCH_PORTS must look like 18200-18299, got {text!r}")
+    return range(int(low), int(high) + 1)
+
+
 def pct(values: list[float], q: float) -> float:
     """The ``q``-th percentile (0–100) of ``values`` by nearest rank on the sorted list."""
     ordered = sorted(values)

@@ -25,7 +25,7 @@ from bench_proxy import (
     render_table,
     schedule,
 )  # noqa: E402
-from benchlib import PROCFILE, pct, read_procfile, tree_cpu_s  # noqa: E402
+from benchlib import PROCFILE, bench_ports, pct, read_procfile, tree_cpu_s  # noqa: E402
 from instant_upstream import close_connections, serve  # noqa: E402
 
 
@@ -96,6 +96,13 @@ def test_cpu_time_of_a_process_tree_includes_its_reaped_children():
         parent.kill()
         parent.wait()
         parent.stdout.close()
+
+
+def test_the_port_range_comes_from_the_environment_or_the_kernel_picks():
+    assert bench_ports("18200-18299") == range(18200, 18300)
+    assert bench_ports("") is None
+    with pytest.raises(ValueError, match="18200-18299"):
+        bench_ports("18299-18200")
 
 
 def test_percentile_by_nearest_rank():
