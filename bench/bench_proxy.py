@@ -510,9 +510,9 @@ def main() -> int:
         print(
             f"\nFAILED requests: {failed}; first: {next(s.failures[0] for s in samples.values() if s.failures)}"
         )
-    env_prefix = "" if args.embedded else (
-        f"BENCH_DATABASE_URL={os.environ['BENCH_DATABASE_URL']} BENCH_REDIS_URL={os.environ['BENCH_REDIS_URL']} "
-    )  # fmt: skip
+    names = ("BENCH_PORTS", "MUSE_FORMATION", "WEB_CONCURRENCY")
+    names += () if args.embedded else ("BENCH_DATABASE_URL", "BENCH_REDIS_URL")
+    env_prefix = "".join(f"{n}={os.environ[n]} " for n in names if os.environ.get(n))
     print(f"\nreproduce: git checkout {git_revision().removesuffix('+dirty')} && {env_prefix}.venv/bin/python "
           f"bench/bench_proxy.py {' '.join(sys.argv[1:])}".rstrip())  # fmt: skip
     print(f"logs: {var / 'logs'}")
