@@ -9,6 +9,8 @@ name their numerator and denominator, which must come earlier in the list. Analy
 
 from __future__ import annotations
 
+from django.db import IntegrityError, transaction
+
 BUILTIN_METRICS: list[dict] = [
     # Per-call building blocks (also useful on their own: e.g. calls per session).
     {
@@ -158,6 +160,10 @@ def seed_builtin_metrics(metric_model) -> int:
             if part in fields:
                 fields[part] = by_name[fields[part]]
         if name not in by_name:
-            by_name[name] = metric_model.objects.create(name=name, is_builtin=True, **fields)
-            created += 1
+            try:
+                with transaction.atomic():  # a savepoint: a concurrent seeder may win the race
+                    by_name[name] = metric_model.objects.create(name=name, is_builtin=True, **fields)
+                created += 1
+            except IntegrityError:
+                by_name[name] = metric_model.objects.get(name=name)
     return created
