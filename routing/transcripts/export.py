@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from .gate import check_record
 from .models import Provenance, TrainingOptOut, TranscriptTurn
+from .selectors import turn_input_messages
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,13 @@ EXCLUSION_REASONS = ("external_provider", "opted_out", "contains_encrypted_reaso
 CHUNK = 500
 
 
-def turn_record(turn: TranscriptTurn) -> dict[str, Any]:
-    """The training record of one turn (see the module docstring for the shape)."""
+def turn_record(turn: TranscriptTurn, input_messages: list[Any] | None = None) -> dict[str, Any]:
+    """The training record of one turn (see the module docstring for the shape).
+
+    ``input_messages``: the turn's whole input if the caller already reassembled it, else it is
+    reassembled here (:func:`turn_input_messages`)."""
+    if input_messages is None:
+        input_messages = turn_input_messages(turn)
     return {
         "record_id": str(turn.id),
         "session_id": turn.transcript.session_id,
@@ -62,7 +68,7 @@ def turn_record(turn: TranscriptTurn) -> dict[str, Any]:
         "experiment": turn.experiment_key,
         "variant": turn.variant_key,
         "created_at": turn.created_at.isoformat(),
-        "input": {"messages": turn.input_messages, "tools": turn.tools},
+        "input": {"messages": input_messages, "tools": turn.tools},
         "output": {
             "text": turn.output_text,
             "tool_calls": turn.tool_calls,
@@ -70,6 +76,28 @@ def turn_record(turn: TranscriptTurn) -> dict[str, Any]:
         },
         "usage": turn.usage,
     }
+
+
+class _Histories:
+    """Whole inputs of the last exported turn of recently seen sessions (at most :data:`KEEP`),
+    so a session's turns, exported in order, are reassembled from the previous one instead of
+    from the database each time."""
+
+    KEEP = 256
+
+    def __init__(self) -> None:
+        self._last: dict[Any, tuple[int, list[Any]]] = {}
+
+    def input_of(self, turn: TranscriptTurn) -> list[Any]:
+        cached = self._last.pop(turn.transcript_id, None)
+        if cached and cached[0] == turn.number - 1 and turn.context_messages == len(cached[1]):
+            whole = cached[1] + list(turn.input_messages)
+        else:
+            whole = turn_input_messages(turn)
+        self._last[turn.transcript_id] = (turn.number, whole)
+        if len(self._last) > self.KEEP:
+            self._last.pop(next(iter(self._last)))
+        return whole
 
 
 class TrainingExport:
@@ -90,6 +118,7 @@ class TrainingExport:
         self.marked = 0
         self.complete = False
         self.committed = False
+        self._histories = _Histories()
 
     def queryset(self):
         qs = TranscriptTurn.objects.filter(exported_at__isnull=True)
@@ -121,7 +150,7 @@ class TrainingExport:
             reason = self._exclusion(turn)
             text = None
             if reason is None:
-                verdict, text = check_record(0, turn_record(turn))
+                verdict, text = check_record(0, turn_record(turn, self._histories.input_of(turn)))
                 if not verdict.accepted:  # defence in depth: the writer should have stripped it
                     reason = "contains_encrypted_reasoning"
                     log.error("transcript turn %s failed the export gate: %s", turn.id, verdict.detail)

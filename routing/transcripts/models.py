@@ -24,6 +24,9 @@ class Transcript(models.Model):
     user_id = models.CharField(max_length=200, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # The last turn's whole input, by size and digest, so the next turn stores only what is new.
+    last_input_count = models.PositiveIntegerField(default=0)
+    last_input_digest = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -35,9 +38,14 @@ class Transcript(models.Model):
 class TranscriptTurn(models.Model):
     """One served completion of a session.
 
-    * ``input_messages``/``tools``: what the model saw (the client's whole history for that call,
-      including tool results posted back); ``output_text``/``tool_calls``/``finish_reason``: the
-      public result. Tool results of earlier calls are the ``role: tool`` input messages.
+    * ``input_messages``: the messages NEW in this turn. What the model saw (the client's whole
+      history for that call, including tool results posted back) is the previous turn's whole
+      input followed by these when ``context_messages`` > 0 (it is the size of that previous
+      input), else these alone (first turn, or a client that rewrote its history):
+      :func:`routing.transcripts.selectors.turn_input_messages` reassembles it. So storage grows
+      with a session's length, not its square. ``tools``: the tools offered;
+      ``output_text``/``tool_calls``/``finish_reason``: the public result. Tool results of earlier
+      calls are the ``role: tool`` input messages.
     * ``served_model``: endpoint public id; ``model_version``: the catalogue's version label.
     * ``provenance``: native (Avocado) or external, from the serving endpoint's provider kind.
     * ``training_eligible``: native and the user not opted out (kept up to date by the opt-out
@@ -51,7 +59,10 @@ class TranscriptTurn(models.Model):
     number = models.PositiveIntegerField(help_text="1-based position in the session.")
     job_id = models.UUIDField(unique=True, help_text="The completion job this turn recorded.")
     user_id = models.CharField(max_length=200, db_index=True)
-    input_messages = models.JSONField(default=list)
+    input_messages = models.JSONField(default=list, help_text="Messages new in this turn.")
+    context_messages = models.PositiveIntegerField(
+        default=0, help_text="How many messages of the input are the previous turn's whole input."
+    )
     tools = models.JSONField(default=list)
     output_text = models.TextField(blank=True)
     tool_calls = models.JSONField(default=list)

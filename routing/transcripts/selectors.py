@@ -40,3 +40,25 @@ def transcript_for_session(session_id: str) -> Transcript | None:
 def gate_totals() -> dict[str, int]:
     """Running totals of the ingestion gate: ``accepted``, ``duplicate``, ``rejected:<reason>``."""
     return dict(GateCounter.objects.values_list("name", "count"))
+
+
+def turn_input_messages(turn: TranscriptTurn) -> list:
+    """The whole input of a turn, reassembled: the earlier turns' new messages back to the last
+    turn that started afresh (``context_messages`` 0), then this turn's (one query for turns
+    after the first). Raises ``ValueError`` if the stored chain is inconsistent."""
+    if not turn.context_messages:
+        return list(turn.input_messages)
+    parts = [turn.input_messages]
+    earlier = (
+        TranscriptTurn.objects.filter(transcript_id=turn.transcript_id, number__lt=turn.number)
+        .order_by("-number")
+        .values_list("context_messages", "input_messages")
+    )
+    for context, messages in earlier.iterator():
+        parts.append(messages)
+        if not context:
+            break
+    whole = [m for part in reversed(parts) for m in part]
+    if len(whole) != turn.context_messages + len(turn.input_messages):
+        raise ValueError(f"transcript turn {turn.pk}: stored history does not add up")
+    return whole

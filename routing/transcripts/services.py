@@ -11,6 +11,7 @@ Training export (which marks turns exported) is in :mod:`routing.transcripts.exp
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,16 +141,29 @@ def transcript_record_turns(*, turns: Sequence[TurnInput]) -> int:
                 _turn_row(t, transcript=transcript, number=number, opted_out=t.user_id in opted_out, cat=cat)
             )
         TranscriptTurn.objects.bulk_create(rows)
-        Transcript.objects.filter(pk__in=[t.pk for t in transcripts.values()]).update(
-            updated_at=timezone.now()
-        )
+        now = timezone.now()
+        for transcript in transcripts.values():
+            Transcript.objects.filter(pk=transcript.pk).update(
+                updated_at=now,
+                last_input_count=transcript.last_input_count,
+                last_input_digest=transcript.last_input_digest,
+            )
     return len(rows)
+
+
+def messages_digest(messages: Sequence[Any]) -> str:
+    """SHA-256 of a message list's canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(
+        json.dumps(list(messages), sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def _turn_row(
     t: TurnInput, *, transcript: Transcript, number: int, opted_out: bool, cat: Any
 ) -> TranscriptTurn:
-    """The unsaved turn for ``t``: encrypted reasoning stripped, provenance and eligibility set."""
+    """The unsaved turn for ``t``: encrypted reasoning stripped, provenance and eligibility set,
+    only the messages that are new since the transcript's last turn kept (``transcript``'s
+    ``last_input_*`` move on to this turn's whole input)."""
     result_public = t.result_public
     stored = {
         "input_messages": list(t.request.get("messages") or []),
@@ -167,12 +181,20 @@ def _turn_row(
         )
     info = cat.get(t.served_endpoint_public_id)
     provenance = provenance_for(t.provider_kind)
+    whole = clean["input_messages"]
+    context = transcript.last_input_count
+    if not (
+        context and len(whole) >= context and messages_digest(whole[:context]) == transcript.last_input_digest
+    ):
+        context = 0  # first turn, or the client rewrote its history: store it whole
+    transcript.last_input_count, transcript.last_input_digest = len(whole), messages_digest(whole)
     return TranscriptTurn(
         transcript=transcript,
         number=number,
         job_id=t.job_id,
         user_id=t.user_id,
-        input_messages=clean["input_messages"],
+        input_messages=whole[context:],
+        context_messages=context,
         tools=clean["tools"],
         output_text=clean["output_text"],
         tool_calls=clean["tool_calls"],
