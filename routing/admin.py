@@ -117,10 +117,10 @@ class KillSwitchForm(forms.ModelForm):
 @admin.register(KillSwitch)
 class KillSwitchAdmin(admin.ModelAdmin):
     form = KillSwitchForm
-    list_display = ("scope", "target", "active", "reason", "updated_by", "updated_at")
+    list_display = ("scope", "target", "active", "active_since", "reason", "updated_by", "updated_at")
     list_filter = ("scope", "active")
     search_fields = ("target", "reason", "updated_by")
-    readonly_fields = ("updated_by", "updated_at", "created_at")
+    readonly_fields = ("active_since", "updated_by", "updated_at", "created_at")
 
     def get_readonly_fields(self, request, obj=None):
         # Scope and target identify a switch; to switch something else, add a new one.
