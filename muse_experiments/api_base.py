@@ -155,7 +155,14 @@ class DrainRefusedBodyMiddleware:
         response = self.get_response(request)
         if response.status_code == status.HTTP_413_REQUEST_ENTITY_TOO_LARGE:
             stream = request.META.get("wsgi.input")
-            if stream is not None:
+            try:
+                declared = int(request.META.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                declared = 0
+            if stream is not None and declared <= DRAIN_MAX_BYTES:
                 with contextlib.suppress(OSError, ValueError):  # the client went away: nothing to keep
-                    _drain(stream)
+                    if declared:
+                        stream.read()  # the rest of a declared body (the server bounds it by its length)
+                    else:
+                        _drain(stream)  # chunked: in bounded pieces
         return response
