@@ -50,6 +50,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import socket
 import struct
 import sys
@@ -152,6 +153,16 @@ class Scenario:
     ``stream_error_after`` is the number of content deltas sent before ``stream_error`` /
     ``stream_reset``; ``stream_error_kind`` selects ``"error"`` or ``"response.failed"`` for
     the Responses API.
+
+    Scripted wire bytes: ``wire`` replaces the rendered answer of a *streamed* request with
+    exact frames, each ``{"data": "<text sent verbatim>", "delay_ms": N}`` (N ms slept before
+    the frame), or ``{"json": {...}, "event": "<name>"}`` (rendered as one SSE frame; ``event``
+    optional). ``wire_body`` (a JSON value, or ``{"raw": "<text>"}``) replaces the body of a
+    non-streamed answer, sent with status ``wire_status`` after ``latency_ms``. With
+    ``wire_first_n > 0`` only the first N calls are scripted, later ones render normally.
+    Authentication, model checks and ``failure`` still apply first. The recorded call notes
+    ``frames_sent`` and, when the client closed the connection before the end,
+    ``client_closed_at`` (``time.time()``, checked every 20 ms while a frame's delay runs).
     """
 
     latency_ms: int = 0
@@ -177,8 +188,15 @@ class Scenario:
     retry_after_header: str = "retry-after"
     stream_error_after: int = 2
     stream_error_kind: str = "error"
+    wire: list[dict[str, Any]] | None = None
+    wire_body: Any = None
+    wire_status: int = 200
+    wire_first_n: int = 0
 
     def __post_init__(self) -> None:
+        for frame in self.wire or ():
+            if not isinstance(frame, dict) or ("data" in frame) == ("json" in frame):
+                raise ValueError("each wire frame needs exactly one of 'data' or 'json'")
         if self.failure is not None and self.failure not in FAILURES:
             raise ValueError(f"unknown failure {self.failure!r}; expected one of {sorted(FAILURES)}")
         if self.retry_after_header not in ("retry-after", "retry-after-ms", "anthropic-reset"):
@@ -572,6 +590,8 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
             # The client went away (e.g. its read timeout fired while we slept).
             self.close_connection = True
+            if self._call is not None and "client_closed_at" not in self._call:
+                self._upd(client_closed_at=time.time())
 
     def _send_json(
         self, status: int, payload: Any, headers: Mapping[str, str] | None = None, raw: bytes | None = None
@@ -848,8 +868,10 @@ class _Handler(BaseHTTPRequestHandler):
                     self._error(flavour, 400, "invalid_request_error", bad, "invalid_encrypted_content")
                 return
 
-        plan = self._plan(api, model, body, sc)
         stream = bool(body.get("stream"))
+        if self._scripted(sc, attempt, stream, flavour):
+            return
+        plan = self._plan(api, model, body, sc)
         self._upd(status=200)
         self._upd(outcome=failure or "ok")
         if api == "chat_completions":
@@ -858,6 +880,51 @@ class _Handler(BaseHTTPRequestHandler):
             _ResponsesRenderer(self, plan, body, failure).respond(stream)
         else:
             _MessagesRenderer(self, plan, body, failure).respond(stream)
+
+    def _scripted(self, sc: Scenario, attempt: int, stream: bool, flavour: str | None) -> bool:
+        """Send the scenario's scripted wire bytes; True if the request has been answered."""
+        if sc.wire_first_n > 0 and attempt > sc.wire_first_n:
+            return False
+        if stream and sc.wire is not None:
+            self._upd(status=200, outcome="scripted", frames_sent=0)
+            self._start_stream(self._request_id_headers(flavour))
+            for n, frame in enumerate(sc.wire, start=1):
+                if not self._wait_or_closed(float(frame.get("delay_ms") or 0)):
+                    self._upd(client_closed_at=time.time())
+                    raise _Abort
+                self._chunk(
+                    frame["data"].encode() if "data" in frame else _sse(frame["json"], frame.get("event"))
+                )
+                self._upd(frames_sent=n)
+            self._end_stream()
+            self._upd(finished_at=time.time())
+            return True
+        if not stream and sc.wire_body is not None:
+            self._upd(status=sc.wire_status, outcome="scripted")
+            raw = sc.wire_body.get("raw") if isinstance(sc.wire_body, dict) else None
+            body = raw.encode() if isinstance(raw, str) else json.dumps(sc.wire_body).encode()
+            self._send_json(sc.wire_status, None, self._request_id_headers(flavour), raw=body)
+            return True
+        return False
+
+    def _wait_or_closed(self, ms: float) -> bool:
+        """Sleep ``ms`` ms, watching the client socket; False if the client closed it (or stopping)."""
+        deadline = time.monotonic() + ms / 1000.0
+        while True:
+            if self._peer_closed():
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            if self.fake._stop.wait(min(left, 0.02)):
+                return False
+
+    def _peer_closed(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def _fail_before_body(self, flavour: str | None, failure: str, sc: Scenario) -> bool:
         """Emit a pre-body failure; returns True if the request has been answered."""

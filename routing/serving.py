@@ -196,6 +196,8 @@ def serve_stream(
             try:
                 for event in attempt_stream(candidate, call_request, session_id=session_id):
                     if event.kind in ("text_delta", "tool_call_delta"):
+                        if not sent:  # the answer's first delta: name the model that serves it
+                            yield {"type": "served", "model": info.public_id}
                         sent = True
                         yield event.to_public_dict()
                     elif event.kind == "done":

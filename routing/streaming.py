@@ -18,6 +18,8 @@ README): same routing, recording and events; the worker is not involved.
 Events (dicts; the SSE ``event`` name is ``type``):
 
 * ``{"type": "job", "id", "status"}`` — first, once the job exists (added by the API view);
+* ``{"type": "served", "model"}`` — the endpoint that serves the answer, right before its first
+  delta (drop-ins report it as ``model`` in every chunk, as their non-streamed replies do);
 * ``{"type": "text_delta", "text"}``;
 * ``{"type": "tool_call_delta", "index", "id", "name", "arguments_delta"}`` — parallel tool calls
   arrive as separate ``index`` values; ``id``/``name`` come on a call's first fragment;

@@ -39,6 +39,7 @@ from .common import (
     as_object,
     as_str,
     check_known,
+    contiguous_tool_calls,
     finished_job,
     muse_headers,
     parse_arguments,
@@ -212,13 +213,9 @@ def _ev(model) -> bytes:
 
 
 def message_frames(events: Iterator[dict], *, job: CompletionJob, model: str) -> Iterator[bytes]:
-    """Our events → the Messages streaming event sequence (one content block open at a time)."""
-    start = Message(
-        id=f"msg_{job.id.hex}", type="message", role="assistant", model=model, content=[],
-        stop_reason=None, stop_sequence=None, usage={"input_tokens": 0, "output_tokens": 0},
-    )  # fmt: skip
-    yield _ev(RawMessageStartEvent(type="message_start", message=start))
-    yield sse("ping", {"type": "ping"})
+    """Our events → the Messages streaming event sequence (one content block open at a time).
+
+    ``message_start`` waits for the first event so that it names the served model."""
     index = -1
     open_kind: str | None = None
     open_call: int | None = None
@@ -229,8 +226,22 @@ def message_frames(events: Iterator[dict], *, job: CompletionJob, model: str) ->
             yield _ev(RawContentBlockStopEvent(type="content_block_stop", index=index))
             open_kind = None
 
-    for event in events:
+    started = False
+    for event in contiguous_tool_calls(events):
         kind = event["type"]
+        if kind == "served":  # the model that serves this answer (sent before its first delta)
+            model = event["model"]
+            continue
+        if not started:
+            started = True
+            if kind == "done":
+                model = (event.get("result") or {}).get("served_model") or model
+            start = Message(
+                id=f"msg_{job.id.hex}", type="message", role="assistant", model=model, content=[],
+                stop_reason=None, stop_sequence=None, usage={"input_tokens": 0, "output_tokens": 0},
+            )  # fmt: skip
+            yield _ev(RawMessageStartEvent(type="message_start", message=start))
+            yield sse("ping", {"type": "ping"})
         if kind == "text_delta":
             if open_kind != "text":
                 yield from close()

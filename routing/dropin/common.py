@@ -235,6 +235,55 @@ def stream_frames(
         yield frame
 
 
+def contiguous_tool_calls(events: Iterator[dict]) -> Iterator[dict]:
+    """Our events with every tool call's fragments made contiguous, for formats that stream one
+    output item (Responses) or content block (Messages) at a time.
+
+    Upstreams may interleave parallel tool calls (Chat Completions fragments carry an ``index``:
+    ``{"city":`` for 0, ``{"city":`` for 1, ``"Paris"}`` for 0 …). The first tool call seen streams
+    live; fragments of any other call — and text that arrives once a tool call has begun — are
+    held back and released when the stream finishes, each call as one ``tool_call_delta`` that
+    carries its id, name and whole arguments. Calls are keyed by ``index``; a call's ``id`` and
+    ``name`` are the first non-empty ones seen. A stream that fails (``error``) drops what was
+    held back: those calls were never complete.
+    """
+    live: int | None = None
+    held: dict[int, dict[str, Any]] = {}
+    held_text: list[str] = []
+    for event in events:
+        kind = event.get("type")
+        if kind == "tool_call_delta":
+            index = event["index"]
+            if live is None:
+                live = index
+            if index == live:
+                yield event
+                continue
+            call = held.setdefault(index, {"id": None, "name": None, "arguments": []})
+            call["id"] = call["id"] or event.get("id")
+            call["name"] = call["name"] or event.get("name")
+            call["arguments"].append(event.get("arguments_delta") or "")
+        elif kind == "text_delta" and live is not None:
+            held_text.append(event["text"])
+        elif kind == "done":
+            for index, call in sorted(held.items()):
+                yield {
+                    "type": "tool_call_delta",
+                    "index": index,
+                    "id": call["id"],
+                    "name": call["name"],
+                    "arguments_delta": "".join(call["arguments"]),
+                }
+            if held_text:
+                yield {"type": "text_delta", "text": "".join(held_text)}
+            yield event
+            return
+        else:
+            yield event
+            if kind == "error":
+                return
+
+
 def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:
     """Token counts of a job result (normalised: input includes cache reads and writes)."""
     u = (result or {}).get("usage") or {}

@@ -31,6 +31,7 @@ from .common import (
     as_object,
     as_str,
     check_known,
+    contiguous_tool_calls,
     finished_job,
     muse_headers,
     parse_arguments,
@@ -224,10 +225,18 @@ def chat_chunks(
         )
         return sse(None, body.model_dump(mode="json", exclude_none=True))
 
-    yield chunk({"role": "assistant", "content": ""})
     saw_tools = False
+    started = False
     for event in events:
         kind = event["type"]
+        if kind == "served":  # the model that serves this answer (sent before its first delta)
+            base["model"] = event["model"]
+            continue
+        if not started:
+            started = True
+            if kind == "done":
+                base["model"] = (event.get("result") or {}).get("served_model") or base["model"]
+            yield chunk({"role": "assistant", "content": ""})
         if kind == "text_delta":
             yield chunk({"content": event["text"]})
         elif kind == "tool_call_delta":
@@ -249,11 +258,10 @@ def chat_chunks(
                 if saw_tools or r.get("tool_calls")
                 else CHAT_FINISH.get(r.get("finish_reason"), "stop")
             )
+            base["model"] = r.get("served_model") or base["model"]
             yield chunk({}, finish)
             if include_usage:
-                body = ChatCompletionChunk(
-                    **{**base, "model": r.get("served_model") or model}, choices=[], usage=chat_usage(r)
-                )
+                body = ChatCompletionChunk(**base, choices=[], usage=chat_usage(r))
                 yield sse(None, body.model_dump(mode="json", exclude_none=True))
             break
         elif kind == "error":
@@ -534,10 +542,18 @@ class _ResponsesStream:
         self.items.append(item)
 
     def frames(self, events: Iterator[dict]) -> Iterator[bytes]:
-        yield self.ev("response.created", response=self.response("in_progress", []))
-        yield self.ev("response.in_progress", response=self.response("in_progress", []))
-        for event in events:
+        started = False
+        for event in contiguous_tool_calls(events):
             kind = event["type"]
+            if kind == "served":  # the model that serves this answer (sent before its first delta)
+                self.model = event["model"]
+                continue
+            if not started:
+                started = True
+                if kind == "done":
+                    self.model = (event.get("result") or {}).get("served_model") or self.model
+                yield self.ev("response.created", response=self.response("in_progress", []))
+                yield self.ev("response.in_progress", response=self.response("in_progress", []))
             idx = len(self.items)
             if kind == "text_delta":
                 if self.open is None or self.open["type"] != "message":

@@ -22,7 +22,9 @@ and are replayed unmodified, in order, at the start of the assistant turn they c
 no thinking to replay is sent without ``thinking`` (:func:`_tool_loop_without_thinking`).
 
 Usage: Anthropic ``input_tokens`` EXCLUDES ``cache_read_input_tokens`` and
-``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum.
+``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum. In a stream,
+``message_start`` and ``message_delta`` each carry a cumulative snapshot, and ``message_delta`` may
+leave the cache fields out: snapshots are merged field by field (``merge_usage``), never summed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from routing.providers.base import (
     parse_arguments,
     sdk_clients,
     usable_reasoning_state,
+    usage_dict,
 )
 from routing.providers.errors import BadResponse
 from routing.providers.types import (
@@ -53,6 +56,7 @@ from routing.providers.types import (
     ToolCallDelta,
     Usage,
     compute_cost_usd,
+    merge_usage,
 )
 
 DEFAULT_MAX_TOKENS = 4096
@@ -154,15 +158,17 @@ def build_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[s
     return kwargs
 
 
-def anthropic_usage(usage: Any, output_tokens: int | None = None) -> Usage:
-    if usage is None:
+def anthropic_usage(usage: Any) -> Usage:
+    """Normalised :class:`Usage` from an Anthropic usage object or (merged) dict."""
+    raw = usage_dict(usage)
+    if not raw:
         return Usage()
-    raw_in = getattr(usage, "input_tokens", None) or 0
-    read = getattr(usage, "cache_read_input_tokens", None) or 0
-    write = getattr(usage, "cache_creation_input_tokens", None) or 0
-    out = output_tokens if output_tokens is not None else (getattr(usage, "output_tokens", None) or 0)
-    details = getattr(usage, "output_tokens_details", None)
-    thinking = (getattr(details, "thinking_tokens", None) or 0) if details is not None else 0
+    raw_in = raw.get("input_tokens") or 0
+    read = raw.get("cache_read_input_tokens") or 0
+    write = raw.get("cache_creation_input_tokens") or 0
+    out = raw.get("output_tokens") or 0
+    details = raw.get("output_tokens_details")
+    thinking = (details.get("thinking_tokens") or 0) if isinstance(details, dict) else 0
     return Usage(
         input_tokens=raw_in + read + write,
         cached_input_tokens=read,
@@ -250,15 +256,15 @@ class AnthropicMessagesClient(ProviderClient):
         progress.request_id = stream.response.headers.get("request-id")
         blocks: dict[int, dict[str, Any]] = {}  # content index -> accumulating block
         tool_index: dict[int, int] = {}  # content index -> tool call index
-        start_usage = None
-        delta_usage = None
+        raw_usage: dict[str, Any] = {}  # snapshots merged field by field (merge_usage)
         stop_reason = None
         stopped = False
         with stream:
             for event in stream:
                 etype = getattr(event, "type", None)
                 if etype == "message_start":
-                    start_usage = event.message.usage
+                    raw_usage = merge_usage(raw_usage, usage_dict(event.message.usage))
+                    progress.usage = anthropic_usage(raw_usage)
                 elif etype == "content_block_start":
                     cb = event.content_block
                     btype = getattr(cb, "type", None)
@@ -299,7 +305,8 @@ class AnthropicMessagesClient(ProviderClient):
                         block["signature"] += d.signature
                 elif etype == "message_delta":
                     stop_reason = event.delta.stop_reason or stop_reason
-                    delta_usage = event.usage
+                    raw_usage = merge_usage(raw_usage, usage_dict(event.usage))
+                    progress.usage = anthropic_usage(raw_usage)
                 elif etype == "message_stop":
                     stopped = True
         if not stopped:
@@ -318,12 +325,8 @@ class AnthropicMessagesClient(ProviderClient):
                         id=block["id"], name=block["name"], arguments=parse_arguments("".join(block["json"]))
                     )
                 )
-        # message_delta.usage carries the cumulative output tokens (and may repeat input/cache).
-        usage_src = start_usage
-        out_tokens = getattr(delta_usage, "output_tokens", None) if delta_usage is not None else None
-        if delta_usage is not None and getattr(delta_usage, "input_tokens", None) is not None:
-            usage_src = delta_usage
-        usage = anthropic_usage(usage_src, output_tokens=out_tokens)
+        # message_delta.usage is cumulative and may leave fields out: merged, never summed.
+        usage = anthropic_usage(raw_usage)
         result = _result(
             endpoint,
             text="".join(text),

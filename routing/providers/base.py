@@ -46,6 +46,7 @@ from routing.providers.types import (
     EndpointConfig,
     ReasoningState,
     StreamEvent,
+    Usage,
     assistant_turn_digest,
     conversation_digests,
 )
@@ -134,14 +135,20 @@ class ProviderClient:
             raise map_exception(exc, endpoint) from None
         return bind_reasoning(result, request).with_latency((time.monotonic() - start) * 1000.0)
 
-    def stream(self, endpoint: EndpointConfig, request: CompletionRequest) -> Iterator[StreamEvent]:
+    def stream(self, endpoint: EndpointConfig, request: CompletionRequest) -> ProviderStream:
         """Stream a completion: text/tool-call deltas, then one ``done`` event.
 
         Failures before any delta are raised (mapped); failures after content yield an
-        ``error`` event carrying :class:`StreamFailed` (``after_content=True``) and end.
+        ``error`` event carrying :class:`StreamFailed` (``after_content=True``) and end. Either
+        way the error's ``usage`` holds the tokens the attempt had cost so far. The returned
+        :class:`ProviderStream` can be closed early (client gone): :meth:`ProviderStream.close`
+        closes the upstream HTTP response, and :meth:`ProviderStream.usage_so_far` tells what
+        the abandoned attempt cost.
         """
         self._check(endpoint)
-        return self._guarded_stream(endpoint, request)
+        progress = _StreamProgress(start=time.monotonic())
+        progress.estimated_input_tokens = estimate_input_tokens(request)
+        return ProviderStream(self._guarded_stream(endpoint, request, progress), progress)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -152,14 +159,16 @@ class ProviderClient:
                 f"(endpoint {endpoint.public_id})"
             )
 
-    def _guarded_stream(self, endpoint: EndpointConfig, request: CompletionRequest) -> Iterator[StreamEvent]:
-        state = _StreamProgress(start=time.monotonic())
+    def _guarded_stream(
+        self, endpoint: EndpointConfig, request: CompletionRequest, state: _StreamProgress
+    ) -> Iterator[StreamEvent]:
         try:
             for event in self._stream(endpoint, request, state):
                 if event.kind in ("text_delta", "tool_call_delta"):
                     if state.first_token_at is None:
                         state.first_token_at = time.monotonic()
                     state.content_sent = True
+                    state.content_deltas += 1
                 elif event.kind == "done" and event.result is not None:
                     event = replace(event, result=bind_reasoning(event.result, request))
                 yield event
@@ -182,7 +191,10 @@ class ProviderClient:
                 provider_kind=endpoint.provider_kind,
                 endpoint_id=endpoint.public_id,
                 error_type=err.error_type,
+                usage=err.usage,
             )
+        if err.usage is None and state.response_started:
+            err.usage = state.usage_so_far()
         if isinstance(err, StreamFailed) and err.after_content:
             log.warning("stream from %s failed after content: %s", endpoint.public_id, err.message)
             yield StreamEvent(kind="error", error=err)
@@ -199,20 +211,106 @@ class ProviderClient:
 
 
 class _StreamProgress:
-    """Mutable bookkeeping shared between :meth:`ProviderClient._guarded_stream` and subclasses."""
+    """Mutable bookkeeping shared between :meth:`ProviderClient._guarded_stream` and subclasses.
+
+    Subclasses keep ``usage`` up to date with the merged usage snapshot received so far
+    (:func:`~routing.providers.types.merge_usage`, then normalised).
+    """
 
     def __init__(self, start: float) -> None:
         self.start = start
         self.first_token_at: float | None = None
         self.content_sent = False
+        self.content_deltas = 0
         self.response_started = False  # HTTP 200 received, body streaming
         self.request_id: str | None = None
+        self.usage: Usage | None = None
+        self.estimated_input_tokens = 0
+
+    def usage_so_far(self) -> Usage:
+        """What the attempt has cost so far, in tokens.
+
+        The upstream's latest merged snapshot when it sent one; output tokens are at least the
+        number of content deltas received (streams send about one token per delta, and
+        Anthropic's ``message_start`` says 1). Without any snapshot (Chat Completions reports
+        usage only at the end) input is estimated from the request size (~4 characters a
+        token). Estimated values are flagged ``vendor["estimated"] = 1``.
+        """
+        reported = self.usage or Usage()
+        estimated = False
+        input_tokens = reported.input_tokens
+        if self.usage is None and self.response_started:
+            input_tokens, estimated = self.estimated_input_tokens, True
+        output_tokens = reported.output_tokens
+        if self.content_deltas > output_tokens:
+            output_tokens, estimated = self.content_deltas, True
+        vendor = dict(reported.vendor)
+        if estimated:
+            vendor["estimated"] = 1
+        return Usage(
+            input_tokens=input_tokens,
+            cached_input_tokens=reported.cached_input_tokens,
+            cache_write_tokens=reported.cache_write_tokens,
+            output_tokens=output_tokens,
+            reasoning_tokens=reported.reasoning_tokens,
+            vendor=vendor,
+        )
 
     def elapsed_ms(self) -> float:
         return (time.monotonic() - self.start) * 1000.0
 
     def ttft_ms(self) -> float | None:
         return None if self.first_token_at is None else (self.first_token_at - self.start) * 1000.0
+
+
+class ProviderStream(Iterator[StreamEvent]):
+    """The events of one upstream stream, plus what it has cost so far.
+
+    Iterate it like the generator it wraps; :meth:`close` ends it early and closes the upstream
+    HTTP response (the provider stops generating); :meth:`usage_so_far` is the attempt's
+    :class:`~routing.providers.types.Usage` at any point (see
+    :meth:`_StreamProgress.usage_so_far`).
+    """
+
+    def __init__(self, events: Iterator[StreamEvent], progress: _StreamProgress) -> None:
+        self._events = events
+        self.progress = progress
+
+    def __iter__(self) -> ProviderStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        return next(self._events)
+
+    def close(self) -> None:
+        close = getattr(self._events, "close", None)
+        if callable(close):
+            close()
+
+    def usage_so_far(self) -> Usage:
+        return self.progress.usage_so_far()
+
+
+def estimate_input_tokens(request: CompletionRequest) -> int:
+    """Rough prompt size in tokens (~4 characters a token) for attempts the upstream never costed."""
+    chars = sum(
+        len(m.content) + sum(len(json.dumps(dict(c.arguments))) for c in m.tool_calls)
+        for m in request.messages
+    )
+    chars += sum(len(t.description) + len(json.dumps(dict(t.parameters))) for t in request.tools)
+    return max(1, chars // 4)
+
+
+def usage_dict(usage: Any) -> dict[str, Any]:
+    """A vendor usage object (SDK pydantic model or dict) as a plain dict of the fields it carried."""
+    if usage is None:
+        return {}
+    if isinstance(usage, dict):
+        return usage
+    dump = getattr(usage, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", exclude_unset=True)
+    return dict(vars(usage))
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 _KEYLIKE = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_\-*]{4,}|[A-Za-z0-9_\-]*\*{3,}[A-Za-z0-9_\-]*")
 _KEY_PROVIDED = re.compile(r"(API key provided:)\s*\S+", re.IGNORECASE)
@@ -53,7 +54,8 @@ class ProviderError(Exception):
     Attributes: ``retryable`` (bool), ``status_code`` (HTTP status or ``None``),
     ``retry_after_s`` (float seconds or ``None``), ``upstream_request_id``,
     ``provider_kind``, ``endpoint_id``, ``error_type`` (provider error type/code, e.g.
-    ``rate_limit_exceeded``, ``overloaded_error``).
+    ``rate_limit_exceeded``, ``overloaded_error``), ``usage`` (tokens billed for the failed
+    attempt, when the upstream reported or streamed any; ``None`` otherwise).
     """
 
     default_retryable = False
@@ -69,6 +71,7 @@ class ProviderError(Exception):
         provider_kind: str | None = None,
         endpoint_id: str | None = None,
         error_type: str | None = None,
+        usage: Any = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -79,6 +82,9 @@ class ProviderError(Exception):
         self.provider_kind = provider_kind
         self.endpoint_id = endpoint_id
         self.error_type = error_type
+        #: :class:`~routing.providers.types.Usage` the provider billed for this failed attempt
+        #: (``response.failed`` usage, or the tokens a broken stream had delivered), else ``None``.
+        self.usage = usage
 
     def __repr__(self) -> str:
         return (

@@ -162,6 +162,7 @@ class OpenAIChatClient(ProviderClient):
             for chunk in stream:
                 if chunk.usage is not None:
                     usage = chunk.usage
+                    progress.usage = chat_usage(usage)
                 for choice in chunk.choices or ():
                     if choice.index != 0:
                         continue

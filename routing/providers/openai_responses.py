@@ -34,6 +34,7 @@ from routing.providers.base import (
     anchor_reasoning,
     parse_arguments,
     usable_reasoning_state,
+    usage_dict,
 )
 from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_message
 from routing.providers.types import (
@@ -46,6 +47,7 @@ from routing.providers.types import (
     ToolCallDelta,
     Usage,
     compute_cost_usd,
+    merge_usage,
 )
 
 
@@ -117,32 +119,44 @@ def build_responses_kwargs(endpoint: EndpointConfig, request: CompletionRequest)
 
 
 def responses_usage(usage: Any) -> Usage:
-    if usage is None:
+    """Normalised :class:`Usage` from a Responses usage object or (merged) dict."""
+    raw = usage_dict(usage)
+    if not raw:
         return Usage()
-    itd = getattr(usage, "input_tokens_details", None)
-    otd = getattr(usage, "output_tokens_details", None)
-    cached = (getattr(itd, "cached_tokens", None) or 0) if itd else 0
-    write = (getattr(itd, "cache_write_tokens", None) or 0) if itd else 0
-    reasoning = (getattr(otd, "reasoning_tokens", None) or 0) if otd else 0
+    itd = raw.get("input_tokens_details") or {}
+    otd = raw.get("output_tokens_details") or {}
+    cached = itd.get("cached_tokens") or 0
+    write = itd.get("cache_write_tokens") or 0
+    reasoning = otd.get("reasoning_tokens") or 0
+    input_tokens = raw.get("input_tokens") or 0
+    output_tokens = raw.get("output_tokens") or 0
     return Usage(
-        input_tokens=usage.input_tokens,
+        input_tokens=input_tokens,
         cached_input_tokens=cached,
         cache_write_tokens=write,
-        output_tokens=usage.output_tokens,
+        output_tokens=output_tokens,
         reasoning_tokens=reasoning,
         vendor={
-            "input_tokens": usage.input_tokens,
+            "input_tokens": input_tokens,
             "input_tokens_details.cached_tokens": cached,
             "input_tokens_details.cache_write_tokens": write,
-            "output_tokens": usage.output_tokens,
+            "output_tokens": output_tokens,
             "output_tokens_details.reasoning_tokens": reasoning,
         },
     )
 
 
-def parse_response(endpoint: EndpointConfig, response: Any, request_id: str | None) -> CompletionResult:
-    """Normalise a ``Response`` object. Raises :class:`UpstreamUnavailable` if it failed."""
+def parse_response(
+    endpoint: EndpointConfig, response: Any, request_id: str | None, usage: Usage | None = None
+) -> CompletionResult:
+    """Normalise a ``Response`` object. Raises :class:`UpstreamUnavailable` if it failed.
+
+    ``usage`` (a stream's merged snapshots) overrides the response's own; a failed response's
+    usage travels on the error (``ProviderError.usage``): the provider billed those tokens.
+    """
     status = getattr(response, "status", None)
+    if usage is None:
+        usage = responses_usage(getattr(response, "usage", None))
     if status == "failed":
         err = getattr(response, "error", None)
         code = getattr(err, "code", None)
@@ -155,6 +169,7 @@ def parse_response(endpoint: EndpointConfig, response: Any, request_id: str | No
             provider_kind=endpoint.provider_kind,
             endpoint_id=endpoint.public_id,
             error_type=str(code) if code else None,
+            usage=usage,
         )
     text_parts: list[str] = []
     tool_calls: list[ToolCall] = []
@@ -187,7 +202,6 @@ def parse_response(endpoint: EndpointConfig, response: Any, request_id: str | No
         finish = "content_filter"
     else:
         finish = "tool_calls" if tool_calls else "stop"
-    usage = responses_usage(getattr(response, "usage", None))
     state = None
     if reasoning_items:
         state = ReasoningState(
@@ -231,10 +245,15 @@ class OpenAIResponsesClient(ProviderClient):
         progress.request_id = stream.response.headers.get("x-request-id")
         tool_index: dict[str, int] = {}  # output item id -> tool call index
         final = None
+        raw_usage: dict[str, Any] = {}  # usage snapshots of response.* events, merged field by field
         secrets = [endpoint.credential.reveal()]
         with stream:
             for event in stream:
                 etype = getattr(event, "type", None)
+                snapshot = getattr(getattr(event, "response", None), "usage", None)
+                if snapshot is not None:
+                    raw_usage = merge_usage(raw_usage, usage_dict(snapshot))
+                    progress.usage = responses_usage(raw_usage)
                 if etype == "response.output_text.delta":
                     yield StreamEvent(kind="text_delta", text=event.delta)
                 elif (
@@ -263,8 +282,8 @@ class OpenAIResponsesClient(ProviderClient):
                 elif etype in ("response.completed", "response.incomplete"):
                     final = event.response
                 elif etype == "response.failed":
-                    parse_response(endpoint, event.response, progress.request_id)  # raises
-                    raise UpstreamUnavailable(f"{endpoint.public_id}: response failed")
+                    parse_response(endpoint, event.response, progress.request_id, progress.usage)  # raises
+                    raise UpstreamUnavailable(f"{endpoint.public_id}: response failed", usage=progress.usage)
                 elif etype == "error":
                     code = getattr(event, "code", None)
                     raise UpstreamUnavailable(
@@ -277,7 +296,7 @@ class OpenAIResponsesClient(ProviderClient):
                 # Everything else (reasoning items, content parts, *.done) carries nothing new.
         if final is None:
             raise BadResponse(f"{endpoint.public_id}: stream ended before response.completed")
-        result = parse_response(endpoint, final, progress.request_id)
+        result = parse_response(endpoint, final, progress.request_id, progress.usage)
         yield StreamEvent(
             kind="done",
             result=replace(

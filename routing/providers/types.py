@@ -376,6 +376,41 @@ class Usage:
         }
 
 
+def merge_usage(earlier: Mapping[str, Any] | None, later: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Merge two vendor usage snapshots of one response, field by field.
+
+    Streams report usage more than once (Anthropic ``message_start`` then ``message_delta``;
+    Responses ``response.created`` … ``response.completed``). Each snapshot is cumulative, so a
+    field present in ``later`` replaces the earlier value, and a field ``later`` leaves out (or
+    sends as ``null``) keeps its earlier value. Snapshots are never summed. Nested objects
+    (``input_tokens_details`` …) are merged the same way. Returns a new dict.
+    """
+    merged: dict[str, Any] = dict(earlier or {})
+    for key, value in (later or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            merged[key] = merge_usage(merged.get(key) if isinstance(merged.get(key), Mapping) else {}, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    """The sum of two usages (tokens of *different* attempts; never of snapshots of one response)."""
+    vendor: dict[str, int] = dict(a.vendor)
+    for key, value in b.vendor.items():
+        vendor[key] = vendor.get(key, 0) + value
+    return Usage(
+        input_tokens=a.input_tokens + b.input_tokens,
+        cached_input_tokens=a.cached_input_tokens + b.cached_input_tokens,
+        cache_write_tokens=a.cache_write_tokens + b.cache_write_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        reasoning_tokens=a.reasoning_tokens + b.reasoning_tokens,
+        vendor=vendor,
+    )
+
+
 def compute_cost_usd(usage: Usage, endpoint: EndpointConfig) -> Decimal:
     """Cost in USD (exact ``Decimal``) of ``usage`` at ``endpoint``'s per-million prices.
 

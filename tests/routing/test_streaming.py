@@ -71,7 +71,8 @@ def test_streamed_parallel_tool_calls_arrive_as_separate_calls_and_end_with_the_
     events = sse_events(text)
     names = [n for n, _ in events]
     assert names[0] == "job" and names[-1] == "done"
-    assert set(names[1:-1]) <= {"text_delta", "tool_call_delta"}
+    assert names[1] == "served" and events[1][1]["model"] == "anthropic/claude-sonnet-5-5"
+    assert set(names[2:-1]) <= {"text_delta", "tool_call_delta"}
     calls: dict[int, dict] = {}
     for name, e in events:
         if name == "tool_call_delta":

@@ -1,0 +1,164 @@
+"""Exact upstream wire frames for :class:`routing.fake_upstreams.Scenario` ``wire`` scripts.
+
+Each builder returns a list of frames (``{"data": "<bytes as text>", "delay_ms": N}``) as the
+real APIs send them, so a test states the upstream's bytes instead of describing them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def frame(payload: Any, event: str | None = None, delay_ms: int = 0) -> dict[str, Any]:
+    """One SSE frame: optional ``event:`` line, one ``data:`` line (JSON unless already a str)."""
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    head = f"event: {event}\n" if event else ""
+    return {"data": f"{head}data: {data}\n\n", "delay_ms": delay_ms}
+
+
+# -- Chat Completions ----------------------------------------------------------------------------
+
+
+def chat_chunk(model: str, delta: dict[str, Any] | None, finish: str | None = None, usage=None) -> dict:
+    body: dict[str, Any] = {
+        "id": "chatcmpl-wire",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def chat_text_stream(
+    model: str, pieces: Sequence[str], *, delay_ms: int = 0, prompt_tokens: int = 12
+) -> list[dict[str, Any]]:
+    """A text answer: role chunk, one chunk per piece (``delay_ms`` apart), finish, usage, [DONE]."""
+    frames = [frame(chat_chunk(model, {"role": "assistant", "content": ""}))]
+    frames += [frame(chat_chunk(model, {"content": p}), delay_ms=delay_ms) for p in pieces]
+    frames.append(frame(chat_chunk(model, {}, "stop")))
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces)}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    frames.append(frame(chat_chunk(model, None, usage=usage)))
+    frames.append({"data": "data: [DONE]\n\n"})
+    return frames
+
+
+def chat_tool_stream(model: str, fragments: Iterable[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Tool-call fragments ``(index, fields)`` in the given order (``fields``: ``id``/``name``
+    for a header, ``arguments`` for a piece), then ``finish_reason=tool_calls`` and [DONE]."""
+    frames = [frame(chat_chunk(model, {"role": "assistant", "content": None}))]
+    for index, fields in fragments:
+        call: dict[str, Any] = {"index": index, "function": {}}
+        if "id" in fields:
+            call.update(id=fields["id"], type="function")
+        if "name" in fields:
+            call["function"]["name"] = fields["name"]
+        call["function"]["arguments"] = fields.get("arguments", "")
+        frames.append(frame(chat_chunk(model, {"tool_calls": [call]})))
+    frames.append(frame(chat_chunk(model, {}, "tool_calls")))
+    frames.append(
+        frame(
+            chat_chunk(model, None, usage={"prompt_tokens": 30, "completion_tokens": 20, "total_tokens": 50})
+        )
+    )
+    frames.append({"data": "data: [DONE]\n\n"})
+    return frames
+
+
+# -- Anthropic Messages --------------------------------------------------------------------------
+
+
+def anthropic_stream(
+    model: str,
+    *,
+    start_usage: dict[str, Any],
+    delta_usage: dict[str, Any],
+    text_pieces: Sequence[str] = ("Hello",),
+    delay_ms: int = 0,
+    stop_reason: str = "end_turn",
+) -> list[dict[str, Any]]:
+    """A text answer with the given ``message_start`` and ``message_delta`` usage objects, verbatim."""
+    message = {
+        "id": "msg_wire", "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": start_usage,
+    }  # fmt: skip
+    frames = [frame({"type": "message_start", "message": message}, "message_start")]
+    frames.append(
+        frame(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            "content_block_start",
+        )
+    )
+    for piece in text_pieces:
+        frames.append(
+            frame(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                "content_block_delta",
+                delay_ms,
+            )
+        )
+    frames.append(frame({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+    frames.append(
+        frame(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": delta_usage,
+            },
+            "message_delta",
+        )
+    )
+    frames.append(frame({"type": "message_stop"}, "message_stop"))
+    return frames
+
+
+# -- Responses -----------------------------------------------------------------------------------
+
+
+def response_object(model: str, status: str, *, usage=None, output=None, error=None) -> dict[str, Any]:
+    return {
+        "id": "resp_wire", "object": "response", "created_at": 1_700_000_000, "model": model,
+        "status": status, "output": output or [], "parallel_tool_calls": True, "tool_choice": "auto",
+        "tools": [], "usage": usage, "error": error,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+    }  # fmt: skip
+
+
+def responses_usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def responses_failed_stream(model: str, *, input_tokens: int, output_tokens: int) -> list[dict[str, Any]]:
+    """``response.created``, then ``response.failed`` carrying the usage the provider billed."""
+    error = {"code": "server_error", "message": "The model failed to generate a response."}
+    return [
+        frame(
+            {
+                "type": "response.created",
+                "sequence_number": 0,
+                "response": response_object(model, "in_progress"),
+            },
+            "response.created",
+        ),
+        frame(
+            {
+                "type": "response.failed",
+                "sequence_number": 1,
+                "response": response_object(
+                    model, "failed", usage=responses_usage(input_tokens, output_tokens), error=error
+                ),
+            },
+            "response.failed",
+        ),
+    ]
