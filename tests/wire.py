@@ -162,3 +162,96 @@ def responses_failed_stream(model: str, *, input_tokens: int, output_tokens: int
             "response.failed",
         ),
     ]
+
+
+# -- Parallel tool calls, fragments in a given order, in each upstream style ---------------------
+
+#: The issue's interleaving: headers for call_a (0) and call_b (1), both get_weather, then
+#: ``{"city":`` (0), ``{"city":`` (1), ``"Paris"}`` (0), ``"Oslo"}`` (1).
+ISSUE_INTERLEAVING: list[tuple[int, dict[str, Any]]] = [
+    (0, {"id": "call_a", "name": "get_weather"}),
+    (1, {"id": "call_b", "name": "get_weather"}),
+    (0, {"arguments": '{"city":'}),
+    (1, {"arguments": '{"city":'}),
+    (0, {"arguments": '"Paris"}'}),
+    (1, {"arguments": '"Oslo"}'}),
+]
+
+
+def responses_tool_stream(
+    model: str, fragments: Iterable[tuple[int, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Responses events: ``output_item.added`` per header, ``function_call_arguments.delta`` per
+    piece (by ``item_id``), in the given order, then ``response.completed`` with the whole calls."""
+    frames, items, seq = [], {}, 0
+
+    def ev(etype: str, **fields: Any) -> dict[str, Any]:
+        nonlocal seq
+        seq += 1
+        return frame({"type": etype, "sequence_number": seq, **fields}, etype)
+
+    frames.append(ev("response.created", response=response_object(model, "in_progress")))
+    for index, fields in fragments:
+        if "id" in fields:
+            item = {"id": f"fc_{index}", "type": "function_call", "status": "in_progress",
+                    "call_id": fields["id"], "name": fields["name"], "arguments": ""}  # fmt: skip
+            items[index] = item
+            frames.append(ev("response.output_item.added", output_index=index, item=item))
+        else:
+            items[index]["arguments"] += fields["arguments"]
+            frames.append(
+                ev(
+                    "response.function_call_arguments.delta",
+                    item_id=f"fc_{index}",
+                    output_index=index,
+                    delta=fields["arguments"],
+                )
+            )
+    output = [{**items[i], "status": "completed"} for i in sorted(items)]
+    frames.append(
+        ev(
+            "response.completed",
+            response=response_object(model, "completed", usage=responses_usage(30, 20), output=output),
+        )
+    )
+    return frames
+
+
+def anthropic_tool_stream(
+    model: str, fragments: Iterable[tuple[int, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Messages events: ``content_block_start`` (tool_use) per header and ``input_json_delta`` per
+    piece, by content block index, in the given order; blocks stop at the end."""
+    message = {"id": "msg_wire", "type": "message", "role": "assistant", "model": model, "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 30, "output_tokens": 1}}  # fmt: skip
+    frames = [frame({"type": "message_start", "message": message}, "message_start")]
+    started = []
+    for index, fields in fragments:
+        if "id" in fields:
+            started.append(index)
+            block = {"type": "tool_use", "id": fields["id"], "name": fields["name"], "input": {}}
+            frames.append(
+                frame(
+                    {"type": "content_block_start", "index": index, "content_block": block},
+                    "content_block_start",
+                )
+            )
+        else:
+            delta = {"type": "input_json_delta", "partial_json": fields["arguments"]}
+            frames.append(
+                frame({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+            )
+    for index in started:
+        frames.append(frame({"type": "content_block_stop", "index": index}, "content_block_stop"))
+    frames.append(
+        frame(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 20},
+            },
+            "message_delta",
+        )
+    )
+    frames.append(frame({"type": "message_stop"}, "message_stop"))
+    return frames

@@ -243,14 +243,15 @@ def contiguous_tool_calls(events: Iterator[dict]) -> Iterator[dict]:
     ``{"city":`` for 0, ``{"city":`` for 1, ``"Paris"}`` for 0 …). The first tool call seen streams
     live; fragments of any other call — and text that arrives once a tool call has begun — are
     held back and released when the stream finishes, each call as one ``tool_call_delta`` that
-    carries its id, name and whole arguments. Calls are keyed by ``index``; a call's ``id`` and
+    carries its id, name and whole arguments, in ``index`` order (calls are introduced in index
+    order first: :func:`tool_calls_in_index_order`). Calls are keyed by ``index``; a call's ``id`` and
     ``name`` are the first non-empty ones seen. A stream that fails (``error``) drops what was
     held back: those calls were never complete.
     """
     live: int | None = None
     held: dict[int, dict[str, Any]] = {}
     held_text: list[str] = []
-    for event in events:
+    for event in tool_calls_in_index_order(events):
         kind = event.get("type")
         if kind == "tool_call_delta":
             index = event["index"]
@@ -282,6 +283,39 @@ def contiguous_tool_calls(events: Iterator[dict]) -> Iterator[dict]:
             yield event
             if kind == "error":
                 return
+
+
+def tool_calls_in_index_order(events: Iterator[dict]) -> Iterator[dict]:
+    """Our events with tool calls *introduced* in ``index`` order, for Chat Completions chunks.
+
+    Chat clients (the ``openai`` SDK's stream accumulator among them) expect call ``n`` to be
+    announced before call ``n + 1`` and fail on an index they have not seen the previous ones of.
+    Fragments of a call whose lower-numbered calls have not appeared yet are held back until they
+    have (or until the stream finishes); everything else passes through at once, interleaving
+    included, since chat chunks say which call each fragment belongs to.
+    """
+    introduced: set[int] = set()
+    held: dict[int, list[dict]] = {}
+
+    def ready(index: int) -> bool:
+        return index in introduced or all(i in introduced for i in range(index))
+
+    for event in events:
+        if event.get("type") == "tool_call_delta":
+            index = event["index"]
+            if not ready(index):
+                held.setdefault(index, []).append(event)
+                continue
+            introduced.add(index)
+            yield event
+            while (nxt := min((i for i in held if ready(i)), default=None)) is not None:
+                introduced.add(nxt)
+                yield from held.pop(nxt)
+            continue
+        if event.get("type") == "done":
+            for index in sorted(held):
+                yield from held.pop(index)
+        yield event
 
 
 def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:

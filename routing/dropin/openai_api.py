@@ -39,6 +39,7 @@ from .common import (
     resolve_model,
     stream_frames,
     submit,
+    tool_calls_in_index_order,
     tool_spec,
     usage_numbers,
 )
@@ -227,7 +228,7 @@ def chat_chunks(
 
     saw_tools = False
     started = False
-    for event in events:
+    for event in tool_calls_in_index_order(events):
         kind = event["type"]
         if kind == "served":  # the model that serves this answer (sent before its first delta)
             base["model"] = event["model"]
