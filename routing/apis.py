@@ -21,7 +21,7 @@ from muse_experiments.api_base import AttributesField, StrictSerializer, UnitIdF
 from muse_experiments.auth import ApiClient, HasScope
 
 from .dispatch import submit_completion, wait_for_job
-from .models import CompletionJob, JobStatus
+from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 from .selectors import completion_job_current
 from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response
 
@@ -165,7 +165,7 @@ class CompletionCreateApi(APIView):
             return sse_response(_api_stream(job, created))
         if not d["async"] and job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
             job = wait_for_job(job, timeout_s=settings.COMPLETION_SYNC_WAIT_S)
-        finished = job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        finished = job.status in FINISHED_STATUSES
         response = Response(
             CompletionOutputSerializer(job_payload(job)).data,
             status=status.HTTP_200_OK if finished else status.HTTP_202_ACCEPTED,

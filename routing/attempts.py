@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 
 from .circuit import OPEN, PROBE, breaker
 from .concurrency import Slot, limiter
@@ -19,9 +20,18 @@ from .credentials import MissingCredential, resolve_credential
 from .killswitch import KillInForce, kill_state
 from .models import RoutingReason
 from .planning import Candidate, candidate_kill_reason
+from .providers.base import ProviderStream
 from .providers.errors import AuthFailed, ProviderError, StreamFailed
 from .providers.registry import client_for
-from .providers.types import CompletionRequest, CompletionResult, EndpointConfig, Secret, StreamEvent
+from .providers.types import (
+    CompletionRequest,
+    CompletionResult,
+    EndpointConfig,
+    Secret,
+    StreamEvent,
+    Usage,
+    compute_cost_usd,
+)
 from .reasoning_store import reasoning_load, reasoning_save
 from .selectors import EndpointInfo
 
@@ -93,6 +103,13 @@ def endpoint_config(info: EndpointInfo, credential: str) -> EndpointConfig:
         timeout_s=info.timeout_s,
         capabilities=frozenset(capabilities),
     )
+
+
+def usage_cost_usd(info: EndpointInfo, usage: Usage | None) -> Decimal:
+    """What ``usage`` cost at the endpoint's prices (USD; 0 without usage)."""
+    if usage is None:
+        return Decimal(0)
+    return compute_cost_usd(usage, endpoint_config(info, ""))
 
 
 def counts_against_endpoint(exc: ProviderError) -> bool:
@@ -204,18 +221,19 @@ def _with_session_reasoning(
 
 def attempt_stream(
     candidate: Candidate, request: CompletionRequest, *, session_id: str = ""
-) -> Iterator[StreamEvent]:
+) -> GuardedStream:
     """ONE guarded streaming attempt. The guards of :func:`attempt` run *now* (before this returns),
     raising :class:`EndpointRefused` / ``MissingCredential`` eagerly.
 
-    The returned iterator yields the provider's :class:`StreamEvent` s and holds the concurrency
-    slot until it is exhausted or closed (``.close()`` on client disconnect frees the slot without
-    counting a failure). Failures *before any content* are raised from ``next()`` as
-    ``ProviderError`` (``StreamFailed.after_content`` False): the caller may retry or fall back.
-    A failure *after content* arrives as a final ``error`` event whose ``event.error`` is a
-    :class:`StreamFailed` with ``after_content=True``: the client has seen output, so the caller
-    must end the response there and not restart the call. Both count against the circuit breaker;
-    a ``done`` event counts as success.
+    The returned :class:`GuardedStream` yields the provider's :class:`StreamEvent` s and holds the
+    concurrency slot until it is exhausted or closed (``.close()`` when the caller went away closes
+    the upstream response and frees the slot at once, without counting a failure;
+    ``.usage_so_far()`` is what the attempt cost until then). Failures *before any content* are
+    raised from ``next()`` as ``ProviderError`` (``StreamFailed.after_content`` False): the caller
+    may retry or fall back. A failure *after content* arrives as a final ``error`` event whose
+    ``event.error`` is a :class:`StreamFailed` with ``after_content=True``: the client has seen
+    output, so the caller must end the response there and not restart the call. Both count against
+    the circuit breaker; a ``done`` event counts as success.
     """
     permit = _guard(candidate)
     request = _with_session_reasoning(request, permit.config, session_id)
@@ -224,7 +242,32 @@ def attempt_stream(
     except BaseException as exc:
         permit.finish(exc)
         raise
-    return _guarded_events(events, permit, session_id)
+    return GuardedStream(events, permit, session_id)
+
+
+class GuardedStream(Iterator[StreamEvent]):
+    """A provider stream under a :class:`_Permit`: see :func:`attempt_stream`."""
+
+    def __init__(self, events: ProviderStream, permit: _Permit, session_id: str = "") -> None:
+        self._stream = events
+        self._events = _guarded_events(events, permit, session_id)
+        self._permit = permit
+        self.config = permit.config
+
+    def __iter__(self) -> GuardedStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        return next(self._events)
+
+    def close(self) -> None:
+        """Close the upstream response and free the concurrency slot (idempotent)."""
+        self._events.close()
+        self._stream.close()
+        self._permit.slot.release()
+
+    def usage_so_far(self) -> Usage:
+        return self._stream.usage_so_far()
 
 
 def _guarded_events(

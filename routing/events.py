@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .models import CompletionJob, JobStatus
+from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,60 @@ def redis_client():
         if url not in _redis_clients:
             _redis_clients[url] = redis.Redis.from_url(url, health_check_interval=30)
         return _redis_clients[url]
+
+
+def cancel_key(job_id: str) -> str:
+    """The Redis key that says a job's caller went away (set by the web process)."""
+    return f"muse:job:{job_id}:cancel"
+
+
+def job_cancel_request(*, job_id: str) -> None:
+    """Ask whoever runs the job to stop: its caller went away (stream closed, or gave up waiting).
+
+    With Redis a key with a TTL (``COMPLETION_STREAM_TTL_S``); without Redis the job row's
+    ``cancel_requested`` flag (the worker is another process, sharing only the database). The
+    runner checks it between stream chunks (:class:`CancelWatch`), closes the upstream call and
+    records the job ``cancelled``. Harmless on a finished job.
+    """
+    if uses_redis():
+        try:
+            redis_client().set(cancel_key(job_id), b"1", ex=settings.COMPLETION_STREAM_TTL_S)
+            return
+        except Exception:  # noqa: BLE001 - fall back to the row: the flag must not be lost
+            log.exception("could not set the cancel key of job %s; flagging the row", job_id)
+    CompletionJob.objects.filter(pk=job_id).exclude(status__in=FINISHED_STATUSES).update(
+        cancel_requested=True
+    )
+
+
+class CancelWatch:
+    """``watch()`` -> True once the job's caller asked to stop (:func:`job_cancel_request`).
+
+    Reads the flag at most every ``every_s`` seconds (default 0.2 s), so checking between every
+    chunk of a fast stream costs one Redis ``EXISTS`` (or one indexed row read) per interval.
+    """
+
+    def __init__(self, job_id: str, every_s: float = 0.2) -> None:
+        self.job_id = job_id
+        self.every_s = every_s
+        self._next_check = 0.0
+        self._cancelled = False
+
+    def __call__(self) -> bool:
+        if self._cancelled:
+            return True
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + self.every_s
+        if uses_redis():
+            try:
+                self._cancelled = bool(redis_client().exists(cancel_key(self.job_id)))
+                return self._cancelled
+            except Exception:  # noqa: BLE001 - a Redis hiccup must not end the call; read the row
+                log.warning("could not read the cancel key of job %s", self.job_id)
+        self._cancelled = CompletionJob.objects.filter(pk=self.job_id, cancel_requested=True).exists()
+        return self._cancelled
 
 
 def uses_redis() -> bool:
@@ -140,7 +194,7 @@ def relay_events(
                     }
                     return
                 continue
-            if job is None or job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            if job is None or job.status in FINISHED_STATUSES:
                 # the terminal event may have landed between our read and this check: read once more
                 tail = client.xread({key: last_id}, count=256)
                 for entry_id, fields in tail[0][1] if tail else ():

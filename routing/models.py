@@ -126,6 +126,13 @@ class JobStatus(models.TextChoices):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    #: The caller went away (closed the stream or gave up waiting): the upstream call was closed,
+    #: the tokens it had cost are recorded on the call (error kind ``client_disconnected``).
+    CANCELLED = "cancelled"
+
+
+#: Statuses a job never leaves.
+FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 class CompletionJob(models.Model):
@@ -149,6 +156,10 @@ class CompletionJob(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # Streaming and delivery bookkeeping (see routing.services.completion_job_claim and routing.tasks).
     stream = models.BooleanField(default=False, help_text="Deltas are published to the job's Redis stream.")
+    cancel_requested = models.BooleanField(
+        default=False,
+        help_text="The caller went away; the runner stops the call (without Redis; with Redis a key).",
+    )
     deliveries = models.PositiveIntegerField(
         default=0, help_text="How many times a worker picked the task up (redeliveries count)."
     )
@@ -273,6 +284,16 @@ class Attempt(models.Model):
     )
     retry_after_s = models.FloatField(
         null=True, blank=True, help_text="retry-after the upstream sent with this failure, s."
+    )
+    input_tokens = models.PositiveIntegerField(
+        default=0, help_text="Tokens this attempt was billed for, failed attempts included."
+    )
+    cached_input_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    reasoning_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(
+        max_digits=14, decimal_places=8, default=0, help_text="What this attempt cost, USD."
     )
 
     class Meta:

@@ -26,6 +26,7 @@ from django.utils import timezone
 from muse_experiments.assignment.engine import Decision
 from muse_experiments.selectors import assignment_snapshot
 from muse_experiments.services import ExposureInput, exposures_record_many
+from muse_experiments.storage_text import storable
 
 from .killswitch import kill_state
 from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
@@ -87,12 +88,15 @@ def job_final_state(
     """The job's public final state: ``{status, result, error, finished_at}`` (ISO-8601 time).
 
     ``result`` (succeeded jobs) is the public result plus served/assigned model, experiment,
-    variant, routing reason and the kill that moved the call (:func:`kill_in_result`); ``error`` (failed jobs) says why, at most 2,000 characters.
+    variant, routing reason, the kill that moved the call (:func:`kill_in_result`) and
+    ``call_cost_usd`` (every attempt's cost); ``error`` (failed jobs) says why, at most 2,000
+    characters. A call whose caller went away (``outcome.cancelled``) ends ``cancelled``.
     """
     result = outcome.result
     assigned = chain[0].endpoint.public_id if chain else ""
+    status = JobStatus.SUCCEEDED if result else JobStatus.CANCELLED if outcome.cancelled else JobStatus.FAILED
     state: dict[str, Any] = {
-        "status": JobStatus.SUCCEEDED if result else JobStatus.FAILED,
+        "status": status,
         "result": None,
         "error": "",
         "finished_at": timezone.now().isoformat(),
@@ -106,6 +110,8 @@ def job_final_state(
             "variant": decision.variant_key,
             "reason": outcome.reason,
             "kill": kill_in_result(decision, chain, outcome),
+            # every attempt's cost, failed ones and those before a fallback included (USD)
+            "call_cost_usd": str(outcome.billed_cost_usd()),
         }
     else:
         state["error"] = (
@@ -125,7 +131,7 @@ def call_payload(
     for a failed call).
     """
     result = outcome.result
-    usage = result.usage if result else None
+    billed = outcome.billed_usage()  # every attempt's tokens: failed, abandoned and fallen-back ones too
     unit_id = unit_id_for(decision, job)
     job_id = str(job.id)
     call = {
@@ -143,8 +149,8 @@ def call_payload(
         "status": final["status"],
         "error_kind": outcome.error_kind if not result else "",
         "latency_ms": result.latency_ms if result else None,
-        **{f: getattr(usage, f) if usage else 0 for f in _USAGE_FIELDS},
-        "cost_usd": str(result.cost_usd) if result else "0",
+        **{f: getattr(billed, f) for f in _USAGE_FIELDS},
+        "cost_usd": str(outcome.billed_cost_usd()),
         "tool_calls": len(result.tool_calls) if result else 0,
         "created_at": final["finished_at"],
     }
@@ -182,6 +188,8 @@ def call_payload(
                 "upstream_request_id": a.upstream_request_id,
                 "backoff_ms": a.backoff_ms,
                 "retry_after_s": a.retry_after_s,
+                **{f: getattr(a.usage, f) if a.usage else 0 for f in _USAGE_FIELDS},
+                "cost_usd": str(a.cost_usd),
             }
             for a in outcome.attempts
         ],
@@ -197,9 +205,12 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     exists (logged). For each new call: the exposure
     (first variant wins, :func:`muse_experiments.services.exposures_record_many`), the call record
     and its attempts, the job's final state (unless another path already finished the job, except
-    a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn.
+    a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn. Every
+    string goes through :func:`muse_experiments.storage_text.storable` first (PostgreSQL cannot
+    store NUL), in both the write-behind drainer and the direct path.
     """
-    by_job = {p["job"]["id"]: p for p in payloads}
+    # the storage boundary: NULs in provider output are stored escaped (muse_experiments.storage_text)
+    by_job = {p["job"]["id"]: storable(p) for p in payloads}
     if not by_job:
         return 0
     with transaction.atomic():
@@ -227,7 +238,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
             ]
         )
         Attempt.objects.bulk_create(
-            Attempt(call=call, number=i, **a)
+            Attempt(call=call, number=i, **{**a, "cost_usd": Decimal(a.get("cost_usd") or 0)})
             for call, p in zip(calls, new, strict=True)
             for i, a in enumerate(p["attempts"], start=1)
         )

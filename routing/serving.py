@@ -12,17 +12,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
-from .attempts import EndpointRefused, attempt, attempt_stream
+from .attempts import EndpointRefused, attempt, attempt_stream, usage_cost_usd
 from .cooling import cool
 from .credentials import MissingCredential
 from .models import RoutingReason
 from .planning import Candidate
 from .providers.errors import AuthFailed, ClientRequestError, ProviderError
-from .providers.types import CompletionRequest, CompletionResult
+from .providers.types import CompletionRequest, CompletionResult, Usage, add_usage
 from .retry import RetryPolicy
 from .selectors import EndpointInfo
 
@@ -33,8 +34,11 @@ class AttemptLog:
 
     ``outcome``: ``ok``, an error class name (``RateLimited``, ``UpstreamTimeout`` …), or a refusal
     that made no upstream call (``killed``, ``disabled``, ``circuit_open``,
-    ``concurrency_limited``, ``missing_credential``). ``latency_ms``: wall time of the attempt;
-    ``backoff_ms``: the wait before it; ``retry_after_s``: what the upstream asked for.
+    ``concurrency_limited``, ``missing_credential``), or ``client_disconnected`` (the caller went
+    away and the attempt was closed). ``latency_ms``: wall time of the attempt; ``backoff_ms``: the
+    wait before it; ``retry_after_s``: what the upstream asked for. ``usage`` / ``cost_usd``: what
+    the provider billed for this attempt (tokens; USD) — a failed, incomplete or abandoned attempt
+    costs what it had consumed; the call's cost is the sum over its attempts.
     """
 
     endpoint: str
@@ -44,6 +48,25 @@ class AttemptLog:
     upstream_request_id: str = ""
     backoff_ms: float = 0.0
     retry_after_s: float | None = None
+    usage: Usage | None = None
+    cost_usd: Decimal = Decimal(0)
+
+
+def failed_attempt(
+    info: EndpointInfo, exc: ProviderError, started: float, backoff_ms: float, *, outcome: str = ""
+) -> AttemptLog:
+    """The log of an attempt that called upstream and failed, with the tokens it was billed for."""
+    return AttemptLog(
+        info.public_id,
+        outcome or type(exc).__name__,
+        elapsed_ms(started),
+        exc.status_code,
+        exc.upstream_request_id or "",
+        backoff_ms=backoff_ms,
+        retry_after_s=exc.retry_after_s,
+        usage=exc.usage,
+        cost_usd=usage_cost_usd(info, exc.usage),
+    )
 
 
 @dataclass
@@ -54,6 +77,20 @@ class ServeOutcome:
     attempts: list[AttemptLog] = field(default_factory=list)
     error_kind: str = ""
     error_message: str = ""
+    #: The caller went away before the call finished (the job ends ``cancelled``).
+    cancelled: bool = False
+
+    def billed_usage(self) -> Usage:
+        """Tokens of every attempt (failed, incomplete, abandoned, before a fallback), summed."""
+        total = Usage()
+        for a in self.attempts:
+            if a.usage is not None:
+                total = add_usage(total, a.usage)
+        return total
+
+    def billed_cost_usd(self) -> Decimal:
+        """What the whole call cost: the sum of its attempts' costs (USD)."""
+        return sum((a.cost_usd for a in self.attempts), Decimal(0))
 
 
 def retry_policy() -> RetryPolicy:
@@ -110,17 +147,7 @@ def serve(
                 fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
                 break
             except ProviderError as exc:
-                outcome.attempts.append(
-                    AttemptLog(
-                        info.public_id,
-                        type(exc).__name__,
-                        elapsed_ms(started),
-                        exc.status_code,
-                        exc.upstream_request_id or "",
-                        backoff_ms=backoff_ms,
-                        retry_after_s=exc.retry_after_s,
-                    )
-                )
+                outcome.attempts.append(failed_attempt(info, exc, started, backoff_ms))
                 outcome.error_kind, outcome.error_message = type(exc).__name__, str(exc)
                 if isinstance(exc, ClientRequestError) and not isinstance(exc, AuthFailed):
                     return outcome  # the request itself is wrong: it would fail the same way elsewhere
@@ -135,16 +162,7 @@ def serve(
                     continue
                 fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
                 break
-            outcome.attempts.append(
-                AttemptLog(
-                    info.public_id,
-                    "ok",
-                    elapsed_ms(started),
-                    200,
-                    result.upstream_request_id or "",
-                    backoff_ms=backoff_ms,
-                )
-            )
+            outcome.attempts.append(succeeded_attempt(info, result, started, backoff_ms))
             outcome.result, outcome.served = result, info
             if candidate.role != "assigned" and fell_back_because:
                 outcome.reason = fell_back_because
@@ -162,18 +180,45 @@ def _unserved(outcome: ServeOutcome, refused: EndpointRefused | None) -> ServeOu
     return outcome
 
 
+def succeeded_attempt(
+    info: EndpointInfo, result: CompletionResult, started: float, backoff_ms: float
+) -> AttemptLog:
+    """The log of an attempt that answered, with its usage and cost."""
+    return AttemptLog(
+        info.public_id,
+        "ok",
+        elapsed_ms(started),
+        200,
+        result.upstream_request_id or "",
+        backoff_ms=backoff_ms,
+        usage=result.usage,
+        cost_usd=result.cost_usd,
+    )
+
+
 def elapsed_ms(started: float) -> float:
     """Milliseconds since ``started`` (a ``time.perf_counter()`` value)."""
     return (time.perf_counter() - started) * 1000.0
 
 
 def serve_stream(
-    request: CompletionRequest, chain: list[Candidate], assigned_reason: str, *, session_id: str = ""
+    request: CompletionRequest,
+    chain: list[Candidate],
+    assigned_reason: str,
+    *,
+    session_id: str = "",
+    outcome: ServeOutcome | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Stream from the chain with :func:`serve`'s rules; yields public delta events and returns
     (``StopIteration.value``) a :class:`ServeOutcome` for :func:`routing.recording.record_call`.
 
-    ``request`` is the base request (no variant overrides).
+    ``request`` is the base request (no variant overrides). ``outcome`` (optional) is the object
+    filled in and returned, so a caller whose consumer went away (``GeneratorExit``) still holds
+    what happened. ``cancelled`` is checked between upstream events: once it says True (the
+    caller went away; :class:`routing.events.CancelWatch`), or when this generator is closed, the
+    upstream stream is closed at once (which frees its concurrency slot), the attempt is logged
+    ``client_disconnected`` with the tokens it had cost, and ``outcome.cancelled`` is set.
 
     Each candidate gets up to ``retry_policy().max_attempts`` guarded attempts
     (:func:`routing.attempts.attempt_stream`: kill switch, circuit breaker, concurrency, credential) while
@@ -183,7 +228,9 @@ def serve_stream(
     restarted elsewhere.
     """
     policy = retry_policy()
-    outcome = ServeOutcome(result=None, served=None, reason=assigned_reason)
+    outcome = (
+        outcome if outcome is not None else ServeOutcome(result=None, served=None, reason=assigned_reason)
+    )
     fell_back_because = ""
     refused: EndpointRefused | None = None
     sent = False
@@ -193,8 +240,10 @@ def serve_stream(
         backoff_ms = 0.0
         for number in range(policy.max_attempts):
             started = time.perf_counter()
+            stream = None
             try:
-                for event in attempt_stream(candidate, call_request, session_id=session_id):
+                stream = attempt_stream(candidate, call_request, session_id=session_id)
+                for event in stream:
                     if event.kind in ("text_delta", "tool_call_delta"):
                         if not sent:  # the answer's first delta: name the model that serves it
                             yield {"type": "served", "model": info.public_id}
@@ -203,19 +252,17 @@ def serve_stream(
                     elif event.kind == "done":
                         outcome.result = event.result
                     elif event.kind == "error":  # after content: end here
-                        exc = event.error
-                        outcome.attempts.append(
-                            AttemptLog(
-                                info.public_id,
-                                type(exc).__name__,
-                                elapsed_ms(started),
-                                getattr(exc, "status_code", None),
-                                backoff_ms=backoff_ms,
-                            )
-                        )
-                        outcome.error_kind = type(exc).__name__
-                        outcome.error_message = f"stream failed after content: {exc}"
+                        outcome.attempts.append(failed_attempt(info, event.error, started, backoff_ms))
+                        outcome.error_kind = type(event.error).__name__
+                        outcome.error_message = f"stream failed after content: {event.error}"
                         return outcome
+                    if cancelled is not None and event.kind != "done" and cancelled():
+                        _abandon(stream, outcome, info, started, backoff_ms)
+                        return outcome
+            except GeneratorExit:
+                if stream is not None:
+                    _abandon(stream, outcome, info, started, backoff_ms)
+                raise
             except EndpointRefused as exc:
                 outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
                 fell_back_because = fell_back_because or exc.reason
@@ -231,17 +278,7 @@ def serve_stream(
                 fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
                 break
             except ProviderError as exc:
-                outcome.attempts.append(
-                    AttemptLog(
-                        info.public_id,
-                        type(exc).__name__,
-                        elapsed_ms(started),
-                        exc.status_code,
-                        exc.upstream_request_id or "",
-                        backoff_ms=backoff_ms,
-                        retry_after_s=exc.retry_after_s,
-                    )
-                )
+                outcome.attempts.append(failed_attempt(info, exc, started, backoff_ms))
                 outcome.error_kind, outcome.error_message = type(exc).__name__, str(exc)
                 if sent or (isinstance(exc, ClientRequestError) and not isinstance(exc, AuthFailed)):
                     return outcome
@@ -257,19 +294,18 @@ def serve_stream(
                 fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
                 break
             if outcome.result is None:  # the provider stream ended without a result
-                outcome.attempts.append(AttemptLog(info.public_id, "BadResponse", elapsed_ms(started)))
+                outcome.attempts.append(
+                    AttemptLog(
+                        info.public_id,
+                        "BadResponse",
+                        elapsed_ms(started),
+                        usage=stream.usage_so_far(),
+                        cost_usd=usage_cost_usd(info, stream.usage_so_far()),
+                    )
+                )
                 outcome.error_kind, outcome.error_message = "BadResponse", "stream ended without a result"
                 return outcome
-            outcome.attempts.append(
-                AttemptLog(
-                    info.public_id,
-                    "ok",
-                    elapsed_ms(started),
-                    200,
-                    outcome.result.upstream_request_id or "",
-                    backoff_ms=backoff_ms,
-                )
-            )
+            outcome.attempts.append(succeeded_attempt(info, outcome.result, started, backoff_ms))
             outcome.served = info
             if candidate.role != "assigned" and fell_back_because:
                 outcome.reason = fell_back_because
@@ -280,3 +316,25 @@ def serve_stream(
             "the requested model is not in the catalogue",
         )
     return _unserved(outcome, refused)
+
+
+def _abandon(stream, outcome: ServeOutcome, info: EndpointInfo, started: float, backoff_ms: float) -> None:
+    """The caller went away mid-attempt: close the upstream stream (freeing its slot) and log the
+    attempt ``client_disconnected`` with the tokens it had cost."""
+    stream.close()
+    usage = stream.usage_so_far()
+    outcome.attempts.append(
+        AttemptLog(
+            info.public_id,
+            "client_disconnected",
+            elapsed_ms(started),
+            backoff_ms=backoff_ms,
+            usage=usage,
+            cost_usd=usage_cost_usd(info, usage),
+        )
+    )
+    outcome.result = None
+    outcome.served = info
+    outcome.cancelled = True
+    outcome.error_kind = "client_disconnected"
+    outcome.error_message = "the caller went away; the upstream call was closed"

@@ -45,12 +45,12 @@ from typing import Any
 
 from django.http import StreamingHttpResponse
 
-from .events import RedisEventLog, relay_events, terminal_event, uses_redis
-from .models import CompletionJob, JobStatus
+from .events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event, uses_redis
+from .models import FINISHED_STATUSES, CompletionJob
 from .planning import build_request, job_plan
 from .recording import record_call
 from .services import completion_job_claim, completion_job_fail
-from .serving import serve_stream
+from .serving import ServeOutcome, serve_stream
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +59,37 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
     """Claim and run one job, yielding its events (deltas, then ``done``/``error``).
 
     Safe to call twice: a job another worker holds yields nothing; a finished job yields only its
-    terminal event. If the consumer stops early (client gone in the web fallback), the job is
-    failed ``client_disconnected`` and the upstream stream is closed.
+    terminal event. If the caller goes away — the consumer closes this generator (web process
+    without Redis) or the relay sets the job's cancel flag (:func:`routing.events.job_cancel_request`,
+    checked between upstream chunks) — the upstream stream is closed at once, freeing its
+    concurrency slot, and the call is recorded ``cancelled`` / ``client_disconnected`` with the
+    tokens received so far, costed.
     """
     job = completion_job_claim(job_id=job_id)
     if job is None:
         existing = CompletionJob.objects.filter(pk=job_id).first()
-        if existing is not None and existing.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        if existing is not None and existing.status in FINISHED_STATUSES:
             yield terminal_event(existing)
         return
+    decision = chain = outcome = None
     try:
         decision, chain, reason = job_plan(job)
-        outcome = yield from serve_stream(build_request(job, {}), chain, reason, session_id=job.session_id)
+        outcome = ServeOutcome(result=None, served=None, reason=reason)
+        yield from serve_stream(
+            build_request(job, {}),
+            chain,
+            reason,
+            session_id=job.session_id,
+            outcome=outcome,
+            cancelled=CancelWatch(job_id),
+        )
         record_call(job, decision, chain, outcome)
     except GeneratorExit:
-        completion_job_fail(job_id=job_id, reason="client_disconnected: the stream was closed early")
+        if outcome is not None:  # serve_stream closed the upstream and logged the attempt
+            outcome.cancelled, outcome.error_kind = True, "client_disconnected"
+            record_call(job, decision, chain, outcome)
+        else:
+            completion_job_fail(job_id=job_id, reason="client_disconnected: the stream was closed early")
         raise
     except Exception as exc:
         log.exception("streamed job %s failed", job_id)
@@ -107,13 +123,17 @@ def job_events(
     yields its terminal event once it has one, else an error).
     """
     if uses_redis():
-        yield from relay_events(job_id=job_id, start_timeout_s=start_timeout_s)
+        try:
+            yield from relay_events(job_id=job_id, start_timeout_s=start_timeout_s)
+        except GeneratorExit:  # the caller went away: tell the worker to close the upstream call
+            job_cancel_request(job_id=job_id)
+            raise
         return
     if created:
         yield from stream_job_events(job_id=job_id)
         return
     job = CompletionJob.objects.filter(pk=job_id).first()
-    if job is not None and job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+    if job is not None and job.status in FINISHED_STATUSES:
         yield terminal_event(job)
     else:
         yield {

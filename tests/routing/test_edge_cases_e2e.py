@@ -1,0 +1,168 @@
+"""Streams, drop-ins and cost against the real APIs' edge cases, end to end.
+
+Live server + a real Celery worker + simulated upstreams that send exact scripted wire bytes,
+driven through the official ``openai`` and ``anthropic`` SDKs. With ``REDIS_URL`` streamed calls
+run in the worker and travel through Redis (the cancel flag too); without it the web process runs
+them. Run on PostgreSQL + Redis in CI.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import anthropic
+import openai
+import pytest
+
+from muse_experiments.config_version import bump
+from routing.catalogue import AVOCADO_VERSIONS, avocado_id
+from routing.models import Attempt, CallRecord, CompletionJob, ModelEndpoint
+from tests.factories import api_key, seed_catalogue
+from tests.wire import anthropic_stream, chat_text_stream, responses_failed_stream
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+DEFAULT = avocado_id(AVOCADO_VERSIONS)
+DEFAULT_MODEL = f"avocado-v{AVOCADO_VERSIONS}"
+
+
+@pytest.fixture
+def platform(live_server, upstreams, celery_worker_process):
+    seed_catalogue(upstreams.url)
+    return live_server.url, api_key(["completions"]), upstreams
+
+
+def openai_client(url: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+
+def wait_for(predicate, timeout_s: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def read_then_hang_up(client: openai.OpenAI, frames: int) -> float:
+    """Stream ``muse-default``, read ``frames`` chunks, close the connection; returns when (epoch s)."""
+    stream = client.chat.completions.create(
+        model="muse-default", messages=[{"role": "user", "content": "count to thirty"}], stream=True
+    )
+    it = iter(stream)
+    for _ in range(frames):
+        next(it)
+    stream.close()
+    return time.time()
+
+
+def test_a_streaming_caller_that_goes_away_closes_the_upstream_and_is_billed_for_what_it_got(platform):
+    url, key, upstreams = platform
+    upstreams.set_scenario(
+        DEFAULT_MODEL, wire=chat_text_stream(DEFAULT_MODEL, [f"w{i} " for i in range(30)], delay_ms=200)
+    )
+    gone_at = read_then_hang_up(openai_client(url, key), frames=4)
+
+    call = wait_for(
+        lambda: (
+            "client_closed_at" in upstreams.calls(model=DEFAULT_MODEL)[0]
+            and upstreams.calls(model=DEFAULT_MODEL)[0]
+        ),
+        what="the upstream stream to close",
+    )
+    assert call["client_closed_at"] - gone_at < 1.0
+    assert call["frames_sent"] < 15  # not all 34 frames: nobody was reading them
+    job = wait_for(
+        lambda: CompletionJob.objects.filter(status="cancelled").first(), what="the job to end cancelled"
+    )
+    record = CallRecord.objects.get(job=job)
+    assert (record.status, record.error_kind, record.served_endpoint) == (
+        "cancelled",
+        "client_disconnected",
+        DEFAULT,
+    )
+    assert 3 <= record.output_tokens < 30 and record.input_tokens > 0
+    # $0.10 / M input, $0.40 / M output
+    assert (
+        record.cost_usd
+        == (Decimal(record.input_tokens) * Decimal("0.10") + Decimal(record.output_tokens) * Decimal("0.40"))
+        / 10**6
+    )
+    [attempt] = Attempt.objects.filter(call=record)
+    assert (attempt.outcome, attempt.output_tokens, attempt.cost_usd) == (
+        "client_disconnected",
+        record.output_tokens,
+        record.cost_usd,
+    )
+
+
+def test_a_cancelled_call_frees_its_concurrency_slot_at_once(platform):
+    url, key, upstreams = platform
+    ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
+    bump()
+    upstreams.set_scenario(
+        DEFAULT_MODEL,
+        wire=chat_text_stream(DEFAULT_MODEL, [f"w{i} " for i in range(30)], delay_ms=200),
+        wire_first_n=1,
+        reply="second caller served",
+    )
+    client = openai_client(url, key)
+    gone_at = read_then_hang_up(client, frames=4)
+    time.sleep(max(0.0, gone_at + 1.0 - time.time()))
+
+    second = client.chat.completions.with_raw_response.create(
+        model="muse-default", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert second.headers["x-muse-served-model"] == DEFAULT
+    assert second.parse().choices[0].message.content == "second caller served"
+
+
+def test_anthropic_stream_usage_snapshots_are_merged_and_the_call_costs_what_was_billed(platform):
+    url, key, upstreams = platform
+    upstreams.set_scenario(
+        "claude-sonnet-5-5",
+        wire=anthropic_stream(
+            "claude-sonnet-5-5",
+            start_usage={
+                "input_tokens": 20,
+                "cache_creation_input_tokens": 10_000,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 1,
+            },
+            delta_usage={"input_tokens": 20, "output_tokens": 500},
+        ),
+    )
+    client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    with client.messages.stream(
+        model="anthropic/claude-sonnet-5-5", max_tokens=1000, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
+        final = stream.get_final_message()
+    assert (final.usage.cache_creation_input_tokens, final.usage.output_tokens, final.usage.input_tokens) == (
+        10_000,
+        500,
+        20,
+    )
+    assert final.model == "anthropic/claude-sonnet-5-5"
+    record = wait_for(lambda: CallRecord.objects.first(), what="the call record")
+    assert (record.cache_write_tokens, record.output_tokens, record.input_tokens) == (10_000, 500, 10_020)
+    # 20 x $3 + 10,000 x $3.75 + 500 x $15 per million
+    assert record.cost_usd == Decimal("0.04506")
+
+
+def test_every_failed_responses_attempt_is_recorded_and_summed_into_the_call_cost(platform):
+    url, key, upstreams = platform
+    upstreams.set_scenario(
+        "muse-special", wire=responses_failed_stream("muse-special", input_tokens=1200, output_tokens=40)
+    )
+    with pytest.raises(openai.APIStatusError):
+        openai_client(url, key).responses.create(model="azure/muse-special", input="hi")
+    record = CallRecord.objects.get()
+    attempts = list(Attempt.objects.filter(call=record))
+    assert [(a.input_tokens, a.output_tokens, a.cost_usd) for a in attempts] == [
+        (1200, 40, Decimal("0.0019"))
+    ] * 3
+    assert (record.status, record.input_tokens, record.output_tokens) == ("failed", 3600, 120)
+    assert record.cost_usd == Decimal("0.0057")  # 3 x (1,200 x $1.25 + 40 x $10) per million
