@@ -11,6 +11,7 @@ import math
 from django.conf import settings
 from rest_framework import exceptions, parsers, serializers, status
 
+from .storage_text import nul_path
 from .validation import UNIT_ID_MAX, unit_id_problem
 
 
@@ -27,7 +28,8 @@ def _reject_constant(name: str):
 
 
 class BoundedJSONParser(parsers.JSONParser):
-    """JSON bodies up to ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes; NaN/Infinity refused.
+    """JSON bodies up to ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes; NaN/Infinity refused;
+    a NUL character in any string or key refused with a 400 naming the field (:func:`refuse_nul`).
 
     Raises :class:`RequestTooLarge` (413) when ``Content-Length`` — or, for a chunked body, the
     bytes actually read — exceed the limit, and ``ParseError`` (400) for malformed JSON. DRF's own
@@ -60,7 +62,19 @@ class BoundedJSONParser(parsers.JSONParser):
             raise exceptions.ParseError("JSON parse error - nested too deeply.") from None
         if depth_exceeds(data, MAX_JSON_DEPTH):
             raise exceptions.ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels.")
+        refuse_nul(data)
         return data
+
+
+def refuse_nul(data, path: str = "") -> None:
+    """Raise a 400 ``ValidationError`` naming the first field of client input that holds a NUL
+    character (PostgreSQL cannot store one; see :mod:`muse_experiments.storage_text`)."""
+    where = nul_path(data, path)
+    if where is not None:
+        raise exceptions.ValidationError({where: [NUL_MESSAGE]})
+
+
+NUL_MESSAGE = "NUL characters (\\u0000) are not allowed."
 
 
 #: Deepest nesting of objects/arrays a request body may have (conditions, attributes, tool schemas).

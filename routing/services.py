@@ -17,6 +17,7 @@ from django.utils import timezone
 from rest_framework import exceptions
 
 from muse_experiments import config_version
+from muse_experiments.storage_text import storable
 
 from .catalogue import EndpointSeed, ProviderSeed
 from .events import publish_failure, uses_redis
@@ -98,8 +99,8 @@ def completion_job_create(
                 session_id=session_id,
                 user_id=user_id,
                 subagent=subagent,
-                attributes=dict(attributes),
-                request=dict(request),
+                attributes=storable(dict(attributes)),
+                request=storable(dict(request)),
                 stream=stream,
             )
     except IntegrityError:  # a concurrent request with the same idempotency key won
@@ -268,7 +269,7 @@ def completion_job_fail(*, job_id, reason: str) -> bool:
         )
         if job is None:
             return False
-        job.status, job.error, job.finished_at = JobStatus.FAILED, reason[:2000], timezone.now()
+        job.status, job.error, job.finished_at = JobStatus.FAILED, storable(reason)[:2000], timezone.now()
         job.save(update_fields=["status", "error", "finished_at"])
         _announce_failure([job])
     return True

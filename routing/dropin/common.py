@@ -34,6 +34,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api_base import RequestTooLarge
 from muse_experiments.auth import ApiClient, HasScope
+from muse_experiments.storage_text import nul_path
 from muse_experiments.validation import unit_id_problem
 
 from ..dispatch import submit_completion, wait_for_job
@@ -107,6 +108,8 @@ def parse_arguments(raw: Any, param: str) -> dict[str, Any]:
     except ValueError:
         raise DropinError(f"'{param}' is not valid JSON.", param=param) from None
     require(isinstance(value, dict), f"'{param}' must encode a JSON object.", param)
+    where = nul_path(value, param)
+    require(where is None, f"'{where}': NUL characters (\\u0000) are not allowed.", where)
     return value
 
 
@@ -366,6 +369,12 @@ class DropinView(APIView):
         if isinstance(exc, (RequestTooLarge, RequestDataTooBig)):
             return self.error_response(
                 status=413, kind="request_too_large", message="Request body too large."
+            )
+        if isinstance(exc, exceptions.ValidationError) and isinstance(exc.detail, dict) and exc.detail:
+            param, messages = next(iter(exc.detail.items()))
+            message = messages[0] if isinstance(messages, list) and messages else messages
+            return self.error_response(
+                status=400, kind="invalid_request", message=f"'{param}': {message}", param=param
             )
         if isinstance(exc, (exceptions.ParseError, exceptions.UnsupportedMediaType)):
             return self.error_response(status=400, kind="invalid_request", message=str(exc.detail))

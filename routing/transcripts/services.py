@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from muse_experiments.storage_text import storable
 from routing.selectors import catalogue
 
 from .gate import GateReport, RecordVerdict, RejectReason, gate_check, strip_encrypted_reasoning
@@ -172,7 +173,7 @@ def _turn_row(
         "tool_calls": list(result_public.get("tool_calls") or []),
         "usage": dict(result_public.get("usage") or {}),
     }
-    clean, removed = strip_encrypted_reasoning(stored)
+    clean, removed = strip_encrypted_reasoning(storable(stored))
     if removed:
         log.warning(
             "transcript turn of job %s: removed %d encrypted-reasoning carrier(s) before storing",

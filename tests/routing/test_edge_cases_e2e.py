@@ -12,6 +12,7 @@ import time
 from decimal import Decimal
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -166,3 +167,49 @@ def test_every_failed_responses_attempt_is_recorded_and_summed_into_the_call_cos
     ] * 3
     assert (record.status, record.input_tokens, record.output_tokens) == ("failed", 3600, 120)
     assert record.cost_usd == Decimal("0.0057")  # 3 x (1,200 x $1.25 + 40 x $10) per million
+
+
+# -- NUL characters (PostgreSQL cannot store U+0000) ----------------------------------------------
+
+
+def test_client_input_with_a_nul_is_refused_naming_the_field(platform, postgres):
+    url, key, upstreams = platform
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    body = {"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "hi"}]}
+    r = http.post("/api/v1/completions", json={**body, "attributes": {"plan": "pro\u0000"}})
+    assert r.status_code == 400 and list(r.json()["error"]["fields"]) == ["attributes.plan"]
+    r = http.post("/api/v1/completions", json={**body, "attributes": {"sub\u0000agent": "x\u0000"}})
+    assert r.status_code == 400 and list(r.json()["error"]["fields"]) == ["attributes.sub\\u0000agent"]
+
+    client = openai_client(url, key)
+    history = [
+        {"role": "user", "content": "read it"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"path": "a\\u0000b"}'}}
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]  # fmt: skip
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="muse-default", messages=history)
+    assert err.value.body["param"] == "messages[1].tool_calls[0].function.arguments.path"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="muse-default", messages=[{"role": "user", "content": "bytes: \u0000\u0001"}], stream=True
+        )
+    assert err.value.body["param"] == "messages[0].content"
+    assert CompletionJob.objects.count() == 0 and upstreams.call_count() == 0
+    http.close()
+
+
+def test_provider_output_with_a_nul_is_delivered_stored_escaped_and_the_call_recorded(platform, postgres):
+    url, key, upstreams = platform
+    upstreams.set_scenario(DEFAULT_MODEL, wire=chat_text_stream(DEFAULT_MODEL, ["col1\u0000", "col2"]))
+    stream = openai_client(url, key).chat.completions.create(
+        model="muse-default", messages=[{"role": "user", "content": "table"}], stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "col1\u0000col2"
+    job = wait_for(lambda: CompletionJob.objects.filter(status="succeeded").first(), what="the job")
+    assert job.result["text"] == "col1\u2400col2"  # NUL_ESCAPE, U+2400 SYMBOL FOR NULL
+    record = CallRecord.objects.get(job=job)
+    assert record.status == "succeeded" and record.output_tokens == 2 and record.cost_usd > 0

@@ -1,0 +1,65 @@
+"""Text at the storage boundary: NUL characters (U+0000), which PostgreSQL cannot store.
+
+PostgreSQL refuses U+0000 in ``text`` and ``jsonb`` values (``unsupported Unicode escape
+sequence``; SQLite stores it), so every writer goes through this module:
+
+* **client input** with a NUL is refused before anything is stored: :func:`nul_path` names the
+  first offending field (``attributes.plan``, ``messages[2].content``), and the API answers 400
+  naming it (``BoundedJSONParser`` for every JSON body; drop-ins also for the JSON they decode,
+  such as tool-call ``arguments`` strings).
+* **provider output** with a NUL is delivered to the client unchanged (it travels as JSON, where
+  it is ``\\u0000``) and *stored* with each NUL replaced by :data:`NUL_ESCAPE`, U+2400 SYMBOL FOR
+  NULL (``␀``), by :func:`storable`, in dict keys as well as values. The call, its tokens and cost
+  are recorded as for any other answer.
+
+Pure Python: no Django import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NUL = "\x00"
+#: What a NUL in provider output becomes in the database: U+2400 SYMBOL FOR NULL.
+NUL_ESCAPE = "\u2400"
+
+
+def nul_path(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first string (value or object key) holding a NUL, else ``None``.
+
+    Objects add ``.key`` (no dot at the root), arrays ``[i]``; a NUL in a key names the key's path.
+    Iterative, so deeply nested input cannot exhaust the stack.
+    """
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return where or "(body)"
+        elif isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                child_path = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and NUL in key:
+                    return child_path.replace(NUL, "\\u0000")
+                children.append((child, child_path))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(child, f"{where}[{i}]") for i, child in enumerate(item)]))
+    return None
+
+
+def storable(value: Any) -> Any:
+    """``value`` (str, or JSON-like dicts/lists) with every NUL replaced by :data:`NUL_ESCAPE`.
+
+    Returns the same object when it holds no NUL (no copy on the hot path).
+    """
+    if isinstance(value, str):
+        return value.replace(NUL, NUL_ESCAPE) if NUL in value else value
+    if nul_path(value) is None:
+        return value
+    if isinstance(value, dict):
+        return {storable(k) if isinstance(k, str) else k: storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(storable(v) for v in value)
+    return value
