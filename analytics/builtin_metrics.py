@@ -78,6 +78,15 @@ BUILTIN_METRICS: list[dict] = [
         "higher_is_better": False,
     },
     {
+        "name": "cached_input_tokens",
+        "label": "Cache-read input tokens per unit (prompt caching; priced at the cached rate)",
+        "source": "call",
+        "call_value": "cached_input_tokens",
+        "aggregation": "sum",
+        "metric_type": "mean",
+        "higher_is_better": True,
+    },
+    {
         "name": "output_tokens",
         "label": "Output tokens per unit",
         "source": "call",
@@ -117,6 +126,14 @@ BUILTIN_METRICS: list[dict] = [
         "metric_type": "ratio",
         "numerator": "calls_with_tool_calls",
         "denominator": "calls",
+        "higher_is_better": True,
+    },
+    {
+        "name": "cache_read_rate",
+        "label": "Cache-read share of input tokens (cache reads / input tokens)",
+        "metric_type": "ratio",
+        "numerator": "cached_input_tokens",
+        "denominator": "input_tokens",
         "higher_is_better": True,
     },
     {

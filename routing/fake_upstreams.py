@@ -50,6 +50,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import select
 import socket
 import struct
@@ -90,6 +91,9 @@ DEFAULT_MODELS: tuple[str, ...] = (
 
 #: Headers never recorded verbatim (values replaced by ``"<redacted>"``).
 SECRET_HEADERS = frozenset({"authorization", "api-key", "x-api-key", "cookie", "proxy-authorization"})
+
+#: What Anthropic accepts as a ``tool_use`` id.
+_ANTHROPIC_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
 
 #: Valid values for :attr:`Scenario.failure`.
 FAILURES = frozenset(
@@ -360,6 +364,7 @@ class FakeUpstreams:
             self._scenarios[model] = self._coerce(sc)
         self._calls: list[dict[str, Any]] = []
         self._attempts: dict[str, int] = {}
+        self._cached_prefixes: set[str] = set()
         self._issued_reasoning: set[str] = set()
         # What each reasoning blob was issued with (see _Handler._misplaced_reasoning).
         self._issued_with: dict[str, dict[str, Any]] = {}
@@ -447,6 +452,7 @@ class FakeUpstreams:
         with self._lock:
             self._calls.clear()
             self._attempts.clear()
+            self._cached_prefixes.clear()
             if scenarios:
                 self._scenarios.clear()
 
@@ -516,6 +522,35 @@ class FakeUpstreams:
     def _issued(self, blob: str) -> dict[str, Any] | None:
         with self._lock:
             return self._issued_with.get(blob)
+
+    def _prompt_cache(self, model: str, body: dict[str, Any], input_tokens: int) -> tuple[int, int]:
+        """Anthropic prompt caching: ``(cache read, cache write)`` tokens for a Messages request.
+
+        The prefix up to the request's last ``cache_control`` breakpoint (order: tools, system,
+        messages) is written on first sight and read afterwards (per model); ~4 characters a
+        token, capped at ``input_tokens``. No breakpoint: nothing is cached.
+        """
+        prefix: list[Any] = []
+        cached: list[Any] | None = None
+        system = body.get("system")
+        sections = [body.get("tools") or [], system if isinstance(system, list) else []]
+        for message in body.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            sections.append(content if isinstance(content, list) else [content])
+        for section in sections:
+            for block in section:
+                prefix.append(block)
+                if isinstance(block, dict) and block.get("cache_control"):
+                    cached = list(prefix)
+        if cached is None:
+            return 0, 0
+        text = json.dumps(cached, sort_keys=True)
+        tokens = min(input_tokens, max(1, len(text) // 4))
+        key = f"{model}:{hashlib.sha256(text.encode()).hexdigest()}"
+        with self._lock:
+            seen = key in self._cached_prefixes
+            self._cached_prefixes.add(key)
+        return (tokens, 0) if seen else (0, tokens)
 
     def _sleep(self, ms: float) -> bool:
         """Sleep ``ms`` milliseconds; returns False if the server is stopping."""
@@ -868,6 +903,15 @@ class _Handler(BaseHTTPRequestHandler):
                     self._error(flavour, 400, "invalid_request_error", bad, "invalid_encrypted_content")
                 return
 
+        bad_id = self._bad_tool_id(api, body)
+        if bad_id is not None:
+            self._upd(outcome="invalid_tool_id")
+            etype = "invalid_request_error"
+            if flavour == "anthropic":
+                self._error(flavour, 400, etype, bad_id[1])
+            else:
+                self._error(flavour, 400, etype, bad_id[1], "string_above_max_length")
+            return
         stream = bool(body.get("stream"))
         if self._scripted(sc, attempt, stream, flavour):
             return
@@ -1107,6 +1151,41 @@ class _Handler(BaseHTTPRequestHandler):
             )
         return None
 
+    def _bad_tool_id(self, api: str, body: dict[str, Any]) -> tuple[str, str] | None:
+        """``(param, message)`` for the first tool-call id the real API would refuse, as it words it.
+
+        Anthropic: ``tool_use.id`` / ``tool_result.tool_use_id`` must match ``^[a-zA-Z0-9_-]+$``;
+        Chat Completions: ``tool_calls[].id`` at most 40 characters; Responses: ``call_id`` at most 64.
+        """
+        if api == "messages":
+            for i, msg in enumerate(body.get("messages") or []):
+                content = msg.get("content") if isinstance(msg, dict) else None
+                for j, block in enumerate(content if isinstance(content, list) else []):
+                    if not isinstance(block, dict) or block.get("type") not in ("tool_use", "tool_result"):
+                        continue
+                    key = "id" if block["type"] == "tool_use" else "tool_use_id"
+                    if not _ANTHROPIC_TOOL_ID.fullmatch(str(block.get(key, ""))):
+                        param = f"messages.{i}.content.{j}.{block['type']}.{key}"
+                        return param, f"{param}: String should match pattern '^[a-zA-Z0-9_-]+$'"
+        limit, items, where = (
+            (40, body.get("messages"), "messages")
+            if api == "chat_completions"
+            else (64, body.get("input"), "input")
+        )
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(item, dict):
+                continue
+            ids = [(f"{where}[{i}].call_id", item.get("call_id"))] if api == "responses" else [
+                (f"{where}[{i}].tool_calls[{j}].id", c.get("id")) for j, c in enumerate(item.get("tool_calls") or [])
+            ]  # fmt: skip
+            for param, value in ids:
+                if isinstance(value, str) and len(value) > limit:
+                    return param, (
+                        f"Invalid '{param}': string too long. Expected a string with maximum length {limit}, "
+                        f"but got a string with length {len(value)} instead."
+                    )
+        return None
+
     def _plan(self, api: str, model: str, body: dict[str, Any], sc: Scenario) -> _Plan:
         # Last user text and whether the conversation ends with a tool result.
         user_text = ""
@@ -1180,6 +1259,9 @@ class _Handler(BaseHTTPRequestHandler):
                 len(text.split()) + sum(len(json.dumps(a).split()) for _, _, a in calls) + reasoning_tokens
             )
         input_tokens = sc.input_tokens if sc.input_tokens is not None else max(1, len(json.dumps(body)) // 4)
+        cache = (sc.cached_tokens, sc.cache_write_tokens)
+        if api == "messages" and not any(cache):
+            cache = self.fake._prompt_cache(model, body, input_tokens)
         return _Plan(
             model=model,
             text=text,
@@ -1189,8 +1271,8 @@ class _Handler(BaseHTTPRequestHandler):
             thinking_text=sc.thinking_text,
             redacted=sc.redacted_thinking,
             input_tokens=input_tokens,
-            cached_tokens=sc.cached_tokens,
-            cache_write_tokens=sc.cache_write_tokens,
+            cached_tokens=cache[0],
+            cache_write_tokens=cache[1],
             output_tokens=output_tokens,
             reasoning_tokens=reasoning_tokens,
             request_id=self._request_id,

@@ -21,7 +21,7 @@ from muse_experiments.selectors import assignment_snapshot, sticky_variants
 
 from .killswitch import KillState, kill_state
 from .models import CompletionJob, RoutingReason
-from .providers.types import CompletionRequest, Message, ToolCall, ToolSpec
+from .providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec
 from .selectors import Catalogue, EndpointInfo, catalogue
 
 #: Aliases a drop-in client may send as ``model``: the experiments decide the endpoint.
@@ -161,6 +161,7 @@ def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> Completio
                 for c in m.get("tool_calls", ())
             ),
             tool_call_id=m.get("tool_call_id"),
+            parts=tuple(ContentPart(p["text"], p.get("cache_control")) for p in m.get("parts", ())),
         )
         for m in job.request["messages"]
     )
@@ -169,6 +170,7 @@ def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> Completio
             name=t["name"],
             description=t.get("description", ""),
             parameters=t.get("parameters") or {"type": "object", "properties": {}},
+            cache_control=t.get("cache_control"),
         )
         for t in job.request.get("tools", ())
     )

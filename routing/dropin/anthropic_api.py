@@ -92,35 +92,68 @@ def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
 
 
 def _block_text(content: Any, param: str) -> str:
-    texts = []
+    return "".join(p["text"] for p in _text_parts(content, param))
+
+
+def cache_control(value: Any, param: str) -> dict[str, Any] | None:
+    """A block's ``cache_control`` (prompt-caching breakpoint), validated as Anthropic does."""
+    if value is None:
+        return None
+    value = as_object(value, param)
+    require(value.get("type") == "ephemeral", "cache_control.type must be 'ephemeral'.", f"{param}.type")
+    require(set(value) <= {"type", "ttl"}, "cache_control accepts only 'type' and 'ttl'.", param)
+    require(value.get("ttl") in (None, "5m", "1h"), "cache_control.ttl must be '5m' or '1h'.", f"{param}.ttl")
+    return dict(value)
+
+
+def _text_parts(content: Any, param: str) -> list[dict[str, Any]]:
+    """Text blocks as stored parts: ``{"text"}`` plus the block's ``cache_control`` when it has one."""
+    parts = []
     for i, b in enumerate(_blocks(content, param) if content is not None else []):
         require(
             b.get("type") == "text",
             f"Block type {b.get('type')!r} is not supported here; send text.",
             f"{param}[{i}].type",
         )
-        texts.append(as_str(b.get("text", ""), f"{param}[{i}].text"))
-    return "".join(texts)
+        parts.append(_part(b, f"{param}[{i}]"))
+    return parts
+
+
+def _part(block: dict[str, Any], param: str) -> dict[str, Any]:
+    part: dict[str, Any] = {"text": as_str(block.get("text", ""), f"{param}.text")}
+    cc = cache_control(block.get("cache_control"), f"{param}.cache_control")
+    if cc:
+        part["cache_control"] = cc
+    return part
+
+
+def _with_parts(message: dict[str, Any], parts: list[dict[str, Any]], structured: bool) -> dict[str, Any]:
+    """``message`` with ``parts`` kept when the caller sent blocks (its block structure and breakpoints)."""
+    if structured and parts:
+        message["parts"] = parts
+    return message
 
 
 def messages_in(body: dict[str, Any]) -> list[dict[str, Any]]:
     """Anthropic ``system`` + ``messages`` → our stored messages (tool_result blocks → tool messages)."""
     out: list[dict[str, Any]] = []
     if body.get("system") is not None:
-        out.append({"role": "system", "content": _block_text(body["system"], "system")})
+        parts = _text_parts(body["system"], "system")
+        message = {"role": "system", "content": "".join(p["text"] for p in parts)}
+        out.append(_with_parts(message, parts, isinstance(body["system"], list)))
     for i, m in enumerate(as_list(body.get("messages"), "messages", max_len=MAX_MESSAGES, allow_empty=False)):
         p = f"messages[{i}]"
         m = as_object(m, p)
         role = m.get("role")
         require(role in ("user", "assistant"), f"Invalid role {role!r}.", f"{p}.role")
-        texts: list[str] = []
+        texts: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
         for j, b in enumerate(_blocks(m.get("content"), f"{p}.content")):
             q = f"{p}.content[{j}]"
             kind = b.get("type")
             if kind == "text":
-                texts.append(as_str(b.get("text", ""), f"{q}.text"))
+                texts.append(_part(b, q))
             elif kind == "tool_use" and role == "assistant":
                 calls.append(
                     {
@@ -132,30 +165,32 @@ def messages_in(body: dict[str, Any]) -> list[dict[str, Any]]:
             elif kind == "tool_result" and role == "user":
                 content = b.get("content")
                 text = content if isinstance(content, str) else _block_text(content, f"{q}.content")
-                results.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": as_str(
-                            b.get("tool_use_id"), f"{q}.tool_use_id", max_len=200, allow_empty=False
-                        ),
-                        "content": text,
-                    }
-                )
+                result = {
+                    "role": "tool",
+                    "tool_call_id": as_str(
+                        b.get("tool_use_id"), f"{q}.tool_use_id", max_len=200, allow_empty=False
+                    ),
+                    "content": as_str(text, f"{q}.content"),
+                }
+                cc = cache_control(b.get("cache_control"), f"{q}.cache_control")
+                results.append(_with_parts(result, [{"text": text, "cache_control": cc}], bool(cc)))
             elif kind in ("thinking", "redacted_thinking") and role == "assistant":
                 continue  # never forwarded: we did not hand it out
             else:
                 raise DropinError(
                     f"Content block type {kind!r} is not supported in a {role} message.", param=f"{q}.type"
                 )
+        structured = isinstance(m.get("content"), list)
+        joined = "".join(p["text"] for p in texts)
         if role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+            msg: dict[str, Any] = _with_parts({"role": "assistant", "content": joined}, texts, structured)
             if calls:
                 msg["tool_calls"] = calls
             out.append(msg)
         else:
             out.extend(results)
             if texts or not results:
-                out.append({"role": "user", "content": "".join(texts)})
+                out.append(_with_parts({"role": "user", "content": joined}, texts, structured))
     return out
 
 
@@ -166,7 +201,9 @@ def tools_in(raw: Any) -> list[dict[str, Any]]:
         require(
             t.get("type") in (None, "custom"), "Only custom (client) tools are supported.", f"tools[{i}].type"
         )
-        tools.append(tool_spec(t.get("name"), t.get("description"), t.get("input_schema"), f"tools[{i}]"))
+        spec = tool_spec(t.get("name"), t.get("description"), t.get("input_schema"), f"tools[{i}]")
+        cc = cache_control(t.get("cache_control"), f"tools[{i}].cache_control")
+        tools.append(spec | ({"cache_control": cc} if cc else {}))
     return tools
 
 

@@ -7,7 +7,8 @@ https://docs.anthropic.com/en/docs/build-with-claude/streaming (``message_start`
 SDK: ``anthropic.Anthropic(base_url=..., api_key=..., max_retries=0, timeout=...)``
 (anthropic>=2 sends the key as ``Authorization: Bearer``).
 
-Request mapping: system messages -> ``system``; ``tool`` messages -> ``tool_result`` blocks in
+Request mapping: system messages -> ``system`` text blocks (prompt-caching breakpoints: see
+:func:`build_kwargs`); ``tool`` messages -> ``tool_result`` blocks in
 a user message (consecutive results merged); assistant tool calls -> ``tool_use`` blocks;
 ``max_output_tokens`` -> ``max_tokens`` (default 4096); with the ``reasoning`` capability
 ``thinking={"type": "adaptive"}`` and ``reasoning_effort`` -> ``output_config.effort``
@@ -46,10 +47,12 @@ from routing.providers.base import (
     usage_dict,
 )
 from routing.providers.errors import BadResponse
+from routing.providers.tool_ids import ToolIdMap
 from routing.providers.types import (
     CompletionRequest,
     CompletionResult,
     EndpointConfig,
+    Message,
     ReasoningState,
     StreamEvent,
     ToolCall,
@@ -71,6 +74,7 @@ STOP_REASONS = {
 }
 EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "max"}
 REASONING_BLOCK_TYPES = frozenset({"thinking", "redacted_thinking"})
+EPHEMERAL = {"type": "ephemeral"}
 
 
 def anthropic_sdk_client(endpoint: EndpointConfig) -> anthropic.Anthropic:
@@ -85,16 +89,26 @@ def anthropic_sdk_client(endpoint: EndpointConfig) -> anthropic.Anthropic:
     return sdk_clients.get(client_cache_key("anthropic-sdk", endpoint), factory)
 
 
-def build_messages(endpoint: EndpointConfig, request: CompletionRequest) -> list[dict[str, Any]]:
+def build_messages(
+    endpoint: EndpointConfig, request: CompletionRequest, ids: ToolIdMap | None = None
+) -> list[dict[str, Any]]:
+    """Neutral messages -> Anthropic ``messages``; tool-call ids mapped to what Anthropic accepts."""
+    ids = ids if ids is not None else ToolIdMap("messages")
     anchored = anchor_reasoning(request, usable_reasoning_state(endpoint, request))
     out: list[dict[str, Any]] = []
     for idx, m in enumerate(request.messages):
         if m.role == "system":
             continue
         if m.role == "user":
-            out.append({"role": "user", "content": m.content})
+            out.append({"role": "user", "content": text_blocks(m) if m.parts else m.content})
         elif m.role == "tool":
-            block = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}
+            block = {
+                "type": "tool_result",
+                "tool_use_id": ids.out(m.tool_call_id or ""),
+                "content": m.content,
+            }
+            if m.parts and m.parts[-1].cache_control:
+                block["cache_control"] = dict(m.parts[-1].cache_control)
             prev = out[-1] if out else None
             if (
                 prev is not None
@@ -109,10 +123,14 @@ def build_messages(endpoint: EndpointConfig, request: CompletionRequest) -> list
             blocks: list[dict[str, Any]] = []
             for state in anchored.get(idx, ()):
                 blocks.extend(dict(item) for item in state.items)
-            if m.content:
+            if m.parts:
+                blocks.extend(text_blocks(m))
+            elif m.content:
                 blocks.append({"type": "text", "text": m.content})
             for tc in m.tool_calls:
-                blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": dict(tc.arguments)})
+                blocks.append(
+                    {"type": "tool_use", "id": ids.out(tc.id), "name": tc.name, "input": dict(tc.arguments)}
+                )
             out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
     return out
 
@@ -135,20 +153,60 @@ def _tool_loop_without_thinking(messages: list[dict[str, Any]]) -> bool:
     return "tool_use" in kinds and kinds[0] not in REASONING_BLOCK_TYPES
 
 
-def build_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[str, Any]:
+def text_blocks(m: Message) -> list[dict[str, Any]]:
+    """A message's text blocks as the caller structured them, cache breakpoints included."""
+    return [
+        {"type": "text", "text": p.text}
+        | ({"cache_control": dict(p.cache_control)} if p.cache_control else {})
+        for p in m.parts
+    ]
+
+
+def system_blocks(request: CompletionRequest) -> list[dict[str, Any]]:
+    """``system`` as a list of text blocks: each system message's parts (with the caller's cache
+    breakpoints) or its text as one block."""
+    blocks: list[dict[str, Any]] = []
+    for m in request.messages:
+        if m.role != "system":
+            continue
+        if m.parts:
+            blocks.extend(text_blocks(m))
+        elif m.content:
+            blocks.append({"type": "text", "text": m.content})
+    return blocks
+
+
+def build_kwargs(
+    endpoint: EndpointConfig, request: CompletionRequest, ids: ToolIdMap | None = None
+) -> dict[str, Any]:
+    """The ``messages.create`` arguments for ``request``.
+
+    Prompt caching (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching): the
+    caller's ``cache_control`` breakpoints and block structure are kept as sent (``system`` as
+    blocks). A request without any — built by the platform from a chat or REST call — gets
+    breakpoints on its stable prefix: the last tool definition and the last system block
+    (2 of Anthropic's 4; a prefix shorter than the model's minimum is simply not cached).
+    """
     kwargs: dict[str, Any] = {
         "model": endpoint.upstream_model,
         "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
-        "messages": build_messages(endpoint, request),
+        "messages": build_messages(endpoint, request, ids),
     }
-    system = request.system_text()
+    platform_breakpoints = not request.has_cache_breakpoints()
+    system = system_blocks(request)
     if system:
+        if platform_breakpoints:  # the system prompt is the stable prefix of a session's calls
+            system[-1]["cache_control"] = dict(EPHEMERAL)
         kwargs["system"] = system
     tools = request.effective_tools()
     if tools:
         kwargs["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)} for t in tools
+            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+            | ({"cache_control": dict(t.cache_control)} if t.cache_control else {})
+            for t in tools
         ]
+        if platform_breakpoints:  # tools come first in the cached prefix
+            kwargs["tools"][-1]["cache_control"] = dict(EPHEMERAL)
     if endpoint.has("reasoning") and not _tool_loop_without_thinking(kwargs["messages"]):
         kwargs["thinking"] = {"type": "adaptive"}
     if request.reasoning_effort is not None:
@@ -225,7 +283,8 @@ class AnthropicMessagesClient(ProviderClient):
 
     def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
         client = anthropic_sdk_client(endpoint)
-        message = client.messages.create(**build_kwargs(endpoint, request))
+        ids = ToolIdMap("messages")
+        message = client.messages.create(**build_kwargs(endpoint, request, ids))
         text: list[str] = []
         calls: list[ToolCall] = []
         reasoning: list[dict[str, Any]] = []
@@ -236,7 +295,9 @@ class AnthropicMessagesClient(ProviderClient):
             elif btype == "text":
                 text.append(block.text)
             elif btype == "tool_use":
-                calls.append(ToolCall(id=block.id, name=block.name, arguments=dict(block.input or {})))
+                calls.append(
+                    ToolCall(id=ids.back(block.id), name=block.name, arguments=dict(block.input or {}))
+                )
         return _result(
             endpoint,
             text="".join(text),
@@ -251,7 +312,8 @@ class AnthropicMessagesClient(ProviderClient):
         self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
     ) -> Iterator[StreamEvent]:
         client = anthropic_sdk_client(endpoint)
-        stream = client.messages.create(**build_kwargs(endpoint, request), stream=True)
+        ids = ToolIdMap("messages")
+        stream = client.messages.create(**build_kwargs(endpoint, request, ids), stream=True)
         progress.response_started = True
         progress.request_id = stream.response.headers.get("request-id")
         blocks: dict[int, dict[str, Any]] = {}  # content index -> accumulating block
@@ -277,10 +339,11 @@ class AnthropicMessagesClient(ProviderClient):
                     elif btype == "tool_use":
                         index = len(tool_index)
                         tool_index[event.index] = index
-                        blocks[event.index] = {"type": "tool_use", "id": cb.id, "name": cb.name, "json": []}
+                        call_id = ids.back(cb.id)
+                        blocks[event.index] = {"type": "tool_use", "id": call_id, "name": cb.name, "json": []}
                         yield StreamEvent(
                             kind="tool_call_delta",
-                            tool_call=ToolCallDelta(index=index, id=cb.id, name=cb.name),
+                            tool_call=ToolCallDelta(index=index, id=call_id, name=cb.name),
                         )
                 elif etype == "content_block_delta":
                     block = blocks.get(event.index)

@@ -310,7 +310,8 @@ def usage_dict(usage: Any) -> dict[str, Any]:
     dump = getattr(usage, "model_dump", None)
     if callable(dump):
         return dump(mode="json", exclude_unset=True)
-    return dict(vars(usage))
+    fields = (k for k in dir(usage) if not k.startswith("_"))
+    return {k: v for k in fields if not callable(v := getattr(usage, k))}
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 from routing.providers._openai_common import openai_sdk_client
 from routing.providers.base import ProviderClient, _StreamProgress, parse_arguments
 from routing.providers.errors import BadResponse
+from routing.providers.tool_ids import ToolIdMap
 from routing.providers.types import (
     CompletionRequest,
     CompletionResult,
@@ -47,17 +48,19 @@ FINISH_REASONS = {
 }
 
 
-def build_chat_messages(request: CompletionRequest) -> list[dict[str, Any]]:
+def build_chat_messages(request: CompletionRequest, ids: ToolIdMap | None = None) -> list[dict[str, Any]]:
+    """Neutral messages -> chat ``messages``; tool-call ids mapped to what Chat Completions accepts."""
+    ids = ids if ids is not None else ToolIdMap("chat_completions")
     out: list[dict[str, Any]] = []
     for m in request.messages:
         if m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            out.append({"role": "tool", "tool_call_id": ids.out(m.tool_call_id or ""), "content": m.content})
         elif m.role == "assistant":
             msg: dict[str, Any] = {"role": "assistant", "content": m.content or None}
             if m.tool_calls:
                 msg["tool_calls"] = [
                     {
-                        "id": tc.id,
+                        "id": ids.out(tc.id),
                         "type": "function",
                         "function": {"name": tc.name, "arguments": json.dumps(dict(tc.arguments))},
                     }
@@ -69,8 +72,10 @@ def build_chat_messages(request: CompletionRequest) -> list[dict[str, Any]]:
     return out
 
 
-def build_chat_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"model": endpoint.upstream_model, "messages": build_chat_messages(request)}
+def build_chat_kwargs(
+    endpoint: EndpointConfig, request: CompletionRequest, ids: ToolIdMap | None = None
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"model": endpoint.upstream_model, "messages": build_chat_messages(request, ids)}
     tools = request.effective_tools()
     if tools:
         kwargs["tools"] = [
@@ -122,13 +127,16 @@ class OpenAIChatClient(ProviderClient):
 
     def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
         client = openai_sdk_client(endpoint)
-        completion = client.chat.completions.create(**build_chat_kwargs(endpoint, request))
+        ids = ToolIdMap("chat_completions")
+        completion = client.chat.completions.create(**build_chat_kwargs(endpoint, request, ids))
         if not completion.choices:
             raise BadResponse(f"{endpoint.public_id}: completion without choices")
         choice = completion.choices[0]
         msg = choice.message
         tool_calls = tuple(
-            ToolCall(id=tc.id, name=tc.function.name, arguments=parse_arguments(tc.function.arguments))
+            ToolCall(
+                id=ids.back(tc.id), name=tc.function.name, arguments=parse_arguments(tc.function.arguments)
+            )
             for tc in (msg.tool_calls or [])
             if getattr(tc, "function", None) is not None
         )
@@ -149,8 +157,9 @@ class OpenAIChatClient(ProviderClient):
         self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
     ) -> Iterator[StreamEvent]:
         client = openai_sdk_client(endpoint)
+        ids = ToolIdMap("chat_completions")
         stream = client.chat.completions.create(
-            **build_chat_kwargs(endpoint, request), stream=True, stream_options={"include_usage": True}
+            **build_chat_kwargs(endpoint, request, ids), stream=True, stream_options={"include_usage": True}
         )
         progress.response_started = True
         progress.request_id = stream.response.headers.get("x-request-id")
@@ -175,15 +184,16 @@ class OpenAIChatClient(ProviderClient):
                         fn = tc.function
                         name = fn.name if fn is not None else None
                         args = (fn.arguments if fn is not None else None) or ""
-                        if tc.id:
-                            entry["id"] = tc.id
+                        call_id = ids.back(tc.id) if tc.id else None
+                        if call_id:
+                            entry["id"] = call_id
                         if name:
                             entry["name"] = name
                         entry["args"].append(args)
                         yield StreamEvent(
                             kind="tool_call_delta",
                             tool_call=ToolCallDelta(
-                                index=tc.index, id=tc.id, name=name, arguments_delta=args
+                                index=tc.index, id=call_id, name=name, arguments_delta=args
                             ),
                         )
                     if choice.finish_reason:

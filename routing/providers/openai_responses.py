@@ -37,6 +37,7 @@ from routing.providers.base import (
     usage_dict,
 )
 from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_message
+from routing.providers.tool_ids import ToolIdMap
 from routing.providers.types import (
     CompletionRequest,
     CompletionResult,
@@ -56,7 +57,11 @@ def _dump(item: Any) -> dict[str, Any]:
     return item.model_dump(mode="json", exclude_unset=True, by_alias=True)
 
 
-def build_input(endpoint: EndpointConfig, request: CompletionRequest) -> list[dict[str, Any]]:
+def build_input(
+    endpoint: EndpointConfig, request: CompletionRequest, ids: ToolIdMap | None = None
+) -> list[dict[str, Any]]:
+    """Neutral messages -> Responses ``input`` items; call ids mapped to what Responses accepts."""
+    ids = ids if ids is not None else ToolIdMap("responses")
     anchored = anchor_reasoning(request, usable_reasoning_state(endpoint, request))
     items: list[dict[str, Any]] = []
     for idx, m in enumerate(request.messages):
@@ -65,7 +70,13 @@ def build_input(endpoint: EndpointConfig, request: CompletionRequest) -> list[di
         if m.role == "user":
             items.append({"role": "user", "content": m.content})
         elif m.role == "tool":
-            items.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": ids.out(m.tool_call_id or ""),
+                    "output": m.content,
+                }
+            )
         else:
             native_ids: dict[str, str] = {}
             for state in anchored.get(idx, ()):
@@ -76,7 +87,7 @@ def build_input(endpoint: EndpointConfig, request: CompletionRequest) -> list[di
             for tc in m.tool_calls:
                 call: dict[str, Any] = {
                     "type": "function_call",
-                    "call_id": tc.id,
+                    "call_id": ids.out(tc.id),
                     "name": tc.name,
                     "arguments": json.dumps(dict(tc.arguments)),
                 }
@@ -86,10 +97,12 @@ def build_input(endpoint: EndpointConfig, request: CompletionRequest) -> list[di
     return items
 
 
-def build_responses_kwargs(endpoint: EndpointConfig, request: CompletionRequest) -> dict[str, Any]:
+def build_responses_kwargs(
+    endpoint: EndpointConfig, request: CompletionRequest, ids: ToolIdMap | None = None
+) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": endpoint.upstream_model,
-        "input": build_input(endpoint, request),
+        "input": build_input(endpoint, request, ids),
         "store": False,
     }
     system = request.system_text()
@@ -147,13 +160,18 @@ def responses_usage(usage: Any) -> Usage:
 
 
 def parse_response(
-    endpoint: EndpointConfig, response: Any, request_id: str | None, usage: Usage | None = None
+    endpoint: EndpointConfig,
+    response: Any,
+    request_id: str | None,
+    usage: Usage | None = None,
+    ids: ToolIdMap | None = None,
 ) -> CompletionResult:
     """Normalise a ``Response`` object. Raises :class:`UpstreamUnavailable` if it failed.
 
     ``usage`` (a stream's merged snapshots) overrides the response's own; a failed response's
     usage travels on the error (``ProviderError.usage``): the provider billed those tokens.
     """
+    ids = ids if ids is not None else ToolIdMap("responses")
     status = getattr(response, "status", None)
     if usage is None:
         usage = responses_usage(getattr(response, "usage", None))
@@ -191,10 +209,10 @@ def parse_response(
                     refused = True
         elif itype == "function_call":
             tool_calls.append(
-                ToolCall(id=item.call_id, name=item.name, arguments=parse_arguments(item.arguments))
+                ToolCall(id=ids.back(item.call_id), name=item.name, arguments=parse_arguments(item.arguments))
             )
             if getattr(item, "id", None):
-                native_ids[item.call_id] = item.id
+                native_ids[ids.back(item.call_id)] = item.id
     if status == "incomplete":
         reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
         finish = "content_filter" if reason == "content_filter" else "length"
@@ -233,14 +251,16 @@ class OpenAIResponsesClient(ProviderClient):
 
     def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
         client = openai_sdk_client(endpoint)
-        response = client.responses.create(**build_responses_kwargs(endpoint, request))
-        return parse_response(endpoint, response, getattr(response, "_request_id", None))
+        ids = ToolIdMap("responses")
+        response = client.responses.create(**build_responses_kwargs(endpoint, request, ids))
+        return parse_response(endpoint, response, getattr(response, "_request_id", None), ids=ids)
 
     def _stream(
         self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
     ) -> Iterator[StreamEvent]:
         client = openai_sdk_client(endpoint)
-        stream = client.responses.create(**build_responses_kwargs(endpoint, request), stream=True)
+        ids = ToolIdMap("responses")
+        stream = client.responses.create(**build_responses_kwargs(endpoint, request, ids), stream=True)
         progress.response_started = True
         progress.request_id = stream.response.headers.get("x-request-id")
         tool_index: dict[str, int] = {}  # output item id -> tool call index
@@ -266,7 +286,7 @@ class OpenAIResponsesClient(ProviderClient):
                         kind="tool_call_delta",
                         tool_call=ToolCallDelta(
                             index=index,
-                            id=event.item.call_id,
+                            id=ids.back(event.item.call_id),
                             name=event.item.name,
                             arguments_delta=event.item.arguments or "",
                         ),
@@ -282,7 +302,9 @@ class OpenAIResponsesClient(ProviderClient):
                 elif etype in ("response.completed", "response.incomplete"):
                     final = event.response
                 elif etype == "response.failed":
-                    parse_response(endpoint, event.response, progress.request_id, progress.usage)  # raises
+                    parse_response(
+                        endpoint, event.response, progress.request_id, progress.usage, ids
+                    )  # raises
                     raise UpstreamUnavailable(f"{endpoint.public_id}: response failed", usage=progress.usage)
                 elif etype == "error":
                     code = getattr(event, "code", None)
@@ -296,7 +318,7 @@ class OpenAIResponsesClient(ProviderClient):
                 # Everything else (reasoning items, content parts, *.done) carries nothing new.
         if final is None:
             raise BadResponse(f"{endpoint.public_id}: stream ended before response.completed")
-        result = parse_response(endpoint, final, progress.request_id, progress.usage)
+        result = parse_response(endpoint, final, progress.request_id, progress.usage, ids)
         yield StreamEvent(
             kind="done",
             result=replace(

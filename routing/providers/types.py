@@ -187,11 +187,28 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A function tool offered to the model: ``parameters`` is a JSON Schema object."""
+    """A function tool offered to the model: ``parameters`` is a JSON Schema object.
+
+    ``cache_control``: the caller's Anthropic prompt-caching breakpoint on this tool (e.g.
+    ``{"type": "ephemeral"}``), kept verbatim for Anthropic and ignored by other providers.
+    """
 
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    cache_control: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ContentPart:
+    """One text block of a message as the caller structured it (Anthropic ``/v1/messages``).
+
+    ``cache_control``: the caller's prompt-caching breakpoint after this block, verbatim
+    (``{"type": "ephemeral"}``, optionally with ``"ttl"``); ``None`` for none.
+    """
+
+    text: str
+    cache_control: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -201,12 +218,18 @@ class Message:
     * ``system``/``user``: ``content`` text.
     * ``assistant``: ``content`` text (may be empty) and optional ``tool_calls``.
     * ``tool``: a tool result: ``content`` text, ``tool_call_id`` of the call it answers.
+
+    ``parts``: the caller's block structure of ``content`` with its cache breakpoints (empty when
+    the caller sent plain text); Anthropic sends these blocks as they came, other providers use
+    ``content`` (the parts' text joined). For a ``tool`` message the last part's breakpoint applies
+    to the ``tool_result`` block.
     """
 
     role: str
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    parts: tuple[ContentPart, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ("system", "user", "assistant", "tool"):
@@ -214,6 +237,7 @@ class Message:
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("tool messages need tool_call_id")
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        object.__setattr__(self, "parts", tuple(self.parts))
 
 
 def conversation_digests(messages: Sequence[Message]) -> list[str]:
@@ -333,6 +357,12 @@ class CompletionRequest:
             return self.tools
         allowed = set(self.allowed_tools)
         return tuple(t for t in self.tools if t.name in allowed)
+
+    def has_cache_breakpoints(self) -> bool:
+        """Whether the caller placed any prompt-caching breakpoint (parts or tools)."""
+        return any(p.cache_control for m in self.messages for p in m.parts) or any(
+            t.cache_control for t in self.tools
+        )
 
     def system_text(self) -> str:
         return "\n\n".join(m.content for m in self.messages if m.role == "system" and m.content)

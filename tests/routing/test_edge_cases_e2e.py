@@ -8,6 +8,7 @@ them. Run on PostgreSQL + Redis in CI.
 
 from __future__ import annotations
 
+import re
 import time
 from decimal import Decimal
 
@@ -213,3 +214,89 @@ def test_provider_output_with_a_nul_is_delivered_stored_escaped_and_the_call_rec
     assert job.result["text"] == "col1\u2400col2"  # NUL_ESCAPE, U+2400 SYMBOL FOR NULL
     record = CallRecord.objects.get(job=job)
     assert record.status == "succeeded" and record.output_tokens == 2 and record.cost_usd > 0
+
+
+# -- Drop-ins: served model, foreign tool-call ids, prompt caching ----------------------------------
+
+
+def test_streamed_and_non_streamed_drop_in_replies_name_the_served_model(platform):
+    url, key, upstreams = platform
+    client = openai_client(url, key)
+    chunks = list(
+        client.chat.completions.create(
+            model="muse-default",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert {c.model for c in chunks} == {DEFAULT}
+    assert (
+        client.chat.completions.create(
+            model="muse-default", messages=[{"role": "user", "content": "hi"}]
+        ).model
+        == DEFAULT
+    )
+    events = list(client.responses.create(model="muse-default", input="hi", stream=True))
+    assert {e.response.model for e in events if hasattr(e, "response")} == {DEFAULT}
+    with anthropic.Anthropic(base_url=url, api_key=key, max_retries=0).messages.stream(
+        model="muse-default", max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
+        assert stream.get_final_message().model == DEFAULT
+
+
+def test_a_tool_call_id_minted_elsewhere_reaches_claude_in_a_form_it_accepts_on_every_turn(platform):
+    url, key, upstreams = platform
+    history = [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "functions.get_weather:0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        ]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "18C"},
+    ]  # fmt: skip
+    client = openai_client(url, key)
+    for _ in range(2):  # two turns of one session
+        reply = client.chat.completions.create(
+            model="anthropic/claude-sonnet-5-5",
+            messages=history,
+            extra_headers={"X-Muse-Session-Id": "sess-ids"},
+        )
+        assert reply.choices[0].message.content
+    sent = [call["body"]["messages"] for call in upstreams.calls(model="claude-sonnet-5-5")]
+    ids = [(m[1]["content"][0]["id"], m[2]["content"][0]["tool_use_id"]) for m in sent]
+    assert ids[0] == ids[1] and ids[0][0] == ids[0][1]
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", ids[0][0])
+
+
+def test_messages_drop_in_keeps_cache_breakpoints_and_the_call_shows_cache_reads(platform):
+    url, key, upstreams = platform
+    client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    system = [
+        {"type": "text", "text": "You review code carefully. " * 300, "cache_control": {"type": "ephemeral"}}
+    ]
+
+    def ask(question: str):
+        return client.messages.create(
+            model="anthropic/claude-sonnet-5-5",
+            max_tokens=200,
+            system=system,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": question, "cache_control": {"type": "ephemeral"}}],
+                }
+            ],
+        )
+
+    first = ask("Review A.")
+    body = upstreams.calls(model="claude-sonnet-5-5")[0]["body"]
+    assert body["system"] == system
+    assert body["messages"][0]["content"] == [
+        {"type": "text", "text": "Review A.", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert first.usage.cache_creation_input_tokens > 1000
+    second = ask("Review A.")
+    assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    records = list(CallRecord.objects.order_by("created_at"))
+    assert [r.cached_input_tokens for r in records] == [0, second.usage.cache_read_input_tokens]
+    assert records[1].cost_usd < records[0].cost_usd  # cache reads are priced at $0.30/M, writes at $3.75/M

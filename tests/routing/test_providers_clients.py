@@ -47,7 +47,11 @@ def test_text_reply(fake, endpoint_factory, name):
     assert result.upstream_request_id and result.upstream_request_id.endswith(call[0]["request_id"][-12:])
     body = call[0]["body"]
     if name == "anthropic":
-        assert body["system"] == "Be brief." and body["max_tokens"] == 4096
+        # system as blocks, with the platform's cache breakpoint on this stable prefix
+        assert body["system"] == [
+            {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+        ]
+        assert body["max_tokens"] == 4096
     elif ep.api_style == "responses":
         assert body["instructions"] == "Be brief." and body["store"] is False
         assert body["include"] == ["reasoning.encrypted_content"]
