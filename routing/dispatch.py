@@ -18,8 +18,10 @@ between takes it along) is published again by :func:`routing.tasks.requeue_lost_
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
@@ -27,9 +29,9 @@ from django.db import transaction
 
 from muse_experiments.queues import Queue
 
-from .events import uses_redis
+from .events import job_cancel_request, uses_redis
 from .handoff import apply_final, wait_final
-from .models import CompletionJob, JobStatus
+from .models import FINISHED_STATUSES, CompletionJob
 from .services import completion_job_create, completion_job_fail
 from .tasks import run_completion
 
@@ -46,7 +48,9 @@ def enqueue_completion(job: CompletionJob) -> None:
     claims it without reading it first.
     """
     job_id = str(job.id)
-    stream, pinned = bool(job.stream), bool(job.request.get("model"))
+    # "pinned": run through the streamed path (a pinned model, or a drop-in caller that may give up:
+    # a streamed upstream call can be closed between chunks when the caller goes away)
+    stream, pinned = bool(job.stream), bool(job.request.get("model") or job.request.get("cancellable"))
     transaction.on_commit(lambda: publish_completion(job_id, stream=stream, pinned=pinned))
 
 
@@ -102,27 +106,41 @@ def submit_completion(
     return job, created
 
 
-def wait_for_job(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
-    """Block up to ``timeout_s`` seconds for the job to finish; return it with its latest state."""
+def wait_for_job(
+    job: CompletionJob, *, timeout_s: float, caller_gone: Callable[[], bool] | None = None
+) -> CompletionJob:
+    """Block up to ``timeout_s`` seconds for the job to finish; return it with its latest state.
+
+    With ``caller_gone`` (see :func:`caller_gone_check`), the caller's connection is checked every
+    ``CALLER_CHECK_S`` seconds of the wait: once it has gone (its HTTP client gave up) the job's
+    cancel flag is set (:func:`routing.events.job_cancel_request`: the worker closes the upstream
+    call and records the job ``cancelled``) and the wait ends.
+    """
     if uses_redis():
-        return _wait_redis(job, timeout_s=timeout_s)
+        return _wait_redis(job, timeout_s=timeout_s, caller_gone=caller_gone)
     deadline = time.monotonic() + timeout_s
+    result = run_completion.AsyncResult(str(job.id))
     try:
-        run_completion.AsyncResult(str(job.id)).get(timeout=timeout_s, interval=0.02, propagate=False)
+        if caller_gone is None:
+            result.get(timeout=timeout_s, interval=0.02, propagate=False)
+        else:
+            _wait_watching_caller(result, job, timeout_s, caller_gone)
     except CeleryTimeout:
         log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
     except Exception as exc:  # noqa: BLE001 - the result channel broke (Redis restarted): read the row
         log.warning("result channel lost (%s); waiting on the job row", type(exc).__name__)
         while time.monotonic() < deadline:
             job.refresh_from_db(fields=["status"])
-            if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            if job.status in FINISHED_STATUSES:
                 break
             time.sleep(0.1)
     job.refresh_from_db()
     return job
 
 
-def _wait_redis(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
+def _wait_redis(
+    job: CompletionJob, *, timeout_s: float, caller_gone: Callable[[], bool] | None = None
+) -> CompletionJob:
     """Wait on the job's hand-off list, re-reading the row every :data:`RECHECK_S` (and only the
     row if the hand-off channel broke, e.g. Redis restarted)."""
     deadline = time.monotonic() + timeout_s
@@ -131,7 +149,8 @@ def _wait_redis(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
         remaining = max(deadline - time.monotonic(), 0.0)
         if channel:
             try:
-                state = wait_final(str(job.id), timeout_s=min(RECHECK_S, remaining))
+                step = min(RECHECK_S, remaining, CALLER_CHECK_S if caller_gone else RECHECK_S)
+                state = wait_final(str(job.id), timeout_s=step)
             except Exception as exc:  # noqa: BLE001 - the hand-off channel broke: read the row
                 log.warning("result channel lost (%s); waiting on the job row", type(exc).__name__)
                 channel, state = False, None
@@ -139,9 +158,74 @@ def _wait_redis(job: CompletionJob, *, timeout_s: float) -> CompletionJob:
                 return apply_final(job, state)
         else:
             time.sleep(min(0.1, remaining))
+        if caller_gone is not None and caller_gone():
+            log.info("the caller of completion %s went away; cancelling it", job.id)
+            job_cancel_request(job_id=str(job.id))
+            job.refresh_from_db()
+            return job
         job.refresh_from_db()
-        if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        if job.status in FINISHED_STATUSES:
             return job
         if time.monotonic() >= deadline:
             log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
             return job
+
+
+#: How often a waiting request checks whether its caller is still connected (seconds).
+CALLER_CHECK_S = 0.25
+#: How often the wait without Redis looks at the task's state (one file read), seconds.
+READY_POLL_S = 0.05
+
+
+def _wait_watching_caller(
+    result, job: CompletionJob, timeout_s: float, caller_gone: Callable[[], bool]
+) -> None:
+    """Poll the task's state (Celery's blocking ``get`` cannot be interrupted between waits) and the
+    caller's connection; cancel the job once the caller is gone."""
+    deadline = time.monotonic() + timeout_s
+    next_check = time.monotonic() + CALLER_CHECK_S
+    while not result.ready():
+        now = time.monotonic()
+        if now >= deadline:
+            log.info("completion %s still running after %.1fs", job.id, timeout_s)
+            return
+        if now >= next_check:
+            next_check = now + CALLER_CHECK_S
+            if caller_gone():
+                log.info("the caller of completion %s went away; cancelling it", job.id)
+                job_cancel_request(job_id=str(job.id))
+                return
+        time.sleep(READY_POLL_S)
+
+
+def caller_gone_check(environ: Mapping[str, Any]) -> Callable[[], bool] | None:
+    """A check that says whether the HTTP client of this (WSGI) request has closed its connection.
+
+    Finds the client socket (gunicorn's ``gunicorn.socket``; Django's development and test server:
+    under ``wsgi.input``) and reports True once it is readable with nothing to read (EOF: the
+    client closed or reset it). ``None`` when the server does not expose the socket.
+    """
+    sock = environ.get("gunicorn.socket")
+    stream = environ.get("wsgi.input")
+    for _ in range(6):
+        if sock is not None or stream is None:
+            break
+        if isinstance(stream, socket.socket):
+            sock = stream
+        elif hasattr(stream, "_sock"):
+            sock = stream._sock
+        elif hasattr(stream, "_read"):  # django.core.handlers.wsgi.LimitedStream
+            stream = getattr(stream._read, "__self__", None)
+        else:
+            stream = getattr(stream, "raw", None)
+    if not isinstance(sock, socket.socket):
+        return None
+
+    def gone() -> bool:
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    return gone

@@ -99,7 +99,11 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
 
 
 def run_pinned_job(*, job_id: str) -> str:
-    """Run a non-streamed job whose caller pinned the endpoint (drop-in ``model``). Returns its status."""
+    """Run a non-streamed job through the streamed path, events discarded. Returns its status.
+
+    Used for drop-in jobs (a pinned ``model``, or ``request["cancellable"]``): the upstream call is
+    streamed, so a caller that gives up (:func:`routing.dispatch.wait_for_job`) closes it between
+    chunks and the tokens it had cost are recorded."""
     for _ in stream_job_events(job_id=job_id):
         pass
     return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"

@@ -66,10 +66,13 @@ def run_completion(job_id: str, stream: bool | None = None, pinned: bool | None 
             job = CompletionJob.objects.filter(pk=job_id).values("stream", "request").first()
             if job is None:
                 return "missing"
-            stream, pinned = job["stream"], bool(job["request"].get("model"))
+            stream, pinned = (
+                job["stream"],
+                bool(job["request"].get("model") or job["request"].get("cancellable")),
+            )
         if stream:
             return publish_job_events(job_id=job_id)
-        if pinned:  # pinned by a drop-in caller: no experiment decides
+        if pinned:  # a pinned model, or a drop-in caller that may give up: streamed upstream
             return run_pinned_job(job_id=job_id)
         return execute_job(job_id=job_id)
 

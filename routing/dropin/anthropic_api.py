@@ -370,5 +370,5 @@ class MessagesApi(DropinView):
             response = sse_response(frames)
             response["x-muse-job-id"] = str(job.id)
             return response
-        job = finished_job(job)
+        job = finished_job(job, request)
         return Response(message_object(job), headers=muse_headers(job))

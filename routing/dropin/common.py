@@ -37,7 +37,7 @@ from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.storage_text import nul_path
 from muse_experiments.validation import unit_id_problem
 
-from ..dispatch import submit_completion, wait_for_job
+from ..dispatch import caller_gone_check, submit_completion, wait_for_job
 from ..models import CompletionJob, JobStatus
 from ..planning import ROUTING_ALIASES
 from ..selectors import catalogue
@@ -171,7 +171,8 @@ def submit(
     """Create and dispatch the job for a drop-in call. Returns ``(job, created)``."""
     require(bool(messages), "At least one message is required.", "messages")
     session_id, user_id = identity(request, user=user, metadata=metadata)
-    body: dict[str, Any] = {"messages": messages, "tools": tools}
+    # "cancellable": the worker streams the upstream call, so a caller that gives up closes it at once
+    body: dict[str, Any] = {"messages": messages, "tools": tools, "cancellable": True}
     if model:
         body["model"] = model
     return submit_completion(
@@ -186,10 +187,14 @@ def submit(
     )
 
 
-def finished_job(job: CompletionJob) -> CompletionJob:
-    """Wait (``DROPIN_WAIT_S``) for a non-streamed job; raise DropinError if it failed or timed out."""
+def finished_job(job: CompletionJob, request=None) -> CompletionJob:
+    """Wait (``DROPIN_WAIT_S``) for a non-streamed job; raise DropinError if it failed or timed out.
+
+    With the HTTP ``request``, a caller that gives up while waiting (its client's timeout) cancels
+    the job: the worker closes the upstream call and records it ``cancelled``."""
     if job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
-        job = wait_for_job(job, timeout_s=settings.DROPIN_WAIT_S)
+        gone = caller_gone_check(request.META) if request is not None else None
+        job = wait_for_job(job, timeout_s=settings.DROPIN_WAIT_S, caller_gone=gone)
     if job.status == JobStatus.SUCCEEDED:
         return job
     if job.status == JobStatus.FAILED:

@@ -304,7 +304,7 @@ class ChatCompletionsApi(OpenAIView):
             response = sse_response(frames)
             response["x-muse-job-id"] = str(job.id)
             return response
-        job = finished_job(job)
+        job = finished_job(job, request)
         return Response(chat_completion(job), headers=muse_headers(job))
 
 
@@ -650,5 +650,5 @@ class ResponsesApi(OpenAIView):
             response = sse_response(frames)
             response["x-muse-job-id"] = str(job.id)
             return response
-        job = finished_job(job)
+        job = finished_job(job, request)
         return Response(responses_object(job), headers=muse_headers(job))

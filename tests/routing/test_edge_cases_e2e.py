@@ -300,3 +300,36 @@ def test_messages_drop_in_keeps_cache_breakpoints_and_the_call_shows_cache_reads
     records = list(CallRecord.objects.order_by("created_at"))
     assert [r.cached_input_tokens for r in records] == [0, second.usage.cache_read_input_tokens]
     assert records[1].cost_usd < records[0].cost_usd  # cache reads are priced at $0.30/M, writes at $3.75/M
+
+
+def test_a_non_streamed_caller_that_gives_up_cancels_the_call_and_frees_its_slot(platform):
+    url, key, upstreams = platform
+    ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
+    bump()
+    upstreams.set_scenario(
+        DEFAULT_MODEL,
+        wire=chat_text_stream(DEFAULT_MODEL, [f"w{i} " for i in range(30)], delay_ms=200),
+        wire_first_n=1,
+        reply="second caller served",
+    )
+    impatient = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=1.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.chat.completions.create(
+            model="muse-default", messages=[{"role": "user", "content": "count"}]
+        )
+    gave_up_at = time.time()
+
+    call = wait_for(
+        lambda: next((c for c in upstreams.calls(model=DEFAULT_MODEL) if c.get("client_closed_at")), None),
+        what="the upstream call to close",
+    )
+    assert call["client_closed_at"] - gave_up_at < 1.0
+    job = wait_for(
+        lambda: CompletionJob.objects.filter(status="cancelled").first(), what="the job to end cancelled"
+    )
+    record = CallRecord.objects.get(job=job)
+    assert record.error_kind == "client_disconnected" and record.output_tokens > 0 and record.cost_usd > 0
+    reply = openai_client(url, key).chat.completions.create(
+        model="muse-default", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert reply.model == DEFAULT and reply.choices[0].message.content == "second caller served"
