@@ -20,6 +20,7 @@ import pytest
 from muse_experiments.config_version import bump
 from routing.catalogue import AVOCADO_VERSIONS, avocado_id
 from routing.models import Attempt, CallRecord, CompletionJob, ModelEndpoint
+from tests.conftest import wait_for_records_written
 from tests.factories import api_key, seed_catalogue
 from tests.wire import anthropic_stream, chat_text_stream, responses_failed_stream
 
@@ -148,6 +149,7 @@ def test_anthropic_stream_usage_snapshots_are_merged_and_the_call_costs_what_was
         20,
     )
     assert final.model == "anthropic/claude-sonnet-5-5"
+    wait_for_records_written()
     record = wait_for(lambda: CallRecord.objects.first(), what="the call record")
     assert (record.cache_write_tokens, record.output_tokens, record.input_tokens) == (10_000, 500, 10_020)
     # 20 x $3 + 10,000 x $3.75 + 500 x $15 per million
@@ -161,6 +163,7 @@ def test_every_failed_responses_attempt_is_recorded_and_summed_into_the_call_cos
     )
     with pytest.raises(openai.APIStatusError):
         openai_client(url, key).responses.create(model="azure/muse-special", input="hi")
+    wait_for_records_written()
     record = CallRecord.objects.get()
     attempts = list(Attempt.objects.filter(call=record))
     assert [(a.input_tokens, a.output_tokens, a.cost_usd) for a in attempts] == [
@@ -297,6 +300,7 @@ def test_messages_drop_in_keeps_cache_breakpoints_and_the_call_shows_cache_reads
     assert first.usage.cache_creation_input_tokens > 1000
     second = ask("Review A.")
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    wait_for_records_written()
     records = list(CallRecord.objects.order_by("created_at"))
     assert [r.cached_input_tokens for r in records] == [0, second.usage.cache_read_input_tokens]
     assert records[1].cost_usd < records[0].cost_usd  # cache reads are priced at $0.30/M, writes at $3.75/M
