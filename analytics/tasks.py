@@ -36,7 +36,7 @@ def compute_results(
         trigger=trigger,
         request_id=uuid.UUID(request_id) if request_id else None,
     )
-    call_rollup_refresh()  # the dashboards' time series, fresh with the snapshot
+    refresh_call_rollup.delay()  # the dashboards' time series, fresh with the snapshot (own task)
     return snapshot.pk
 
 
