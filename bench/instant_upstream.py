@@ -3,7 +3,7 @@ fixed chat completion at once (stdlib asyncio, one process, TCP_NODELAY, HTTP/1.
 
 ``bench/bench_proxy.py`` points the direct SDK calls, LiteLLM's proxy and the platform's Avocado
 endpoints at one of these, so their latency differences are the proxies' own. Any other path gets
-a 404; ``GET /health`` answers ``{"ok": true}``. The request body is only parsed for ``model``,
+a 404; ``"stream": true`` gets the same answer as a Chat Completions event stream; ``GET /health`` answers ``{"ok": true}``. The request body is only parsed for ``model``,
 which the answer echoes. Run:  python bench/instant_upstream.py --port 18200
 """
 
@@ -42,11 +42,32 @@ def completion_body(model: str, n: int) -> bytes:
     ).encode()
 
 
-def response(status: int, body: bytes, *, close: bool = False) -> bytes:
-    """An HTTP/1.1 response with a JSON body and ``Content-Length``."""
+def stream_body(model: str, n: int, *, include_usage: bool) -> bytes:
+    """The fixed answer as a Chat Completions stream (``data: <chunk>`` lines, ``data: [DONE]``):
+    the text, the finish reason, then the usage when ``stream_options.include_usage`` asks for it."""
+    base = {
+        "id": f"chatcmpl-instant-{n}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+    message = COMPLETION["choices"][0]["message"]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": message["content"]}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]  # fmt: skip
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": COMPLETION["usage"]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+def response(
+    status: int, body: bytes, *, close: bool = False, content_type: str = "application/json"
+) -> bytes:
+    """An HTTP/1.1 response with ``Content-Length`` (streams too: the whole stream is sent at once)."""
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 413: "Payload Too Large"}[status]
     head = (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n"
         f"content-length: {len(body)}\r\nconnection: {'close' if close else 'keep-alive'}\r\n\r\n"
     )
     return head.encode() + body
@@ -97,10 +118,15 @@ class InstantProtocol(asyncio.Protocol):
         if method != "POST" or not path.endswith("/chat/completions"):
             return response(404, b'{"error": {"message": "not found", "type": "invalid_request_error"}}')
         try:
-            model = json.loads(body).get("model") or "instant"
+            request = json.loads(body)
+            model = request.get("model") or "instant"
         except (ValueError, AttributeError):
             return response(400, b'{"error": {"message": "invalid JSON", "type": "invalid_request_error"}}')
         InstantProtocol.served += 1
+        if request.get("stream"):
+            usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            body = stream_body(str(model), InstantProtocol.served, include_usage=usage)
+            return response(200, body, content_type="text/event-stream")
         return response(200, completion_body(str(model), InstantProtocol.served))
 
 

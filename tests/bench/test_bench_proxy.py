@@ -167,3 +167,19 @@ def test_the_instant_upstream_answers_the_openai_sdk_on_a_kept_alive_connection(
     with httpx.Client(base_url=instant_upstream) as http:
         assert http.get("/health").json() == {"ok": True}
         assert http.post("/v1/embeddings", json={}).status_code == 404
+
+
+def test_the_instant_upstream_streams_the_same_answer_with_usage(instant_upstream):
+    with openai.OpenAI(base_url=f"{instant_upstream}/v1", api_key="sk-x", max_retries=0) as client:
+        stream = client.chat.completions.create(
+            model="avocado-v15",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "Done: the benchmark's fixed answer."
+    )
+    assert [c.choices[0].finish_reason for c in chunks if c.choices] == [None, "stop"]
+    assert chunks[-1].usage.total_tokens == 20 and chunks[-1].model == "avocado-v15"
