@@ -750,7 +750,12 @@ def kills_table(*, experiment: Experiment) -> Table:
             Column("since", "Since", "when"),
         ],
         rows=[
-            {"switch": _kill_text(k), "reason": k.reason, "by": k.updated_by, "since": k.updated_at}
+            {
+                "switch": _kill_text(k),
+                "reason": k.reason,
+                "by": k.updated_by,
+                "since": k.active_since or k.updated_at,
+            }
             for k in kills
         ],
     )

@@ -161,3 +161,24 @@ def test_dates_state_the_reporting_time_zone_on_the_admin_and_the_results_page(
     assert f" {abbreviation}</td>" in admin_list  # started_at, e.g. "2026-12-01 09:30 CET"
     results = staff.get("/results/ana/").content.decode()
     assert f" {abbreviation}</strong>" in results and f"Times in {zone}" in results
+
+
+def test_a_kill_reads_since_when_it_went_on_not_when_its_reason_was_last_edited(ana):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from analytics.dashboards import kills_table
+    from muse_experiments.models import Experiment
+    from routing.models import KillScope, KillSwitch
+    from routing.ops_services import kill_switch_set
+
+    kill_switch_set(scope=KillScope.EXPERIMENT, target="ana", active=True, reason="bad answers", actor="pm")
+    went_on = KillSwitch.objects.get(scope=KillScope.EXPERIMENT, target="ana").active_since
+    later = went_on + timedelta(hours=3)
+    KillSwitch.objects.filter(scope=KillScope.EXPERIMENT, target="ana").update(
+        reason="bad answers, still investigating", updated_at=later
+    )
+    (row,) = kills_table(experiment=Experiment.objects.get(key="ana")).rows
+    assert went_on is not None and went_on <= timezone.now()
+    assert row["since"] == went_on and row["reason"] == "bad answers, still investigating"
