@@ -28,7 +28,7 @@ from routing.models import KillScope, KillSwitch, ModelEndpoint
 from . import histograms
 from .formatting import milliseconds, money, number, percent, status_words
 from .models import CallRollup, GuardrailAction, LiftPoint, ResultSnapshot, RollupSpan
-from .stats import mde_from_std_error, units_for_effect
+from .stats import power_estimate
 from .tables import Column, Table
 
 ENGINES = ("frequentist", "bayesian")
@@ -684,10 +684,9 @@ def power_table(*, body: Mapping[str, Any], options: ResultsOptions, daily_units
         for c in m.get("comparisons", []):
             e = _effect(c, ResultsOptions(phase=options.phase, cuped=options.cuped))
             se, units = e["se"], (c.get("control_n") or 0) + (c.get("treatment_n") or 0)
-            mde = needed = days = None
-            if se is not None and units > 0:
-                mde = mde_from_std_error(se, alpha)
-                needed = units_for_effect(units, se, options.target_lift, alpha)
+            estimate = power_estimate(units_now=units, std_error=se, effect=options.target_lift, alpha=alpha)
+            mde, needed, days = estimate.mde, estimate.units_needed, None
+            if needed is not None:
                 remaining = max(needed - units, 0.0)
                 if remaining == 0:
                     days = 0.0

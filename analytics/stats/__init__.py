@@ -21,10 +21,12 @@ from .cuped import compare_cuped, cuped_theta
 from .frequentist import compare
 from .multiple import adjust_p_values, benjamini_hochberg, bonferroni, holm
 from .power import (
+    PowerEstimate,
     SampleSize,
     mde_from_std_error,
     mde_mean,
     mde_proportion,
+    power_estimate,
     power_mean,
     power_proportion,
     sample_size_mean,
@@ -46,6 +48,7 @@ __all__ = [
     "ProportionStatistic",
     "RatioStatistic",
     "RelativeStatus",
+    "PowerEstimate",
     "SampleSize",
     "SrmResult",
     "Status",
@@ -63,6 +66,7 @@ __all__ = [
     "mde_from_std_error",
     "mde_mean",
     "mde_proportion",
+    "power_estimate",
     "power_mean",
     "power_proportion",
     "sample_size_mean",

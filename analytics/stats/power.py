@@ -34,6 +34,8 @@ __all__ = [
     "mde_proportion",
     "mde_from_std_error",
     "units_for_effect",
+    "PowerEstimate",
+    "power_estimate",
 ]
 
 
@@ -276,3 +278,41 @@ def units_for_effect(
         return math.inf
     mde = mde_from_std_error(std_error, alpha, power)
     return float(units_now * (mde / abs(effect)) ** 2)
+
+
+@dataclass(frozen=True, slots=True)
+class PowerEstimate:
+    """What an experiment can detect now and how many units a target effect needs.
+
+    ``mde`` is in the units of the standard error passed (relative SE -> relative MDE);
+    ``units_needed`` is a total over both arms (``inf`` for a zero target effect). ``status`` is
+    ``ok``, ``no_units`` (nothing exposed yet) or ``undefined_std_error`` (the SE is missing,
+    negative, NaN or infinite -- e.g. a metric with no variance or a zero control mean); both are
+    ``None`` unless ``status == "ok"``.
+    """
+
+    status: str
+    mde: float | None = None
+    units_needed: float | None = None
+
+
+def power_estimate(
+    *, units_now: float, std_error: float | None, effect: float, alpha: float = 0.05, power: float = 0.8
+) -> PowerEstimate:
+    """:func:`mde_from_std_error` and :func:`units_for_effect` for data that may be degenerate.
+
+    Degenerate data gives a status, never an exception; only invalid parameters (``alpha`` or
+    ``power`` outside (0, 1)) raise ValueError, as in the functions it wraps.
+    """
+    check_args(alpha, "two-sided")
+    if not (0.0 < power < 1.0):
+        raise ValueError("power must be in (0, 1)")
+    if not (units_now > 0 and math.isfinite(units_now)):
+        return PowerEstimate("no_units")
+    if std_error is None or not (math.isfinite(std_error) and std_error >= 0.0):
+        return PowerEstimate("undefined_std_error")
+    return PowerEstimate(
+        "ok",
+        mde_from_std_error(std_error, alpha, power),
+        units_for_effect(units_now, std_error, effect, alpha, power),
+    )

@@ -100,3 +100,35 @@ def test_mde_from_the_standard_error_matches_the_z_formula_and_scales_with_units
     mde = mde_from_std_error(0.02)
     assert units_for_effect(1000, 0.02, mde / 2) == pytest.approx(4000)
     assert units_for_effect(1000, 0.02, 0.0) == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("units", "se", "status"),
+    [
+        (0, 0.01, "no_units"),
+        (float("nan"), 0.01, "no_units"),
+        (1000, None, "undefined_std_error"),
+        (1000, float("nan"), "undefined_std_error"),
+        (1000, float("inf"), "undefined_std_error"),
+        (1000, -0.1, "undefined_std_error"),
+    ],
+)
+def test_power_estimate_gives_a_status_for_degenerate_data_never_an_exception(units, se, status):
+    from analytics.stats import power_estimate
+
+    estimate = power_estimate(units_now=units, std_error=se, effect=0.05)
+    assert (estimate.status, estimate.mde, estimate.units_needed) == (status, None, None)
+
+
+def test_power_estimate_matches_scipy_on_valid_data():
+    from scipy import stats
+
+    from analytics.stats import power_estimate
+
+    estimate = power_estimate(units_now=2000, std_error=0.02, effect=0.05, alpha=0.05, power=0.8)
+    mde = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * 0.02
+    assert estimate.status == "ok"
+    assert estimate.mde == pytest.approx(mde, rel=1e-12)
+    assert estimate.units_needed == pytest.approx(2000 * (mde / 0.05) ** 2, rel=1e-12)
+    with pytest.raises(ValueError):
+        power_estimate(units_now=2000, std_error=0.02, effect=0.05, power=1.5)  # a parameter, not data
