@@ -11,7 +11,7 @@ import math
 from django.conf import settings
 from rest_framework import exceptions, parsers, serializers, status
 
-from .storage_text import nul_path
+from .storage_text import nul_path, surrogate_path
 from .validation import UNIT_ID_MAX, unit_id_problem
 
 
@@ -28,7 +28,7 @@ def _reject_constant(name: str):
 
 
 class BoundedJSONParser(parsers.JSONParser):
-    """JSON bodies up to ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes; NaN/Infinity refused;
+    """JSON bodies up to ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes; NaN/Infinity and numbers that overflow a float (``1e400``) refused;
     a NUL character in any string or key refused with a 400 naming the field (:func:`refuse_nul`).
 
     Raises :class:`RequestTooLarge` (413) when ``Content-Length`` — or, for a chunked body, the
@@ -55,7 +55,7 @@ class BoundedJSONParser(parsers.JSONParser):
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
             text = codecs.decode(raw, encoding)
-            data = json.loads(text, parse_constant=_reject_constant)
+            data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
         except (ValueError, LookupError) as exc:
             raise exceptions.ParseError(f"JSON parse error - {exc}") from None
         except RecursionError:
@@ -68,13 +68,25 @@ class BoundedJSONParser(parsers.JSONParser):
 
 def refuse_nul(data, path: str = "") -> None:
     """Raise a 400 ``ValidationError`` naming the first field of client input that holds a NUL
-    character (PostgreSQL cannot store one; see :mod:`muse_experiments.storage_text`)."""
+    character (PostgreSQL cannot store one) or a lone surrogate (no UTF-8 encoding, so no
+    database can); see :mod:`muse_experiments.storage_text`."""
     where = nul_path(data, path)
     if where is not None:
         raise exceptions.ValidationError({where: [NUL_MESSAGE]})
+    where = surrogate_path(data, path)
+    if where is not None:
+        raise exceptions.ValidationError({where: [SURROGATE_MESSAGE]})
 
 
 NUL_MESSAGE = "NUL characters (\\u0000) are not allowed."
+SURROGATE_MESSAGE = "Lone surrogate characters (\\ud800-\\udfff) are not allowed."
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range (larger than a 64-bit float)")
+    return value
 
 
 #: Deepest nesting of objects/arrays a request body may have (conditions, attributes, tool schemas).

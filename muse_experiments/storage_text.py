@@ -17,6 +17,8 @@ Pure Python: no Django import.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 NUL = "\x00"
@@ -30,18 +32,36 @@ def nul_path(value: Any, path: str = "") -> str | None:
     Objects add ``.key`` (no dot at the root), arrays ``[i]``; a NUL in a key names the key's path.
     Iterative, so deeply nested input cannot exhaust the stack.
     """
+    return _first_path(value, path, lambda text: NUL in text)
+
+
+def surrogate_path(value: Any, path: str = "") -> str | None:
+    """Like :func:`nul_path`, for a lone UTF-16 surrogate (U+D800..U+DFFF, e.g. ``"\\udfff"`` in
+    JSON): it has no UTF-8 encoding, so neither database can store it. Surrogates in the path are
+    shown as ``\\udfff`` escapes."""
+    return _first_path(value, path, _SURROGATE.search)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _printable(path: str) -> str:
+    return path.replace(NUL, "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _first_path(value: Any, path: str, bad: Callable[[str], Any]) -> str | None:
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            if NUL in item:
-                return where or "(body)"
+            if bad(item):
+                return _printable(where) or "(body)"
         elif isinstance(item, dict):
             children = []
             for key, child in item.items():
                 child_path = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str) and NUL in key:
-                    return child_path.replace(NUL, "\\u0000")
+                if isinstance(key, str) and bad(key):
+                    return _printable(child_path)
                 children.append((child, child_path))
             stack.extend(reversed(children))
         elif isinstance(item, list | tuple):

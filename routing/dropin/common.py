@@ -34,7 +34,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api_base import RequestTooLarge
 from muse_experiments.auth import ApiClient, HasScope
-from muse_experiments.storage_text import nul_path
+from muse_experiments.storage_text import nul_path, surrogate_path
 from muse_experiments.validation import unit_id_problem
 
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job
@@ -110,6 +110,8 @@ def parse_arguments(raw: Any, param: str) -> dict[str, Any]:
     require(isinstance(value, dict), f"'{param}' must encode a JSON object.", param)
     where = nul_path(value, param)
     require(where is None, f"'{where}': NUL characters (\\u0000) are not allowed.", where)
+    where = surrogate_path(value, param)
+    require(where is None, f"'{where}': lone surrogate characters are not allowed.", where)
     return value
 
 

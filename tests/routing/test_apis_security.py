@@ -140,6 +140,14 @@ def test_an_oversize_body_is_a_413_with_a_clear_error(settings):
         ),
         json.dumps({**VALID, "attributes": {f"a{i}": i for i in range(65)}}),
         '{"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "x"}], "attributes": {"x": Infinity}}',
+        # a number that overflows a float is not a number we can store (SQLite's JSON_VALID and
+        # PostgreSQL's jsonb both refuse inf): 400, not a 500 from the insert
+        '{"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "x"}], "attributes": {"n": 1e400}}',
+        '{"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "x"}],'
+        ' "tools": [{"name": "f", "parameters": {"x": -1e400}}]}',
+        # a lone surrogate has no UTF-8 encoding: no database can store it
+        '{"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "x"}], "attributes": {"plan": "\\udfff"}}',
+        '{"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "x\\ud800"}]}',
     ],
 )
 def test_malformed_completion_requests_are_400s_with_field_errors(body):
@@ -147,4 +155,13 @@ def test_malformed_completion_requests_are_400s_with_field_errors(body):
     response = client_for(raw).generic("POST", "/api/v1/completions", body, content_type="application/json")
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] in ("invalid", "parse_error")
+    assert not CompletionJob.objects.exists()
+
+
+def test_a_lone_surrogate_is_a_400_naming_its_field_escaped():
+    _, raw = api_key_create(name="k", scopes=["completions"])
+    body = '{"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "x"}], "attributes": {"p\\udfff": "x"}}'
+    response = client_for(raw).generic("POST", "/api/v1/completions", body, content_type="application/json")
+    assert response.status_code == 400
+    assert list(response.json()["error"]["fields"]) == ["attributes.p\\udfff"]
     assert not CompletionJob.objects.exists()

@@ -291,6 +291,7 @@ def test_a_pinned_external_model_under_a_kill_answers_503_model_unavailable_nami
         ant.messages.create(model=CLAUDE, max_tokens=16, messages=[{"role": "user", "content": "x"}])
     assert messages.value.status_code == 503
     assert messages.value.body["error"]["type"] == "model_unavailable"
+    wait_for_records_written()
     records = list(
         CallRecord.objects.order_by("created_at").values_list("reason", "error_kind", "served_endpoint")
     )

@@ -375,7 +375,9 @@ class Command(BaseCommand):
         proc.log_file = log
         self.procs.append(proc)
 
-    def _wait_http(self, url: str, what: str, timeout_s: float = 30) -> None:
+    def _wait_http(self, url: str, what: str, timeout_s: float = 180) -> None:
+        """Wait for ``url`` to answer 200. Fails at once if a started process exits; the generous
+        bound is for a loaded 2-core machine, where gunicorn's workers took ~40 s to import."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in self.procs):
