@@ -265,19 +265,28 @@ def _metric_kind(metric: Mapping[str, Any]) -> str:
     return "num"
 
 
-def _effect(c: Mapping[str, Any], options: ResultsOptions) -> dict[str, Any]:
-    """The comparison numbers the switches ask for: engine and CUPED on/off."""
+def _effect(c: Mapping[str, Any], options: ResultsOptions, *, sequential: bool = False) -> dict[str, Any]:
+    """The comparison numbers the switches ask for: engine and CUPED on/off.
+
+    ``sequential``: show the always-valid sequential test (the test the guardrail rule uses,
+    CUPED-adjusted when the metric has a covariate) instead of the fixed-horizon one. The p-value
+    is always the one of the relative (delta-method) test whose CI is shown; with no relative CI
+    (``relative_status`` says why) there is no p-value either."""
     base = c
     cuped_used = bool(c.get("cuped"))
-    if cuped_used and not options.cuped and c.get("unadjusted"):
+    if sequential and c.get("sequential"):
+        base = c["sequential"]
+    elif cuped_used and not options.cuped and c.get("unadjusted"):
         base, cuped_used = c["unadjusted"], False
+    ci = base.get("relative_ci")
     out = {
         "status": base.get("status"),
         "reason": base.get("reason"),
+        "relative_status": base.get("relative_status"),
         "lift": base.get("relative_lift"),
-        "ci": base.get("relative_ci"),
-        # the p-value of the scale whose CI is shown: the delta-method relative test
-        "p": base.get("relative_p_value") if base.get("relative_ci") else base.get("p_value"),
+        "ci": ci,
+        "p": base.get("relative_p_value") if ci else None,
+        "test": "sequential" if base is not c and sequential else "fixed",
         "cuped": cuped_used,
         "variance_reduction": base.get("variance_reduction"),
         "se": base.get("relative_std_error"),
@@ -297,8 +306,26 @@ def _effect(c: Mapping[str, Any], options: ResultsOptions) -> dict[str, Any]:
             risk=bayes.get("risk"),
             risk_kind="pct" if relative else "num",
             p=None,
+            test="bayesian",
         )
     return out
+
+
+def _verdict(e: Mapping[str, Any], tone: str, alpha: float, guardrail: bool) -> str:
+    """The verdict of exactly the test whose p-value and CI the row shows: the status when no test
+    ran; the relative status when there is no relative CI; better | worse | inconclusive by
+    ``p < alpha`` (the CI excludes 0 iff it is, same test). A guardrail only flags harm, so its
+    significant improvement is ``guardrail_no_harm`` and its no-difference ``guardrail_ok``."""
+    if e["status"] != "ok":
+        return e["status"]
+    if not e["ci"]:
+        rel = e.get("relative_status")
+        return rel if rel and rel != "ok" else "not_computed"
+    p = e["p"]
+    verdict = "inconclusive" if p is None or p >= alpha else ("better" if tone == "good" else "worse")
+    if guardrail and verdict != "worse":
+        return "guardrail_no_harm" if verdict == "better" else "guardrail_ok"
+    return verdict
 
 
 def _tone(lift: float | None, ci: Any, higher_is_better: bool) -> str:
@@ -342,19 +369,12 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
             )
             continue
         for c in m["comparisons"]:
-            e = _effect(c, options)
+            guardrail = m.get("role") == "guardrail"
+            bayes = options.engine == "bayesian"
+            e = _effect(c, options, sequential=guardrail and not bayes)
             tone = _tone(e["lift"], e["ci"], bool(m.get("higher_is_better", True)))
-            verdict = c.get("verdict") if options.cuped or not c.get("cuped") else None
-            if verdict is None:  # CUPED off: the verdict of the unadjusted test
-                p, alpha = e["p"], c.get("alpha") or 0.05
-                verdict = (
-                    e["status"]
-                    if e["status"] != "ok"
-                    else "inconclusive"
-                    if p is None or p >= alpha
-                    else ("better" if tone == "good" else "worse")
-                )
-            if options.engine == "bayesian" and e["chance"] is not None:
+            verdict = _verdict(e, tone, c.get("alpha") or 0.05, guardrail)
+            if bayes and e["chance"] is not None:
                 verdict = (
                     "better" if e["chance"] >= 0.95 else "worse" if e["chance"] <= 0.05 else "inconclusive"
                 )
@@ -376,6 +396,7 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
                     "ci_high": ci[1],
                     "forest": {"lift": e["lift"], "low": ci[0], "high": ci[1], "tone": tone},
                     "p_value": e["p"],
+                    "test": e["test"],
                     "chance_to_beat_control": e["chance"],
                     "risk": e["risk"],
                     "risk__kind": e["risk_kind"],
@@ -405,7 +426,16 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
             Column("risk", "Risk", "pct", help="Expected relative loss if the treatment is chosen"),
         ]
     else:
-        columns += [Column("p_value", "p-value", "p")]
+        columns += [
+            Column("p_value", "p-value", "p"),
+            Column(
+                "test",
+                "Test behind p, CI and verdict",
+                "status",
+                help="Fixed horizon for primary/secondary metrics; guardrails use the always-valid "
+                "sequential test (safe under continuous monitoring) and only flag harm",
+            ),
+        ]
     columns += [Column("cuped", "CUPED"), Column("verdict", "Verdict", "status")]
     return Table(
         id="metrics",
@@ -418,8 +448,10 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
     )
 
 
-def srm_table(*, body: Mapping[str, Any]) -> Table:
-    """Observed vs expected split of the analysed units."""
+def srm_table(*, body: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> Table:
+    """Observed vs expected split of the analysed units. ``labels``: ``{public id: version label}``
+    (see :func:`endpoint_labels`), exported as ``endpoint_label``."""
+    labels = labels if labels is not None else {}
     variants = body.get("variants", [])
     total_units = sum(v.get("units") or 0 for v in variants)
     total_weight = sum(v.get("weight") or 0 for v in variants) or 1.0
@@ -440,6 +472,7 @@ def srm_table(*, body: Mapping[str, Any]) -> Table:
             {
                 "variant": v["key"] + (" (control)" if v.get("is_control") else ""),
                 "endpoint": v.get("endpoint"),
+                "endpoint_label": labels.get(v.get("endpoint") or "", v.get("endpoint") or ""),
                 "expected": (v.get("weight") or 0) / total_weight,
                 "observed": (v.get("units") or 0) / total_units if total_units else None,
                 "units": v.get("units"),
@@ -801,7 +834,7 @@ def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dic
     out["metric_names"] = [(m["name"], m.get("label") or m["name"]) for m in body.get("metrics", [])]
     metric = options.metric if options.metric in metrics else (metrics[0] if metrics else "")
     out["metric"] = metric
-    out["tables"]["split"] = srm_table(body=body)
+    out["tables"]["split"] = srm_table(body=body, labels=endpoint_labels())
     out["tables"]["metrics"] = metric_table(body=body, options=options)
     out["tables"]["power"] = power_table(body=body, options=options, daily_units=_daily_units(exposures))
     out["lift"] = lift_series(experiment=experiment, options=options, metric=metric)
@@ -866,6 +899,7 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
         table_rows.append(entry)
     zone = timezone.get_current_timezone()
     since_hour = hour_start.astimezone(zone).strftime("%H:%M %Z")
+    since_day = day_start.astimezone(zone).strftime("%-d %b %H:%M %Z")
     cols = [
         Column("endpoint", "Model", "model"),
         Column("provider", "Provider"),
@@ -873,7 +907,7 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
         Column("circuit", "Circuit", "status"),
         Column("killed", "Kill switch", "status"),
     ]
-    for name, label in (("hour", "1 h"), ("day", "24 h")):
+    for name, label in (("hour", f"since {since_hour}"), ("day", f"since {since_day}")):
         cols += [
             Column(f"calls_{name}", f"Calls {label}", "int"),
             Column(f"error_rate_{name}", f"Failed {label}", "pct"),
@@ -900,7 +934,9 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
             columns=cols,
             rows=sorted(table_rows, key=lambda r: (-r["calls_day"], r["endpoint_label"])),
             row_class="_class",
-            note=f"1 h: calls since {since_hour} (whole rollup hours); 24 h: the last 24 rollup hours. "
+            note=f"Windows are whole rollup hours: 'since {since_hour}' is the current hour and the one "
+            f"before it (60 to 120 minutes, read at {now.astimezone(zone).strftime('%H:%M %Z')}); "
+            f"'since {since_day}' is the last 24 rollup hours. "
             "Latency percentiles from log-spaced histograms (about ±15 %).",
         ),
         "chart": chart,

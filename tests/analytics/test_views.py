@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
-from analytics.models import CallRollup
+from analytics.dashboards import ResultsOptions, metric_table
+from analytics.models import CallRollup, ResultSnapshot
 from tests.analytics.dashboard_data import build_dashboard_experiment
 
 PAGES = ["/results/", "/results/ana/", "/routing/health/"]
@@ -94,7 +97,9 @@ def test_every_table_exports_csv_and_json_with_raw_values(staff, ana):
         assert cs.status_code == 200 and cs["Content-Type"].startswith("text/csv")
     metrics = staff.get("/results/ana/", {"export": "json", "table": "metrics"}).json()["rows"]
     latency = next(r for r in metrics if r["metric_name"] == "latency_ms" and r["variant"] == "fast")
-    assert latency["relative_lift"] < -0.3 and latency["verdict"] == "better"  # lower is better
+    assert latency["relative_lift"] < -0.3 and latency["test"] == "sequential"  # the guardrail's test
+    split = staff.get("/results/ana/", {"export": "json", "table": "split"}).json()["rows"]
+    assert [r["endpoint_label"] for r in split] == ["avocado-v14", "avocado-v15", "muse-special"]
     calls = list(
         csv.DictReader(
             io.StringIO(staff.get("/results/ana/", {"export": "csv", "table": "calls"}).content.decode())
@@ -113,7 +118,9 @@ def test_every_table_exports_csv_and_json_with_raw_values(staff, ana):
 def test_routing_health_reads_the_rollup(staff, ana):
     assert CallRollup.objects.filter(experiment_id=ana.experiment.id).exists()
     page = staff.get("/routing/health/").content.decode()
-    assert "Model catalogue and routing health" in page and "Calls 24 h" in page
+    since = (timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)).strftime("%H:%M")
+    assert "Model catalogue and routing health" in page and f"Calls since {since} UTC" in page
+    assert "Windows are whole rollup hours" in page
     rows = staff.get("/routing/health/", {"export": "json", "table": "endpoints"}).json()["rows"]
     v14 = next(r for r in rows if r["endpoint_label"] == "avocado-v14")
     assert v14["calls_day"] == 10 and v14["circuit"] == "closed" and v14["killed"] == "live"
@@ -182,3 +189,73 @@ def test_a_kill_reads_since_when_it_went_on_not_when_its_reason_was_last_edited(
     (row,) = kills_table(experiment=Experiment.objects.get(key="ana")).rows
     assert went_on is not None and went_on <= timezone.now()
     assert row["since"] == went_on and row["reason"] == "bad answers, still investigating"
+
+
+def test_each_metric_row_shows_the_p_ci_and_verdict_of_one_test(staff, ana):
+    """Primary/secondary rows: the fixed-horizon relative test; guardrail rows: the sequential test
+    the guardrail rule uses; the verdict follows the shown p (p < alpha iff the CI excludes 0)."""
+    snap = ResultSnapshot.objects.filter(experiment=ana.experiment).latest("computed_at")
+    comparisons = {
+        (m["name"], c["variant"]): (m, c) for m in snap.results["metrics"] for c in m["comparisons"]
+    }
+    rows = staff.get("/results/ana/", {"export": "json", "table": "metrics"}).json()["rows"]
+    checked = 0
+    for r in rows:
+        if not r["variant"]:
+            continue
+        m, c = comparisons[(r["metric_name"], r["variant"])]
+        checked += 1
+        guardrail = m["role"] == "guardrail"
+        test = c["sequential"] if guardrail else c
+        assert r["test"] == ("sequential" if guardrail else "fixed")
+        if not test["relative_ci"]:  # no lone p-value: the status says why
+            assert r["p_value"] is None and r["ci_low"] is None
+            assert r["verdict"] == (test["relative_status"] if test["status"] == "ok" else test["status"])
+            assert r["verdict"] not in ("better", "worse", "inconclusive")
+            continue
+        assert r["ci_low"] == test["relative_ci"][0] and r["ci_high"] == test["relative_ci"][1]
+        assert r["p_value"] == test["relative_p_value"]
+        significant = r["p_value"] < 0.05
+        assert significant == (not r["ci_low"] <= 0 <= r["ci_high"])
+        if not significant:
+            assert r["verdict"] == ("guardrail_ok" if guardrail else "inconclusive")
+        elif guardrail:
+            assert r["verdict"] in ("guardrail_no_harm", "worse")
+        else:
+            assert r["verdict"] in ("better", "worse")
+    assert checked >= 6
+    # the latency guardrail (fast arm 50 % faster): the sequential p, never the fixed-horizon one
+    fast = next(r for r in rows if r["metric_name"] == "latency_ms" and r["variant"] == "fast")
+    assert fast["p_value"] == comparisons[("latency_ms", "fast")][1]["sequential"]["relative_p_value"]
+    assert fast["p_value"] != comparisons[("latency_ms", "fast")][1]["relative_p_value"]
+
+
+def test_a_row_without_a_relative_ci_shows_its_status_not_a_lone_p_value():
+    comparison = {
+        "variant": "t",
+        "status": "ok",
+        "alpha": 0.05,
+        "p_value": 0.366,
+        "relative_p_value": None,
+        "relative_lift": None,
+        "relative_ci": None,
+        "relative_status": "control_mean_near_zero",
+        "reason": "relative lift suppressed: control mean is not distinguishable from 0",
+        "verdict": "inconclusive",
+    }
+    body = {
+        "variants": [{"key": "c", "is_control": True}, {"key": "t"}],
+        "metrics": [
+            {
+                "name": "latency_ms",
+                "role": "guardrail",
+                "status": "ok",
+                "higher_is_better": False,
+                "variants": [],
+                "comparisons": [{**comparison, "sequential": dict(comparison, p_value=0.9)}],
+            }
+        ],
+    }
+    (row,) = metric_table(body=body, options=ResultsOptions(phase=1)).rows
+    assert row["p_value"] is None and row["verdict"] == "control_mean_near_zero"
+    assert "not distinguishable from 0" in row["verdict_why"]
