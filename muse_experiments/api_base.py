@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import io
 import json
 import math
 
 from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
+from django.utils.http import parse_header_parameters
 from rest_framework import exceptions, parsers, serializers, status
 
 from .storage_text import nul_path, surrogate_path
@@ -41,6 +44,7 @@ class BoundedJSONParser(parsers.JSONParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         request = (parser_context or {}).get("request")
         meta = getattr(request, "META", {}) if request is not None else {}
+        refuse_unknown_charset(meta.get("CONTENT_TYPE", ""))
         try:
             declared = int(meta.get("CONTENT_LENGTH") or 0)
         except (TypeError, ValueError):
@@ -64,6 +68,23 @@ class BoundedJSONParser(parsers.JSONParser):
             raise exceptions.ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels.")
         refuse_nul(data)
         return data
+
+
+def refuse_unknown_charset(content_type: str) -> None:
+    """Raise a 415 ``UnsupportedMediaType`` naming the charset when ``content_type`` (the raw
+    ``Content-Type`` header) names one Python does not know (``application/json; charset=foo``).
+    Django silently falls back to UTF-8 for an unknown charset; we refuse it instead."""
+    _, params = parse_header_parameters(content_type or "")
+    charset = params.get("charset")
+    if charset is None:
+        return
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        raise exceptions.UnsupportedMediaType(
+            content_type,
+            detail=f"Unsupported charset {charset!r} in Content-Type; send JSON as UTF-8 (charset=utf-8).",
+        ) from None
 
 
 def refuse_nul(data, path: str = "") -> None:
@@ -165,6 +186,51 @@ class UnitIdField(serializers.CharField):
         if problem:
             raise serializers.ValidationError(problem)
         return value
+
+
+class ChunkedBodyMiddleware:
+    """Give Django a chunked request body (``Transfer-Encoding: chunked``, no ``Content-Length``).
+
+    gunicorn de-chunks the body into ``wsgi.input`` but sets no ``CONTENT_LENGTH``; Django then
+    reads the body as empty (``LimitedStream`` of length 0) and DRF never calls the parser, so a
+    proxy that re-chunks an SDK's request would turn it into a confusing "field required" 400.
+    This middleware reads the de-chunked body, at most ``DATA_UPLOAD_MAX_MEMORY_SIZE`` + 1 bytes,
+    and hands it on with its real ``CONTENT_LENGTH``. Over the limit it discards the rest (up to
+    :data:`DRAIN_MAX_BYTES`, keeping keep-alive usable) and hands on the first limit + 1 bytes,
+    so the view answers its usual (provider-shaped, for drop-ins) 413. Must come first in
+    ``MIDDLEWARE``. A server that passes the raw chunked framing through is not supported
+    (gunicorn, the production server, de-chunks).
+    """
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        meta = request.META
+        if "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower() and not meta.get("CONTENT_LENGTH"):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            stream = meta["wsgi.input"]
+            raw = _read_up_to(stream, limit + 1 if limit is not None else None)
+            if limit is not None and len(raw) > limit:
+                with contextlib.suppress(OSError, ValueError):  # the client went away
+                    _drain(stream)
+            meta["CONTENT_LENGTH"] = str(len(raw))
+            meta["wsgi.input"] = io.BytesIO(raw)  # what is left to drain is already drained
+            request._stream = LimitedStream(io.BytesIO(raw), len(raw))
+        return self.get_response(request)
+
+
+def _read_up_to(stream, size: int | None) -> bytes:
+    """Read ``stream`` to its end or to ``size`` bytes, whichever comes first (a short read is
+    not the end: gunicorn returns a chunk at a time)."""
+    parts, got = [], 0
+    while size is None or got < size:
+        chunk = stream.read(65536 if size is None else min(65536, size - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
 
 
 class DrainRefusedBodyMiddleware:

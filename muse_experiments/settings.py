@@ -54,6 +54,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "muse_experiments.api_base.ChunkedBodyMiddleware",  # a chunked body reaches the parser (bounded)
     "muse_experiments.api_base.DrainRefusedBodyMiddleware",  # a 413 leaves keep-alive usable
     "muse_experiments.observability.ObservabilityMiddleware",  # request id, latency, access log
     "muse_experiments.api_errors.DependencyOutageMiddleware",  # database/broker/Redis down: JSON 503

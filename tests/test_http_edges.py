@@ -91,3 +91,75 @@ def test_an_oversize_body_is_a_413_and_the_pooled_connection_keeps_working(gunic
             assert ok.status_code == 201, ok.text
         unsupported = c.post("/api/v1/events", content=b"event_id=e", headers={"content-type": "text/plain"})
         assert unsupported.status_code == 415
+
+
+def _chunked(data: bytes, size: int = 4096):
+    """An iterator body: httpx sends it with ``Transfer-Encoding: chunked`` and no Content-Length."""
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def test_a_chunked_body_is_parsed_bounded_and_its_refusals_keep_the_connection(gunicorn_url):
+    _, raw = api_key_create(name="chunked", scopes=["events", "completions"])
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    json_ct = {"content-type": "application/json"}
+    with httpx.Client(
+        base_url=gunicorn_url, limits=limits, timeout=120, headers={"Authorization": f"Bearer {raw}"}
+    ) as c:
+        event = b'{"event_id":"c1","name":"rating","session_id":"s","value":4}'
+        sent = c.post("/api/v1/events", content=_chunked(event, 7), headers=json_ct)
+        assert sent.request.headers["transfer-encoding"] == "chunked"
+        assert "content-length" not in sent.request.headers
+        assert sent.status_code == 201, sent.text
+
+        # the drop-in reads the chunked body: its NUL is named (an empty body would be "'model' ...")
+        chat = b'{"model":"muse-default","messages":[{"role":"user","content":"a\\u0000b"}]}'
+        nul = c.post("/v1/chat/completions", content=_chunked(chat), headers=json_ct)
+        assert nul.status_code == 400
+        assert nul.json()["error"]["param"] == "messages[0].content", nul.text
+
+        big = b'{"events": [' + b'{"event_id":"x","name":"a","session_id":"s","value":1},' * 60_000 + b"{}]}"
+        assert len(big) > 3_000_000
+        over = c.post("/api/v1/events", content=_chunked(big, 65536), headers=json_ct)
+        assert over.status_code == 413 and over.json()["error"]["code"] == "request_too_large"
+        over_dropin = c.post("/v1/chat/completions", content=_chunked(big, 65536), headers=json_ct)
+        assert over_dropin.status_code == 413
+        assert over_dropin.json()["error"]["message"] == "Request body too large.", over_dropin.text
+
+        # the same pooled connection still answers
+        again = c.post("/api/v1/events", content=_chunked(event.replace(b"c1", b"c2")), headers=json_ct)
+        assert again.status_code == 201, again.text
+
+
+def test_an_unknown_charset_is_refused_naming_it(gunicorn_url):
+    _, raw = api_key_create(name="charset", scopes=["events", "completions"])
+    foo = {"content-type": "application/json; charset=foo", "Authorization": f"Bearer {raw}"}
+    event = b'{"event_id":"cs","name":"rating","session_id":"s","value":4}'
+    native = httpx.post(gunicorn_url + "/api/v1/events", content=event, headers=foo, timeout=30)
+    assert native.status_code == 415
+    assert "charset 'foo'" in native.json()["error"]["message"], native.text
+    chat = b'{"model":"muse-default","messages":[{"role":"user","content":"hi"}]}'
+    dropin = httpx.post(gunicorn_url + "/v1/chat/completions", content=chat, headers=foo, timeout=30)
+    assert dropin.status_code == 400 and "charset 'foo'" in dropin.json()["error"]["message"], dropin.text
+    utf8 = {**foo, "content-type": "application/json; charset=utf-8"}
+    ok = httpx.post(gunicorn_url + "/api/v1/events", content=event, headers=utf8, timeout=30)
+    assert ok.status_code == 201, ok.text
+
+
+def test_every_drop_in_refuses_a_nul_naming_the_field(gunicorn_url):
+    _, raw = api_key_create(name="nul", scopes=["completions"])
+    with httpx.Client(base_url=gunicorn_url, timeout=30, headers={"Authorization": f"Bearer {raw}"}) as c:
+        chat = c.post("/v1/chat/completions", json={"model": "muse-default", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "a\u0000"}]}]})  # fmt: skip
+        assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages[0].content[0].text"
+        responses = c.post("/v1/responses", json={"model": "muse-default", "input": [
+            {"role": "user", "content": "a\u0000b"}]})  # fmt: skip
+        assert responses.status_code == 400 and responses.json()["error"]["param"] == "input[0].content"
+        messages = c.post(
+            "/v1/messages",
+            headers={"anthropic-version": "2023-06-01"},
+            json={"model": "muse-default", "max_tokens": 10, "system": "s\u0000", "messages": [
+                {"role": "user", "content": "hi"}]},
+        )  # fmt: skip
+        assert messages.status_code == 400, messages.text
+        assert "'system': NUL characters (\\u0000) are not allowed." in messages.json()["error"]["message"]
