@@ -430,9 +430,10 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
             Column("p_value", "p-value", "p"),
             Column(
                 "test",
-                "Test behind p, CI and verdict",
+                "Test",
                 "status",
-                help="Fixed horizon for primary/secondary metrics; guardrails use the always-valid "
+                help="The test behind the row's p-value, interval and verdict: fixed horizon for "
+                "primary/secondary metrics; guardrails use the always-valid "
                 "sequential test (safe under continuous monitoring) and only flag harm",
             ),
         ]
