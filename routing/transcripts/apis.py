@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api_base import StrictSerializer
 from muse_experiments.auth import ApiClient, HasScope
+from muse_experiments.validation import unit_id_problem
 from routing.reasoning_store import ReasoningStoreUnavailable, session_end
 
 from .export import TrainingExport
@@ -30,6 +31,18 @@ from .services import training_opt_in, training_opt_out, training_records_ingest
 log = logging.getLogger(__name__)
 
 MAX_INGEST_BATCH = 1000
+
+
+def unit_id_error(name: str, value: str) -> Response | None:
+    """A 400 naming ``name`` when the path id ``value`` is empty or breaks the one unit-id rule
+    (:func:`muse_experiments.validation.unit_id_problem`: no trimming, no normalising), else None."""
+    problem = "Required." if not value else unit_id_problem(value)
+    if problem is None:
+        return None
+    return Response(
+        {"error": {"code": "invalid", "message": "Invalid request.", "fields": {name: [problem]}}},
+        status=status.HTTP_400_BAD_REQUEST,
+    )
 
 
 def actor_of(request) -> str:
@@ -53,17 +66,8 @@ class SessionEndApi(APIView):
         request=None, responses={200: OutputSerializer, 503: OpenApiResponse(description="Store down")}
     )
     def post(self, request, session_id: str):
-        if len(session_id) > 200:
-            return Response(
-                {
-                    "error": {
-                        "code": "invalid",
-                        "message": "Invalid request.",
-                        "fields": {"session_id": ["Too long."]},
-                    }
-                },
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+        if bad := unit_id_error("session_id", session_id):
+            return bad
         try:
             deleted = session_end(session_id=session_id)
         except ReasoningStoreUnavailable as exc:
@@ -93,18 +97,7 @@ class TrainingOptOutApi(APIView):
         )
 
     def _check(self, user_id: str):
-        if not user_id or len(user_id) > 200:
-            return Response(
-                {
-                    "error": {
-                        "code": "invalid",
-                        "message": "Invalid request.",
-                        "fields": {"user_id": ["1-200 characters."]},
-                    }
-                },
-                status=status.HTTP_400_BAD_REQUEST,
-            )
-        return None
+        return unit_id_error("user_id", user_id)
 
     @extend_schema(responses=OutputSerializer)
     def get(self, request, user_id: str):

@@ -6,8 +6,10 @@ What the reinforcement-learning completion server accepts is decided here:
   reasoning we must never train on or let out: OpenAI ``encrypted_content`` (Responses
   ``reasoning`` items), Fernet-like ``gAAAAA…`` blobs, Anthropic ``thinking`` blocks with a
   ``signature``, ``redacted_thinking`` blocks with ``data`` -- however nested, including inside
-  JSON-encoded strings and base64-encoded strings (recursively, up to
-  :data:`MAX_DECODE_DEPTH` decodings). The walk is iterative, so deep nesting cannot blow the
+  JSON-encoded, base64-encoded, hex-encoded and percent-encoded strings (recursively, up to
+  :data:`MAX_DECODE_DEPTH` decodings, at most :data:`MAX_DECODES_PER_VALUE` decodings per
+  scanned value). Keys and marker values match case-insensitively (``Encrypted_Content``,
+  ``"type": "Redacted_Thinking"``). The walk is iterative, so deep nesting cannot blow the
   stack.
 * :func:`strip_encrypted_reasoning` -- a copy of a value with every finding removed (used by
   the transcript writer, which must never store reasoning).
@@ -15,7 +17,10 @@ What the reinforcement-learning completion server accepts is decided here:
   with reasons (:class:`RejectReason`), and counts per reason.
 
 A training record (one line of the training export) is a JSON object with at least
-``record_id`` (non-empty string, at most 200 characters), ``user_id`` (string) and
+``record_id`` (non-empty string, at most 200 characters), ``user_id`` (a unit id: the one
+rule of :func:`muse_experiments.validation.unit_id_problem`, refused rather than normalised, so
+``"alice "`` or ``"alice\u200b"`` cannot slip past ``alice``'s opt-out), optional
+``session_id`` (same rule) and
 ``provenance`` (``"native"`` for Avocado; anything else is an external provider). The gate
 never echoes record content in its verdicts (a rejected record may carry a secret).
 
@@ -33,11 +38,14 @@ import contextlib
 import json
 import re
 import unicodedata
+import urllib.parse
 from collections import Counter
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from muse_experiments.validation import unit_id_problem
 
 #: How many nested decodings (JSON-in-string, base64-in-string) the detector follows.
 MAX_DECODE_DEPTH = 6
@@ -45,21 +53,27 @@ MAX_DECODE_DEPTH = 6
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 #: Shortest run of base64 characters worth decoding (shorter runs cannot hide a blob + marker).
 MIN_BASE64_RUN = 24
+#: Most decodings (JSON, base64, hex, percent) followed while scanning one value; past this the
+#: value is reported as ``decode_budget_exceeded`` (refused, never let through unscanned).
+MAX_DECODES_PER_VALUE = 1024
 
 FERNET_RE = re.compile(r"gAAAAA[A-Za-z0-9_\-+/=]{16,}")
 BASE64_RUN_RE = re.compile(rf"[A-Za-z0-9+/_-]{{{MIN_BASE64_RUN},}}={{0,2}}")
+# Hex of text: 16+ byte pairs (shorter runs cannot hold a marker + blob); either case.
+HEX_RUN_RE = re.compile(r"(?:[0-9A-Fa-f]{2}){16,}")
+PERCENT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 FERNET_TOKEN = "<fernet token>"
 BLOB = r"[A-Za-z0-9+/_=\-]{16,}"
 # Marker text in strings that are not (or not entirely) parseable JSON: a key followed by a blob.
 TEXT_MARKERS = (
-    ("openai_encrypted_content", re.compile(r"encrypted_content[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB)),
+    ("openai_encrypted_content", re.compile(r"encrypted_content[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB, re.I)),
     (
         "anthropic_thinking_signature",
-        re.compile(r"thinking[\s\S]{0,2000}?signature[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB),
+        re.compile(r"thinking[\s\S]{0,2000}?signature[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB, re.I),
     ),
     (
         "anthropic_redacted_thinking",
-        re.compile(r"redacted_thinking[\s\S]{0,200}?data[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB),
+        re.compile(r"redacted_thinking[\s\S]{0,200}?data[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB, re.I),
     ),
 )
 
@@ -87,8 +101,12 @@ class Finding:
 
 
 def _structural(node: Mapping[str, Any]) -> str | None:
-    """Marker kind when a JSON object is itself a reasoning carrier."""
+    """Marker kind when a JSON object is itself a reasoning carrier (keys and the ``type`` value
+    compared case-insensitively)."""
+    if not all(type(k) is str and k.islower() for k in node):
+        node = {str(k).lower(): v for k, v in node.items()}
     ntype = node.get("type")
+    ntype = ntype.lower() if isinstance(ntype, str) else ntype
     if ntype == "redacted_thinking" and "data" in node:
         return "anthropic_redacted_thinking"
     if "signature" in node and (ntype == "thinking" or "thinking" in node):
@@ -125,8 +143,24 @@ def _decode_aligned(run: str) -> str | None:
         decoded = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    return _text_or_none(decoded)
+
+
+def _text_or_none(decoded: str) -> str | None:
     printable = sum(1 for ch in decoded if ch.isprintable() or ch in "\r\n\t")
     return decoded if decoded and printable / len(decoded) > 0.9 else None
+
+
+def _decoded_hex(run: str) -> str | None:
+    """The UTF-8 text behind a hex run (even length, either case), or None; a raw Fernet token
+    is reported as :data:`FERNET_TOKEN`."""
+    raw = bytes.fromhex(run)
+    if len(raw) >= 73 and raw[0] == 0x80 and (len(raw) - 57) % 16 == 0:
+        return FERNET_TOKEN
+    try:
+        return _text_or_none(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
 
 
 def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], list[tuple[Any, str, int]]]:
@@ -152,18 +186,32 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
                 findings.append(Finding(f"{path}/<base64>", "fernet_token"))
             else:
                 children.append((decoded, f"{path}/<base64>", depth + 1))
+    for match in HEX_RUN_RE.finditer(norm):
+        decoded = _decoded_hex(match.group(0))
+        if decoded is FERNET_TOKEN:
+            findings.append(Finding(f"{path}/<hex>", "fernet_token"))
+        elif decoded is not None:
+            children.append((decoded, f"{path}/<hex>", depth + 1))
+    if "%" in norm and PERCENT_RE.search(norm):
+        children.append((urllib.parse.unquote(norm), f"{path}/<percent>", depth + 1))
     return findings, children
 
 
 def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
     """Every place in a JSON value (dict/list/str/number/bool/None) that carries encrypted reasoning.
 
-    Returns ``[]`` for a clean value. Iterative; follows JSON-encoded and base64-encoded
-    strings up to :data:`MAX_DECODE_DEPTH` levels. Object keys are scanned like strings.
+    Returns ``[]`` for a clean value. Iterative; follows JSON-, base64-, hex- and
+    percent-encoded strings up to :data:`MAX_DECODE_DEPTH` levels and at most
+    :data:`MAX_DECODES_PER_VALUE` decodings in all (beyond that one ``decode_budget_exceeded``
+    finding: refused, not guessed). Object keys are scanned like strings.
     """
     findings: list[Finding] = []
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    decodes = 0
     while stack:
+        if decodes > MAX_DECODES_PER_VALUE:
+            findings.append(Finding(path, "decode_budget_exceeded"))
+            break
         node, where, depth = stack.pop()
         if isinstance(node, Mapping):
             kind = _structural(node)
@@ -175,6 +223,7 @@ def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
                     found, decoded = _string_children(key_text, f"{where}/<key>", depth)
                     findings += found
                     stack += decoded
+                    decodes += len(decoded)
                 stack.append((child, f"{where}/{key_text}", depth))
         elif isinstance(node, list | tuple):
             stack.extend((child, f"{where}/{i}", depth) for i, child in enumerate(node))
@@ -182,6 +231,7 @@ def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
             found, decoded = _string_children(node, where, depth)
             findings += found
             stack += decoded
+            decodes += len(decoded)
     return findings
 
 
@@ -294,8 +344,14 @@ def check_record(
     problems = []
     if record_id is None:
         problems.append("record_id must be a non-empty string of at most 200 characters")
-    if not isinstance(record.get("user_id"), str):
-        problems.append("user_id must be a string")
+    for name, required in (("user_id", True), ("session_id", False)):
+        unit = record.get(name)
+        if unit is None and not required:
+            continue
+        if not isinstance(unit, str):
+            problems.append(f"{name} must be a string")
+        elif problem := unit_id_problem(unit):
+            problems.append(f"{name}: {problem}")
     if not isinstance(record.get("provenance"), str):
         problems.append("provenance must be a string ('native' or an external provider)")
     try:

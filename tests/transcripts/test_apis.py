@@ -154,3 +154,46 @@ def test_ingest_refuses_malformed_batches_with_field_errors(db, payload, field):
 
 def test_ingest_needs_its_scope(db):
     assert ingest(scoped_client("training:export"), [record(1)]).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/api/v1/users/%20alice/training-opt-out", "user_id"),
+        ("/api/v1/users/alice%20/training-opt-out", "user_id"),
+        ("/api/v1/users/alice%E2%80%8B/training-opt-out", "user_id"),
+        ("/api/v1/users/alice%00/training-opt-out", "user_id"),
+        ("/api/v1/users/alice%CC%81/training-opt-out", "user_id"),
+        (f"/api/v1/users/{'a' * 201}/training-opt-out", "user_id"),
+        ("/api/v1/sessions/%00/end", "session_id"),
+        ("/api/v1/sessions/%20s1/end", "session_id"),
+        ("/api/v1/sessions/s1%E2%80%8B/end", "session_id"),
+    ],
+)
+def test_path_ids_that_break_the_unit_id_rule_are_400s_and_change_nothing(path, field, settings):
+    settings.REASONING_STORE_URL = ""
+    scope = "training" if field == "user_id" else "completions"
+    response = scoped_client(scope).post(path)
+    assert response.status_code == 400
+    assert list(response.json()["error"]["fields"]) == [field]
+    assert not TrainingOptOut.objects.exists()
+
+
+def test_opted_out_users_id_variants_cannot_bring_records_in(db):
+    assert scoped_client("training").post("/api/v1/users/alice/training-opt-out").status_code == 200
+    batch = [
+        record(1, user_id="alice"),
+        record(2, user_id="alice "),
+        record(3, user_id="alice\u200b"),
+        record(4, user_id="bob", session_id="s\u200b"),
+        record(5, user_id="bob"),
+    ]
+    body = ingest(scoped_client("training:ingest"), batch).json()
+    assert [(r["status"], r["reasons"]) for r in body["results"]] == [
+        ("rejected", ["opted_out"]),
+        ("rejected", ["invalid_record"]),
+        ("rejected", ["invalid_record"]),
+        ("rejected", ["invalid_record"]),
+        ("accepted", []),
+    ]
+    assert list(TrainingRecord.objects.values_list("record_id", "user_id")) == [("rec-5", "bob")]

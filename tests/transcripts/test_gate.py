@@ -7,10 +7,12 @@ import copy
 import json
 import os
 import struct
+import urllib.parse
 
 import pytest
 
 from routing.transcripts.gate import (
+    MAX_DECODES_PER_VALUE,
     RejectReason,
     find_encrypted_reasoning,
     gate_check,
@@ -21,10 +23,15 @@ from routing.transcripts.gate import (
 BLOB = "gAAAAABo" + base64.urlsafe_b64encode(os.urandom(120)).decode().rstrip("=")
 SIGNATURE = "EqQBCkYIBxgCKkD" + base64.b64encode(os.urandom(90)).decode()
 REDACTED = "EmwKAhgBEgy" + base64.b64encode(os.urandom(60)).decode()
+OPAQUE = base64.b64encode(os.urandom(90)).decode()  # an encrypted_content blob without the Fernet prefix
 
 
 def reasoning_item() -> dict:
     return {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": BLOB}
+
+
+def opaque_item() -> dict:
+    return {"type": "reasoning", "encrypted_content": OPAQUE}
 
 
 def thinking_block(text: str = "") -> dict:
@@ -132,6 +139,23 @@ TRICKY = {
     ),
     "huge-record-with-blob-at-the-end": lambda: with_message(26, "clean words " * 200_000 + BLOB),
     "deep-nesting-500": lambda: record(27, output=_nest(500, reasoning_item())),
+    # Disguises: key/marker case, hex and percent layers (alone and mixed with base64/JSON).
+    "key-case-changed": lambda: record(28, output={"type": "reasoning", "Encrypted_Content": OPAQUE}),
+    "key-upper-case": lambda: record(29, output=[{"TYPE": "REASONING", "ENCRYPTED_CONTENT": OPAQUE}]),
+    "redacted-thinking-type-case": lambda: record(30, output={"Type": "Redacted_Thinking", "Data": OPAQUE}),
+    "thinking-signature-key-case": lambda: record(
+        31, output={"type": "Thinking", "thinking": "", "Signature": OPAQUE}
+    ),
+    "key-case-in-prose": lambda: with_message(32, 'body: {"Encrypted_Content": "' + OPAQUE + '"'),
+    "hex-of-json": lambda: with_message(33, json.dumps(opaque_item()).encode().hex()),
+    "hex-upper-case": lambda: with_message(34, "dump " + json.dumps(opaque_item()).encode().hex().upper()),
+    "hex-of-base64-of-json": lambda: with_message(35, b64(json.dumps(opaque_item())).encode().hex()),
+    "base64-of-hex-of-json": lambda: with_message(36, b64(json.dumps(opaque_item()).encode().hex())),
+    "hex-in-json-in-string": lambda: with_message(
+        37, json.dumps({"blob": json.dumps({"content": [redacted_block()]}).encode().hex()})
+    ),
+    "percent-encoded-json": lambda: with_message(38, "q=" + urllib.parse.quote(json.dumps(opaque_item()))),
+    "raw-fernet-token-hex": lambda: with_message(39, base64.b64decode(fernet_bytes_b64()).hex()),
 }
 
 
@@ -151,6 +175,78 @@ def test_every_tricky_record_is_rejected_for_encrypted_reasoning(case):
     assert report.accepted == ()
     # The verdict explains without echoing the secret.
     assert BLOB not in verdict.detail and SIGNATURE not in verdict.detail and REDACTED not in verdict.detail
+    assert OPAQUE not in verdict.detail
+
+
+def test_the_undisguised_forms_of_the_disguises_are_caught_too():
+    """The controls for the disguise cases: plain and base64 forms (caught before the fix)."""
+    for value in (opaque_item(), json.dumps(opaque_item()), b64(json.dumps(opaque_item()))):
+        assert {f.kind for f in find_encrypted_reasoning(value)} == {"openai_encrypted_content"}
+    hexed = find_encrypted_reasoning(json.dumps(opaque_item()).encode().hex())
+    assert ("/<hex>/<json>", "openai_encrypted_content") in [(f.path, f.kind) for f in hexed]
+    pct = find_encrypted_reasoning(urllib.parse.quote(json.dumps(opaque_item())))
+    assert ("/<percent>/<json>", "openai_encrypted_content") in [(f.path, f.kind) for f in pct]
+
+
+def test_clean_hex_and_percent_text_is_not_a_finding():
+    clean = {
+        "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        "model": "8f1c" * 8,
+        "hex_text": b"hello world, a plain hex dump of text".hex(),
+        "url": "https://example.com/search?q=caf%C3%A9%20au%20lait",
+        "Type": "Reasoning",
+        "Signature": "no thinking here",
+    }
+    assert find_encrypted_reasoning(clean) == []
+    assert gate_check([record(1, extra=clean)]).verdicts[0].accepted
+
+
+def test_decoding_work_per_value_is_bounded():
+    """Past MAX_DECODES_PER_VALUE decodings a value is refused (decode_budget_exceeded), never
+    let through unscanned; below it clean encoded text passes."""
+    encoded = [b64(f"plain note number {i}") for i in range(MAX_DECODES_PER_VALUE + 10)]
+    findings = find_encrypted_reasoning({"notes": encoded})
+    assert [f.kind for f in findings] == ["decode_budget_exceeded"]
+    assert find_encrypted_reasoning({"notes": encoded[:100]}) == []
+    verdict = gate_check([record(1, notes=encoded)]).verdicts[0]
+    assert verdict.reasons == (RejectReason.CONTAINS_ENCRYPTED_REASONING,)
+    assert "decode_budget_exceeded" in verdict.detail
+
+
+BAD_UNIT_IDS = {
+    "trailing-space": "alice ",
+    "leading-space": " alice",
+    "zero-width-space": "alice\u200b",
+    "nul": "alice\x00",
+    "bom": "\ufeffalice",
+    "not-nfc": "alice\u0301",
+    "too-long": "a" * 201,
+}
+
+
+@pytest.mark.parametrize("field", ["user_id", "session_id"])
+@pytest.mark.parametrize("case", sorted(BAD_UNIT_IDS))
+def test_id_variants_are_refused_by_the_one_unit_id_rule(field, case):
+    report = gate_check([record(1, **{field: BAD_UNIT_IDS[case]})], opted_out_users={"alice"})
+    (verdict,) = report.verdicts
+    assert verdict.reasons == (RejectReason.INVALID_RECORD,)
+    assert verdict.detail.startswith(f"{field}: ")
+    assert report.accepted == ()
+
+
+def test_the_opted_out_id_itself_is_refused_and_others_pass():
+    report = gate_check(
+        [record(1, user_id="alice"), record(2, user_id="bob"), record(3, session_id=None)],
+        opted_out_users={"alice"},
+    )
+    assert [v.reasons for v in report.verdicts] == [
+        (RejectReason.OPTED_OUT,),
+        (),
+        (),
+    ]
+    assert [v.record_id for v, _, _ in report.accepted] == ["rec-2", "rec-3"]
+    bad = gate_check([record(4, session_id=7)]).verdicts[0]
+    assert bad.reasons == (RejectReason.INVALID_RECORD,) and bad.detail == "session_id must be a string"
 
 
 def test_a_mixed_batch_keeps_only_clean_records_with_per_record_reasons():
