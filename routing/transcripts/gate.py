@@ -103,8 +103,10 @@ class Finding:
 def _structural(node: Mapping[str, Any]) -> str | None:
     """Marker kind when a JSON object is itself a reasoning carrier (keys and the ``type`` value
     compared case-insensitively)."""
-    if not all(type(k) is str and k.islower() for k in node):
-        node = {str(k).lower(): v for k, v in node.items()}
+    keys = "\0".join(map(str, node)).lower()
+    if "data" not in keys and "signature" not in keys and "encrypted_content" not in keys:
+        return None  # fast path: no carrier key in any case
+    node = {str(k).lower(): v for k, v in node.items()}
     ntype = node.get("type")
     ntype = ntype.lower() if isinstance(ntype, str) else ntype
     if ntype == "redacted_thinking" and "data" in node:
@@ -180,18 +182,20 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
         with contextlib.suppress(ValueError, RecursionError):
             children.append((json.loads(stripped), f"{path}/<json>", depth + 1))
     for match in BASE64_RUN_RE.finditer(norm):
-        decoded = _decoded_base64(match.group(0))
+        run = match.group(0)
+        decoded = _decoded_base64(run)
         if decoded is not None:
             if decoded is FERNET_TOKEN:
                 findings.append(Finding(f"{path}/<base64>", "fernet_token"))
             else:
                 children.append((decoded, f"{path}/<base64>", depth + 1))
-    for match in HEX_RUN_RE.finditer(norm):
-        decoded = _decoded_hex(match.group(0))
-        if decoded is FERNET_TOKEN:
-            findings.append(Finding(f"{path}/<hex>", "fernet_token"))
-        elif decoded is not None:
-            children.append((decoded, f"{path}/<hex>", depth + 1))
+        # Hex digits are base64 characters, so every hex run lies inside a base64 run.
+        for hex_match in HEX_RUN_RE.finditer(run) if len(run) >= 32 else ():
+            decoded = _decoded_hex(hex_match.group(0))
+            if decoded is FERNET_TOKEN:
+                findings.append(Finding(f"{path}/<hex>", "fernet_token"))
+            elif decoded is not None:
+                children.append((decoded, f"{path}/<hex>", depth + 1))
     if "%" in norm and PERCENT_RE.search(norm):
         children.append((urllib.parse.unquote(norm), f"{path}/<percent>", depth + 1))
     return findings, children
