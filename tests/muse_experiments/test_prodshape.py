@@ -17,6 +17,7 @@ from muse_experiments.prodshape import (
     parse_formation,
     processes,
     read_procfile,
+    signal_group,
 )
 
 
@@ -81,3 +82,49 @@ def test_exec_refuses_a_type_the_procfile_does_not_have():
 
     with pytest.raises(ValueError, match="not a Procfile type"):
         exec_type("wrker")
+
+
+@pytest.mark.slow
+def test_the_procfile_worker_logs_celerys_own_info_lines_as_json(tmp_path):
+    """The worker line runs at ``-l info``: Celery's INFO lines (connected, ready, task received and
+    succeeded) are logged, through our JSON formatter like every other line."""
+    import json
+    import subprocess
+    import threading
+
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_DEBUG", "CI")}
+    env |= {
+        "SECRET_KEY": "k" * 50,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "MUSE_VAR_DIR": str(tmp_path),  # the embedded filesystem broker, private to this test
+        "LOG_FORMAT": "json",
+        "MUSE_PROCESS_NAME": "worker.1",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "muse_experiments.prodshape", "exec", "worker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    records = []
+    # no "ready" line within 60 s: the worker is stopped, its stderr ends and the asserts fail
+    watchdog = threading.Timer(60, signal_group, (worker.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        for line in worker.stderr:
+            if line.startswith("{"):
+                records.append(json.loads(line))
+                if records[-1]["msg"].endswith(" ready."):
+                    break
+    finally:
+        watchdog.cancel()
+        signal_group(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=30)
+        worker.stderr.close()
+    assert records, "the worker logged no JSON line"
+    ready = records[-1]
+    assert ready["msg"].startswith("worker.1@") and ready["msg"].endswith(" ready.")
+    assert (ready["level"], ready["logger"], ready["process"]) == ("INFO", "celery.apps.worker", "worker.1")
+    assert any(r["logger"] == "celery.worker.consumer.connection" and r["level"] == "INFO" for r in records)
