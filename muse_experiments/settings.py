@@ -272,6 +272,9 @@ RECORDS_WRITE_BEHIND = env.bool("RECORDS_WRITE_BEHIND", default=bool(REDIS_URL) 
 RECORDS_DRAINER = env.bool("RECORDS_DRAINER", default=True)
 # Most buffered call records one drain writes in one transaction (routing.writebehind; Redis only).
 RECORDS_DRAIN_BATCH = env.int("RECORDS_DRAIN_BATCH", default=500)
+# How long (ms) a worker's drainer waits after a batch so the next one gathers the calls answered
+# meanwhile (fewer, larger transactions; adds at most this much to the records' lag).
+RECORDS_DRAIN_LINGER_MS = env.int("RECORDS_DRAIN_LINGER_MS", default=200)
 # How long a streamed job's events stay in its Redis stream (s), for late subscribers.
 COMPLETION_STREAM_TTL_S = env.int("COMPLETION_STREAM_TTL_S", default=3600)
 # How long a drop-in (OpenAI/Anthropic-compatible) non-streaming call waits before a 504.

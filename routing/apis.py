@@ -160,6 +160,7 @@ class CompletionCreateApi(APIView):
             request={"messages": d["messages"], "tools": d["tools"]},
             idempotency_key=d["idempotency_key"],
             stream=d["stream"],
+            durable=d["async"],  # a job id handed out for later must survive a crash
         )
         if d["stream"]:
             return sse_response(_api_stream(job, created))

@@ -84,8 +84,12 @@ def submit_completion(
     request: Mapping[str, Any],
     idempotency_key: str = "",
     stream: bool = False,
+    durable: bool = True,
 ) -> tuple[CompletionJob, bool]:
     """Create the job (or find it by idempotency key) and hand it to a worker. Returns ``(job, created)``.
+
+    ``durable=False`` for callers that wait for the answer on this request
+    (:func:`routing.services.completion_job_create`).
 
     A streamed job goes to a worker only when deltas can travel through Redis; without Redis the
     web request runs it itself (:func:`routing.streaming.job_events`).
@@ -100,6 +104,7 @@ def submit_completion(
             request=request,
             idempotency_key=idempotency_key,
             stream=stream,
+            durable=durable,
         )
         if created and (not stream or uses_redis()):
             enqueue_completion(job)

@@ -79,12 +79,19 @@ def completion_job_create(
     request: Mapping[str, Any],
     idempotency_key: str = "",
     stream: bool = False,
+    durable: bool = True,
 ) -> tuple[CompletionJob, bool]:
     """Create a queued job, or return the existing one for the same idempotency key.
 
     ``request`` is ``{"messages": [...], "tools": [...]}`` plus, for a caller that pins a model,
     ``"model": <endpoint public id>``. ``stream`` makes the worker publish deltas (routing.streaming).
     Returns ``(job, created)``. The caller enqueues the worker task on commit when ``created``.
+
+    ``durable=False`` is for a caller that waits for the answer on this request (drop-ins, native
+    sync and streamed calls): the insert commits without waiting for the WAL flush
+    (:func:`relax_commit_durability`), taking one fsync (≈2 ms here) off every call's path. Only a
+    PostgreSQL *crash* in the next ≈0.6 s can forget such a job, and then its caller, still
+    waiting, gets an error; a job id handed out for later (``async``) is always durable.
     """
     payload = _fingerprint(session_id, user_id, subagent, attributes, request, stream)
     if idempotency_key:
@@ -93,6 +100,8 @@ def completion_job_create(
             return _same_request(existing, payload), False
     try:
         with transaction.atomic():
+            if not durable:
+                relax_commit_durability()
             job = CompletionJob.objects.create(
                 api_key=api_key,
                 idempotency_key=idempotency_key,
@@ -107,6 +116,20 @@ def completion_job_create(
         existing = CompletionJob.objects.get(api_key=api_key, idempotency_key=idempotency_key)
         return _same_request(existing, payload), False
     return job, True
+
+
+def relax_commit_durability() -> None:
+    """Let the current transaction's COMMIT return before its WAL reaches the disk (PostgreSQL
+    ``SET LOCAL synchronous_commit TO OFF``; a no-op elsewhere or outside a transaction).
+
+    The commit is visible to other sessions at once, as usual; the WAL writer flushes it within
+    ``3 × wal_writer_delay`` (600 ms by default), so only a server crash in that window (not a
+    restart) can lose it, never corrupt anything (PostgreSQL docs, "Asynchronous Commit"). Use it
+    only for writes whose loss the caller would see as a failed request.
+    """
+    if connection.vendor == "postgresql" and connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 class IdempotencyConflict(exceptions.APIException):

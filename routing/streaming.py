@@ -103,18 +103,22 @@ def run_pinned_job(*, job_id: str) -> str:
 
     Used for drop-in jobs (a pinned ``model``, or ``request["cancellable"]``): the upstream call is
     streamed, so a caller that gives up (:func:`routing.dispatch.wait_for_job`) closes it between
-    chunks and the tokens it had cost are recorded."""
-    for _ in stream_job_events(job_id=job_id):
-        pass
-    return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
+    chunks and the tokens it had cost are recorded. The status is the terminal event's (with
+write-behind records the job row is not final yet, so reading it back cost a query for nothing)."""
+    status = "missing"
+    for event in stream_job_events(job_id=job_id):
+        status = event.get("status", status)
+    return status
 
 
 def publish_job_events(*, job_id: str) -> str:
     """Worker side: run a streamed job and publish every event. Returns the job's final status."""
     events = RedisEventLog(job_id)
+    status = "missing"
     for event in stream_job_events(job_id=job_id):
         events.publish(event)
-    return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
+        status = event.get("status", status)
+    return status
 
 
 def job_events(

@@ -186,6 +186,7 @@ def submit(
         request=body,
         idempotency_key=(request.headers.get("Idempotency-Key") or "")[:200],
         stream=stream,
+        durable=False,  # the caller waits for the answer on this request
     )
 
 

@@ -58,3 +58,29 @@ def test_renewal_keeps_only_the_holders_leases_alive_and_the_reaper_fails_lapsed
     statuses = dict(CompletionJob.objects.values_list("id", "status"))
     assert statuses == {live.id: JobStatus.RUNNING, dead.id: JobStatus.FAILED, queued.id: JobStatus.QUEUED}
     assert CompletionJob.objects.get(pk=dead.id).error == WORKER_LOST
+
+
+def _synchronous_commit() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)  # real transactions: SET LOCAL ends with its own
+def test_a_job_for_a_waiting_caller_commits_without_the_wal_flush_and_only_that_transaction(postgres):
+    from django.db import transaction
+
+    from routing.services import relax_commit_durability
+
+    with transaction.atomic():
+        relax_commit_durability()
+        assert _synchronous_commit() == "off"
+    assert _synchronous_commit() == "on"  # SET LOCAL: the connection's next transactions are durable
+    job, created = completion_job_create(
+        api_key=None, session_id="s", user_id="u", subagent="", attributes={}, request={"messages": []},
+        durable=False,
+    )  # fmt: skip
+    assert created and CompletionJob.objects.get(pk=job.id).status == JobStatus.QUEUED
+    assert _synchronous_commit() == "on"
