@@ -50,6 +50,9 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    # the hot path first: Django tries the patterns in order on every request
+    path("v1/", include("routing.dropin.urls")),  # OpenAI/Anthropic SDK drop-ins
+    path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
@@ -61,6 +64,4 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("results/<slug:key>/recompute", results_recompute, name="results-recompute"),
     path("routing/health/", routing_health_page, name="routing-health"),
-    path("api/v1/", include(api_v1)),
-    path("v1/", include("routing.dropin.urls")),  # OpenAI/Anthropic SDK drop-ins
 ]

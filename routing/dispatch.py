@@ -147,8 +147,10 @@ def _wait_redis(
     job: CompletionJob, *, timeout_s: float, caller_gone: Callable[[], bool] | None = None
 ) -> CompletionJob:
     """Wait on the job's hand-off list, re-reading the row every :data:`RECHECK_S` (and only the
-    row if the hand-off channel broke, e.g. Redis restarted)."""
+    row if the hand-off channel broke, e.g. Redis restarted). The caller's connection is checked
+    every :data:`CALLER_CHECK_S` without a database read."""
     deadline = time.monotonic() + timeout_s
+    next_recheck = time.monotonic() + RECHECK_S
     channel = True
     while True:
         remaining = max(deadline - time.monotonic(), 0.0)
@@ -168,9 +170,11 @@ def _wait_redis(
             job_cancel_request(job_id=str(job.id))
             job.refresh_from_db()
             return job
-        job.refresh_from_db()
-        if job.status in FINISHED_STATUSES:
-            return job
+        if not channel or time.monotonic() >= next_recheck or time.monotonic() >= deadline:
+            next_recheck = time.monotonic() + RECHECK_S
+            job.refresh_from_db()
+            if job.status in FINISHED_STATUSES:
+                return job
         if time.monotonic() >= deadline:
             log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
             return job
