@@ -101,10 +101,11 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
 def run_pinned_job(*, job_id: str) -> str:
     """Run a non-streamed job through the streamed path, events discarded. Returns its status.
 
-        Used for drop-in jobs (a pinned ``model``, or ``request["cancellable"]``): the upstream call is
-        streamed, so a caller that gives up (:func:`routing.dispatch.wait_for_job`) closes it between
-        chunks and the tokens it had cost are recorded. The status is the terminal event's (with
-    write-behind records the job row is not final yet, so reading it back cost a query for nothing)."""
+    Used for drop-in jobs (a pinned ``model``, or ``request["cancellable"]``): the upstream call is
+    streamed, so a caller that gives up (:func:`routing.dispatch.wait_for_job`) closes it between
+    chunks and the tokens it had cost are recorded. The status is the terminal event's (with
+    write-behind records the job row is not final yet: reading it back cost a query for nothing).
+    """
     status = "missing"
     for event in stream_job_events(job_id=job_id):
         status = event.get("status", status)
