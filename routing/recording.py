@@ -6,7 +6,8 @@ attempt, the job's public final state, and the session's transcript turn
 Redis transaction buffers them and hands the final state to the waiting request, and a drainer
 writes them to the database in bulk, normally within tens of milliseconds and within 5 s under
 load. Without Redis (the embedded default) they are written here, in one transaction, before the
-caller is answered. Encrypted reasoning never reaches either: only
+caller is answered; the calls a worker finishes at the same moment share that transaction
+(:mod:`routing.groupcommit`: SQLite has one writer at a time). Encrypted reasoning never reaches either: only
 ``CompletionResult.to_public_dict()`` is stored.
 """
 
@@ -19,6 +20,7 @@ from django.conf import settings
 from muse_experiments.assignment.engine import Decision
 
 from .events import uses_redis
+from .groupcommit import GroupCommit
 from .handoff import apply_final, publish_final
 from .metrics import observe_outcome
 from .models import CompletionJob
@@ -37,8 +39,9 @@ def record_call(
 
     With Redis and ``RECORDS_WRITE_BEHIND`` (the default with Redis) the records are buffered
     (written to the database by the drainer); if Redis refuses the buffer they are written here
-    instead, so none is lost. Otherwise they are written here, in one transaction, and the final
-    state is handed to the waiting request afterwards.
+    instead, so none is lost. Otherwise they are written here, in one transaction (shared with the
+    calls other threads of this process finish meanwhile), and the final state is handed to the
+    waiting request afterwards. Raises what the write raised (the database refused it).
     """
     observe_outcome(
         experiment=decision.experiment_key,
@@ -50,7 +53,7 @@ def record_call(
     payload = call_payload(job, decision, chain, outcome, final)
     apply_final(job, final)
     if not uses_redis():
-        records_write([payload])
+        _group.write(payload)
         return
     if settings.RECORDS_WRITE_BEHIND:
         try:
@@ -60,3 +63,27 @@ def record_call(
             log.exception("could not buffer the records of job %s in Redis; writing them now", job.id)
     records_write([payload])
     publish_final(job_id=str(job.id), state=final)
+
+
+def _write_each(payloads: list) -> list[BaseException | None]:
+    """Write a group of calls' records in one transaction; if that fails, each call on its own,
+    so one refused call does not fail the others. Returns ``None`` or the exception per call."""
+    try:
+        records_write(payloads)
+        return [None] * len(payloads)
+    except Exception as exc:
+        if len(payloads) == 1:
+            return [exc]
+        log.warning("a group of %d call records failed (%s); writing them one by one", len(payloads), exc)
+    errors: list[BaseException | None] = []
+    for payload in payloads:
+        try:
+            records_write([payload])
+            errors.append(None)
+        except Exception as exc:  # noqa: BLE001 - handed to that call's thread
+            errors.append(exc)
+    return errors
+
+
+#: Without Redis: the records of the calls this process finishes concurrently, written together.
+_group = GroupCommit(_write_each)
