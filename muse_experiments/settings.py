@@ -7,6 +7,8 @@ simulated upstreams. Production sets ``DATABASE_URL``, ``REDIS_URL``, ``SECRET_K
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -265,9 +267,24 @@ COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
 # Seconds a session's encrypted provider reasoning stays in the server-side store after its last
 # turn (routing.reasoning_store; Redis when REDIS_URL is set, else in-process).
 REASONING_SESSION_TTL_S = env.int("REASONING_SESSION_TTL_S", default=3600)
-# Redis for that store (default REDIS_URL; empty = in-process, single-process deployments only).
+# Redis for that store (default REDIS_URL; empty = the folder store below).
 # A dedicated instance without persistence (no RDB/AOF) keeps the blobs off disk.
 REASONING_STORE_URL = env.str("REASONING_STORE_URL", default=REDIS_URL)
+# Without that Redis: a folder shared by this machine's web and worker processes (one file per
+# session; /dev/shm keeps the blobs in memory, off disk). Empty = in-process (one process only;
+# the test suite's default, whose tests of the folder store set it).
+_SHM = Path("/dev/shm")
+_VAR_TAG = hashlib.sha256(str(VAR_DIR).encode()).hexdigest()[:12]
+REASONING_STORE_DIR = env.str(
+    "REASONING_STORE_DIR",
+    default=(
+        ""
+        if REASONING_STORE_URL or TESTING
+        else str(
+            _SHM / f"muse-reasoning-{os.getuid()}-{_VAR_TAG}" if _SHM.is_dir() else VAR_DIR / "reasoning"
+        )
+    ),
+)
 # A running job's lease (s), renewed by its worker every third of it; a lapsed lease means the
 # worker died and the job is failed ("worker_lost") by the next redelivery or the reaper.
 COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)

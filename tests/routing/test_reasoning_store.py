@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +187,126 @@ def test_an_unreachable_redis_degrades_to_no_reasoning_without_leaking(settings,
         session_end(session_id="s1")
     assert "unavailable" in str(exc.value)
     assert BLOB not in caplog.text
+
+
+# --- the folder store: the embedded default's processes share sessions --------------------------
+
+#: Runs in a separate Python process: one store operation on the folder store, prints its result.
+CHILD = """
+import os, sys
+os.environ.pop("REDIS_URL", None)
+os.environ.pop("REASONING_STORE_URL", None)
+import django
+django.setup()
+from routing.reasoning_store import reasoning_load, reasoning_save, session_end, store_backend
+from tests.routing.test_reasoning_store import endpoint, state
+op, session, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+assert store_backend() == "files", store_backend()
+ep = endpoint()
+if op == "save":
+    reasoning_save(session_id=session, state=state(ep, n), endpoint_id=ep.public_id)
+    print("saved")
+elif op == "load":
+    print(",".join(s.items[0]["encrypted_content"][-1:] for s in reasoning_load(session_id=session, endpoint=ep)))
+else:
+    print(session_end(session_id=session))
+"""
+
+
+def in_other_process(folder: Path, *args) -> str:
+    """Run one store operation in a new Python process (another web or worker process)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REASONING_STORE_URL", "DATABASE_URL")
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "muse_experiments.settings",
+            "DJANGO_DEBUG": "true",
+            "REASONING_STORE_DIR": str(folder),
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, *map(str, args)],
+        env=env,
+        cwd=settings_module_root(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def settings_module_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def folder_store(settings, tmp_path):
+    settings.REASONING_STORE_URL = ""
+    settings.REASONING_STORE_DIR = str(tmp_path / "reasoning")
+    yield tmp_path / "reasoning"
+    reasoning_store.local_store_clear()
+
+
+def test_a_session_continues_across_processes_and_its_end_reaches_all_of_them(folder_store, settings):
+    """Turn 1 served by one process, turn 2 by another, the session ended by a third: each sees
+    the states the others saved (the in-process store would lose them: issue 10)."""
+    settings.REASONING_SESSION_TTL_S = 120
+    ep = endpoint()
+    assert store_backend() == "files"
+    assert in_other_process(folder_store, "save", "s-multi", 1) == "saved"
+    reasoning_save(session_id="s-multi", state=state(ep, 2), endpoint_id=ep.public_id)
+    assert in_other_process(folder_store, "load", "s-multi", 0) == "1,2"
+    loaded = reasoning_load(session_id="s-multi", endpoint=ep)
+    assert [s.items[0]["encrypted_content"] for s in loaded] == [f"{BLOB}1", f"{BLOB}2"]
+
+    assert in_other_process(folder_store, "end", "s-multi", 0) == "2"
+    assert reasoning_load(session_id="s-multi", endpoint=ep) == ()
+    assert list(folder_store.iterdir()) == []
+
+
+def test_folder_store_files_are_private_hashed_and_expire(folder_store, settings):
+    settings.REASONING_SESSION_TTL_S = 1
+    ep = endpoint()
+    for n in range(MAX_STATES + 3):
+        reasoning_save(session_id="s-private", state=state(ep, n), endpoint_id=ep.public_id)
+    (path,) = list(folder_store.iterdir())
+    assert "s-private" not in path.name  # the session id is hashed
+    assert stat.S_IMODE(folder_store.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(reasoning_load(session_id="s-private", endpoint=ep)) == MAX_STATES
+    deadline = time.monotonic() + 10
+    while reasoning_load(session_id="s-private", endpoint=ep) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert reasoning_load(session_id="s-private", endpoint=ep) == ()
+    reasoning_save(session_id="s-private", state=None)  # a refresh of an expired session removes it
+    assert list(folder_store.iterdir()) == []
+
+
+def test_embedded_default_shares_the_store_between_processes():
+    """Without Redis, outside the test suite, the default is the folder store (off disk)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("REDIS_URL", "REASONING_STORE_URL", "REASONING_STORE_DIR")
+    }
+    env.update({"DJANGO_SETTINGS_MODULE": "muse_experiments.settings", "DJANGO_DEBUG": "true"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; print(settings.REASONING_STORE_DIR)",
+        ],
+        env=env,
+        cwd=settings_module_root(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    folder = done.stdout.strip().splitlines()[-1]
+    if Path("/dev/shm").is_dir():
+        assert folder.startswith(f"/dev/shm/muse-reasoning-{os.getuid()}-")
+    else:
+        assert folder == str(settings_module_root() / "var" / "reasoning")

@@ -23,11 +23,12 @@ AZURE = "azure/muse-special"
 CLAUDE = "anthropic/claude-sonnet-5-5"
 
 
-@pytest.fixture(params=["local", "redis"])
-def store(request, settings):
-    """Run each session on the in-process store and on real Redis."""
-    if request.param == "local":
+@pytest.fixture(params=["local", "files", "redis"])
+def store(request, settings, tmp_path):
+    """Run each session on the in-process store, the folder store (the embedded default) and real Redis."""
+    if request.param in ("local", "files"):
         settings.REASONING_STORE_URL = ""
+        settings.REASONING_STORE_DIR = str(tmp_path / "reasoning") if request.param == "files" else ""
         reasoning_store.local_store_clear()
     else:
         settings.REASONING_STORE_URL = request.getfixturevalue("redis_url")
