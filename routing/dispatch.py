@@ -31,7 +31,7 @@ from muse_experiments.queues import Queue
 
 from .events import job_cancel_request, uses_redis
 from .handoff import apply_final, wait_final
-from .models import FINISHED_STATUSES, CompletionJob
+from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from .services import completion_job_create, completion_job_fail
 from .tasks import run_completion
 
@@ -172,7 +172,10 @@ def _wait_redis(
             return job
         if not channel or time.monotonic() >= next_recheck or time.monotonic() >= deadline:
             next_recheck = time.monotonic() + RECHECK_S
-            job.refresh_from_db()
+            try:
+                job.refresh_from_db()
+            except CompletionJob.DoesNotExist:  # a database crash forgot it (routing.streaming.job_lost)
+                return apply_final(job, {"status": JobStatus.FAILED, "error": JOB_LOST, "finished_at": None})
             if job.status in FINISHED_STATUSES:
                 return job
         if time.monotonic() >= deadline:

@@ -44,9 +44,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 
 from .events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event, uses_redis
-from .models import FINISHED_STATUSES, CompletionJob
+from .handoff import publish_final
+from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from .planning import build_request, job_plan
 from .recording import record_call
 from .services import completion_job_claim, completion_job_fail
@@ -68,7 +70,9 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
     job = completion_job_claim(job_id=job_id)
     if job is None:
         existing = CompletionJob.objects.filter(pk=job_id).first()
-        if existing is not None and existing.status in FINISHED_STATUSES:
+        if existing is None:  # the row is gone (a database crash forgot a relaxed commit): say so
+            yield job_lost(job_id)
+        elif existing.status in FINISHED_STATUSES:
             yield terminal_event(existing)
         return
     decision = chain = outcome = None
@@ -96,6 +100,18 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
         completion_job_fail(job_id=job_id, reason=f"worker error: {type(exc).__name__}")
         job.refresh_from_db()
     yield terminal_event(job)
+
+
+def job_lost(job_id: str) -> dict[str, Any]:
+    """The ``error`` event of a task whose job row does not exist, its final state handed to any
+    waiting request at once (:func:`routing.handoff.publish_final`), so the caller gets a failure
+    now rather than a timeout. It happens only when a PostgreSQL crash forgot the row of a job
+    created without the WAL flush (:func:`routing.services.relax_commit_durability`)."""
+    log.error("completion job %s does not exist; its task is dropped", job_id)
+    state = {"status": JobStatus.FAILED, "result": None, "error": JOB_LOST, "finished_at": timezone.now()}
+    if uses_redis():
+        publish_final(job_id=job_id, state=state)
+    return {"type": "error", "id": job_id, "status": JobStatus.FAILED, "error": JOB_LOST}
 
 
 def run_pinned_job(*, job_id: str) -> str:

@@ -84,3 +84,26 @@ def test_a_job_for_a_waiting_caller_commits_without_the_wal_flush_and_only_that_
     )  # fmt: skip
     assert created and CompletionJob.objects.get(pk=job.id).status == JobStatus.QUEUED
     assert _synchronous_commit() == "on"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_whose_job_row_is_gone_fails_its_waiting_caller_at_once(redis_url, settings):
+    """A relaxed commit forgotten by a database crash: the worker hands the caller ``job_lost``
+    through Redis instead of leaving it to time out, and a waiter re-reading the row answers the same."""
+    import uuid
+
+    from routing.dispatch import wait_for_job
+    from routing.handoff import final_state
+    from routing.models import JOB_LOST
+    from routing.streaming import stream_job_events
+
+    ghost = str(uuid.uuid4())
+    assert list(stream_job_events(job_id=ghost)) == [
+        {"type": "error", "id": ghost, "status": JobStatus.FAILED, "error": JOB_LOST}
+    ]
+    assert final_state(ghost)["status"] == JobStatus.FAILED and final_state(ghost)["error"] == JOB_LOST
+
+    job = new_job()
+    CompletionJob.objects.filter(pk=job.id).delete()
+    waited = wait_for_job(job, timeout_s=1.5)
+    assert (waited.status, waited.error) == (JobStatus.FAILED, JOB_LOST)
