@@ -54,12 +54,15 @@ class ExperimentListApi(APIView):
 
 
 class VariantEditSerializer(StrictSerializer):
+    """One variant of an edit. ``name``, ``is_control`` and ``overrides`` keep an existing
+    variant's current values when omitted (a new variant: empty name, not control, no overrides)."""
+
     key = serializers.SlugField(max_length=100)
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     weight = FiniteFloatField(min_value=0.0, max_value=1.0, help_text="Share 0–1 of the traffic.")
     model = serializers.CharField(max_length=200, help_text="Model public id.")
-    is_control = serializers.BooleanField(required=False, default=False)
-    overrides = serializers.DictField(required=False, default=dict)
+    is_control = serializers.BooleanField(required=False, help_text="Omitted: unchanged (new: false).")
+    overrides = serializers.DictField(required=False, help_text="Omitted: unchanged (new: none).")
     delete = serializers.BooleanField(
         required=False, default=False, help_text="Remove this variant (only an explicit delete removes one)."
     )
@@ -131,14 +134,22 @@ class ExperimentDetailApi(APIView):
             if unknown:
                 raise serializers.ValidationError({"variants": [f"Unknown model(s): {', '.join(unknown)}."]})
             removed = [r["key"] for r in rows if r["delete"]]
+            current = {v.key: v for v in experiment.variants.all()}
+
+            def kept(r: dict, field: str, new_default):
+                """The submitted value, else the existing variant's, else the new variant's default."""
+                if field in r:
+                    return r[field]
+                return getattr(current[r["key"]], field) if r["key"] in current else new_default
+
             variants = [
                 services.VariantInput(
                     key=r["key"],
-                    name=r["name"],
+                    name=kept(r, "name", ""),
                     weight=r["weight"],
                     endpoint=models[r["model"]],
-                    is_control=r["is_control"],
-                    overrides=r["overrides"],
+                    is_control=kept(r, "is_control", False),
+                    overrides=kept(r, "overrides", {}),
                 )
                 for r in rows
                 if not r["delete"]

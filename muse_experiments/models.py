@@ -192,7 +192,11 @@ class Exposure(models.Model):
                 fields=["experiment", "phase", "unit_id"], name="one_exposure_per_unit_phase"
             )
         ]
-        indexes = [models.Index(fields=["unit_id"], name="exposure_unit_idx")]
+        indexes = [
+            models.Index(fields=["unit_id"], name="exposure_unit_idx"),
+            # the rollups' first exposure and "exposed since" scans (analytics/rollups.py)
+            models.Index(fields=["first_exposed_at"], name="exposure_first_exposed_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.unit_id} in {self.experiment_id}/{self.phase}: {self.variant_key}"

@@ -188,3 +188,24 @@ def test_concurrent_admin_and_api_edits_lose_no_update(postgres, live_server, ca
         "api-2": ("", "", 0.5),
     }
     assert state == expected[winners[0]]
+
+
+@pytest.mark.django_db
+def test_an_edit_that_omits_a_variants_name_control_flag_or_overrides_keeps_them(catalogue):
+    experiment = make_experiment(key="keep")
+    control = experiment.variants.get(is_control=True)
+    control.name, control.overrides = "Baseline", {"reasoning_effort": "low"}
+    control.save()
+    c = writer()
+    arms = [
+        {"key": v.key, "weight": 0.5, "model": v.endpoint.public_id}
+        for v in experiment.variants.order_by("position")
+    ]
+    response = c.patch(URL.format("keep"), {"version": experiment.version, "variants": arms}, format="json")
+    assert response.status_code == 200, response.json()
+    stored = Experiment.objects.get(pk=experiment.pk).variants.get(key=control.key)
+    assert (stored.is_control, stored.name, stored.overrides) == (
+        True,
+        "Baseline",
+        {"reasoning_effort": "low"},
+    )
