@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import Min
 from django.utils import timezone
 
@@ -99,12 +100,29 @@ def events_record(*, events: Sequence[EventInput], source: str = "") -> dict[str
     repeats within the batch). Call inside a transaction.
 
     Returns ``{"accepted", "duplicates", "unknown_units"}``; unknown units (never routed) are
-    stored and counted, since their calls may still be in flight.
+    stored and counted, since their calls may still be in flight. Concurrent requests carrying the
+    same id: the first to commit stores it; the others' inserts fail on the unique constraint
+    (after waiting for that commit) and are classified again against what it stored, so exactly
+    one reports the id accepted and a different body is a conflict.
 
     Raises:
         EventConflict: an id already stored (or repeated in the batch) with a different body;
             nothing is stored.
     """
+    for _ in range(_RACE_RETRIES):
+        try:
+            with transaction.atomic():  # a savepoint: a lost race leaves the caller's transaction usable
+                return _events_record_once(events=events, source=source)
+        except IntegrityError:
+            continue  # a concurrent request committed some of these ids first: look again
+    return _events_record_once(events=events, source=source)
+
+
+#: How often :func:`events_record` re-classifies a batch after losing a race on an id.
+_RACE_RETRIES = 3
+
+
+def _events_record_once(*, events: Sequence[EventInput], source: str) -> dict[str, int]:
     unique: dict[str, EventInput] = {}
     conflicts: list[str] = []
     for e in events:
@@ -134,7 +152,6 @@ def events_record(*, events: Sequence[EventInput], source: str = "") -> dict[str
             )
             for e in new
         ],
-        ignore_conflicts=True,
     )
     sessions = {e.session_id for e in new if e.session_id}
     users = {e.user_id for e in new if e.user_id and not e.session_id}

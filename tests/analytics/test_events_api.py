@@ -152,3 +152,55 @@ def test_a_timestamp_a_few_minutes_ahead_is_accepted_but_not_ten(client):
     assert client.post("/api/v1/events", event(1, timestamp=soon), format="json").status_code == 201
     response = client.post("/api/v1/events", event(2, timestamp=later), format="json")
     assert response.json()["error"]["fields"]["events"]["0"] == {"timestamp": ["Timestamp is in the future."]}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("same_body", [True, False])
+def test_two_requests_racing_on_one_event_id_store_it_once_and_only_one_says_accepted(postgres, same_body):
+    """The second request's SELECT runs before the first commits; its insert then waits for that
+    commit and is classified again: a duplicate (same body) or a 409 conflict (different body)."""
+    import threading
+    import time as _time
+    from datetime import UTC, datetime
+
+    from django.db import connection, transaction
+
+    from analytics.events import EventConflict, EventInput, events_record
+    from analytics.models import OutcomeEvent
+
+    def event(value: float) -> EventInput:
+        return EventInput("race-1", "task_success", "s-race", "", value, datetime(2026, 12, 1, tzinfo=UTC))
+
+    looked = threading.Barrier(2)
+    outcome: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            with transaction.atomic():
+                outcome["first"] = events_record(events=[event(1.0)], source="race")
+                looked.wait()
+                _time.sleep(0.5)  # the second request inserts now and waits for this commit
+        finally:
+            connection.close()
+
+    def second() -> None:
+        looked.wait()
+        try:
+            with transaction.atomic():
+                outcome["second"] = events_record(events=[event(1.0 if same_body else 0.0)], source="race")
+        except EventConflict as exc:
+            outcome["second"] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcome["first"]["accepted"] == 1
+    if same_body:
+        assert (outcome["second"]["accepted"], outcome["second"]["duplicates"]) == (0, 1)
+    else:
+        assert isinstance(outcome["second"], EventConflict) and outcome["second"].ids == ["race-1"]
+    assert list(OutcomeEvent.objects.filter(source="race").values_list("value", flat=True)) == [1.0]
