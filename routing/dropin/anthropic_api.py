@@ -341,7 +341,11 @@ class MessagesApi(DropinView):
     """``POST /v1/messages`` in the Anthropic wire format (streaming included)."""
 
     def error_body(self, *, status: int, kind: str, message: str, param: str | None) -> dict:
-        return anthropic_error(kind=kind, message=message if not param else f"{param}: {message}")
+        # Anthropic names the field in the message itself; prefix it only where the message does not
+        named = (
+            not param or f"'{param}'" in message or message.startswith(f"{param}:") or message.endswith(param)
+        )
+        return anthropic_error(kind=kind, message=message if named else f"{param}: {message}")
 
     def post(self, request):
         body = self.body(request)
