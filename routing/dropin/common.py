@@ -37,7 +37,9 @@ from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.storage_text import nul_path, surrogate_path
 from muse_experiments.validation import unit_id_problem
 
+from ..attempts import EndpointRefused
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job
+from ..killswitch import kill_state
 from ..models import CompletionJob, JobStatus
 from ..planning import ROUTING_ALIASES
 from ..selectors import catalogue
@@ -142,6 +144,26 @@ def resolve_model(model: Any) -> str | None:
     return model
 
 
+def refuse_unavailable_pinned_stream(model: str | None) -> None:
+    """A *streamed* call pinned to a model that is disabled or under a kill switch: raise the 503
+    ``model_unavailable`` a non-streamed call gets (same message, naming the kill) before the stream
+    starts, rather than a 200 stream that ends in an error event. Nothing is recorded for it: no
+    job is created. Routed calls (an alias) are not affected: they fall back."""
+    info = catalogue().get(model) if model else None
+    if info is None:
+        return
+    if not info.enabled:
+        raise DropinError(
+            EndpointRefused(info.public_id, "disabled").unavailable_message(), kind="model_unavailable"
+        )
+    kill = kill_state().endpoint_kill(
+        public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
+    )
+    if kill is not None:
+        refused = EndpointRefused(info.public_id, "killed", kill.reason, kill)
+        raise DropinError(refused.unavailable_message(), kind="model_unavailable")
+
+
 def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, str]:
     """``(session_id, user_id)`` from the X-Muse headers, else the body (see module docstring)."""
     meta = metadata if isinstance(metadata, dict) else {}
@@ -172,6 +194,8 @@ def submit(
 ) -> tuple[CompletionJob, bool]:
     """Create and dispatch the job for a drop-in call. Returns ``(job, created)``."""
     require(bool(messages), "At least one message is required.", "messages")
+    if stream:
+        refuse_unavailable_pinned_stream(model)
     session_id, user_id = identity(request, user=user, metadata=metadata)
     # "cancellable": the worker streams the upstream call, so a caller that gives up closes it at once
     body: dict[str, Any] = {"messages": messages, "tools": tools, "cancellable": True}

@@ -291,6 +291,18 @@ def test_a_pinned_external_model_under_a_kill_answers_503_model_unavailable_nami
         ant.messages.create(model=CLAUDE, max_tokens=16, messages=[{"role": "user", "content": "x"}])
     assert messages.value.status_code == 503
     assert messages.value.body["error"]["type"] == "model_unavailable"
+    # streamed: the same 503 before the stream starts (no job, so no record), not a 200 that errors
+    with pytest.raises(openai.InternalServerError) as streamed:
+        openai_client(url, key).chat.completions.create(
+            model=AZURE, messages=[{"role": "user", "content": "x"}], stream=True
+        )
+    assert streamed.value.status_code == 503 and streamed.value.body["message"] == message
+    with pytest.raises(anthropic.InternalServerError) as streamed_messages:
+        ant.messages.create(
+            model=CLAUDE, max_tokens=16, messages=[{"role": "user", "content": "x"}], stream=True
+        )
+    assert streamed_messages.value.status_code == 503
+    assert streamed_messages.value.body["error"]["type"] == "model_unavailable"
     wait_for_records_written()
     records = list(
         CallRecord.objects.order_by("created_at").values_list("reason", "error_kind", "served_endpoint")
