@@ -99,7 +99,8 @@ def completion_job_create(
         if existing:
             return _same_request(existing, payload), False
     try:
-        with transaction.atomic():
+        # a savepoint only where a concurrent request can make the insert fail (the same key)
+        with transaction.atomic(savepoint=bool(idempotency_key)):
             if not durable:
                 relax_commit_durability()
             job = CompletionJob.objects.create(

@@ -107,3 +107,46 @@ def test_a_task_whose_job_row_is_gone_fails_its_waiting_caller_at_once(redis_url
     CompletionJob.objects.filter(pk=job.id).delete()
     waited = wait_for_job(job, timeout_s=1.5)
     assert (waited.status, waited.error) == (JobStatus.FAILED, JOB_LOST)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_requests_racing_on_one_idempotency_key_make_one_job(postgres):
+    """The second insert waits for the first transaction, fails on the unique key, and returns the
+    first request's job (created False) instead of an error."""
+    import threading
+    import time as _time
+
+    from django.db import connection, transaction
+
+    from muse_experiments.auth import api_key_create
+
+    key, _ = api_key_create(name="race", scopes=["completions"])
+    looked = threading.Barrier(2)
+    made: dict[str, tuple] = {}
+
+    def create(name: str, hold_s: float) -> None:
+        try:
+            with transaction.atomic():
+                if name == "second":
+                    looked.wait()
+                made[name] = completion_job_create(
+                    api_key=key, session_id="s", user_id="u", subagent="", attributes={},
+                    request={"messages": []}, idempotency_key="race-key",
+                )  # fmt: skip
+                if name == "first":
+                    looked.wait()
+                    _time.sleep(hold_s)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=create, args=("first", 0.5)),
+        threading.Thread(target=create, args=("second", 0)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    (first, first_created), (second, second_created) = made["first"], made["second"]
+    assert (first_created, second_created) == (True, False) and first.id == second.id
+    assert CompletionJob.objects.filter(idempotency_key="race-key").count() == 1
