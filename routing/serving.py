@@ -122,8 +122,7 @@ def serve(
     """
     policy = policy or retry_policy()
     outcome = ServeOutcome(result=None, served=None, reason=assigned_reason)
-    fell_back_because = ""
-    refused: EndpointRefused | None = None
+    chain_state = _ChainState(outcome, policy)
     for candidate in chain:
         info = candidate.endpoint
         call_request = candidate.request_for(request)
@@ -132,42 +131,84 @@ def serve(
             started = time.perf_counter()
             try:
                 result = attempt(candidate, call_request, session_id=session_id)
-            except EndpointRefused as exc:
-                outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
-                fell_back_because = fell_back_because or exc.reason
-                refused = exc
-                break
-            except MissingCredential as exc:
-                outcome.attempts.append(
-                    AttemptLog(
-                        info.public_id, "missing_credential", elapsed_ms(started), backoff_ms=backoff_ms
-                    )
-                )
-                outcome.error_kind, outcome.error_message = "missing_credential", str(exc)
-                fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
-                break
-            except ProviderError as exc:
-                outcome.attempts.append(failed_attempt(info, exc, started, backoff_ms))
-                outcome.error_kind, outcome.error_message = type(exc).__name__, str(exc)
-                if isinstance(exc, ClientRequestError) and not isinstance(exc, AuthFailed):
-                    return outcome  # the request itself is wrong: it would fail the same way elsewhere
-                if exc.retryable and policy.outlasts(exc.retry_after_s):
-                    cool(info.public_id, exc.retry_after_s)
-                    fell_back_because = fell_back_because or RoutingReason.COOLING
+            except (EndpointRefused, MissingCredential, ProviderError) as exc:
+                step, delay_s = chain_state.failed(exc, info, started, backoff_ms, number)
+                if step == END:
+                    return outcome
+                if step == NEXT:
                     break
-                if exc.retryable and number + 1 < policy.max_attempts:
-                    delay_s = policy.delay_s(number, exc.retry_after_s)
-                    sleep(delay_s)
-                    backoff_ms = delay_s * 1000.0
-                    continue
-                fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
-                break
+                sleep(delay_s)
+                backoff_ms = delay_s * 1000.0
+                continue
             outcome.attempts.append(succeeded_attempt(info, result, started, backoff_ms))
             outcome.result, outcome.served = result, info
-            if candidate.role != "assigned" and fell_back_because:
-                outcome.reason = fell_back_because
+            chain_state.served_by(candidate)
             return outcome
-    return _unserved(outcome, refused)
+    return _unserved(outcome, chain_state.refused)
+
+
+#: What the attempt loop does after a failed attempt (:meth:`_ChainState.failed`).
+RETRY, NEXT, END = "retry", "next", "end"
+
+
+@dataclass
+class _ChainState:
+    """The bookkeeping :func:`serve` and :func:`serve_stream` share while they walk the chain:
+    the outcome being filled in, why routing left the first candidate, the last refusal."""
+
+    outcome: ServeOutcome
+    policy: RetryPolicy
+    fell_back_because: str = ""
+    refused: EndpointRefused | None = None
+
+    def failed(
+        self,
+        exc: Exception,
+        info: EndpointInfo,
+        started: float,
+        backoff_ms: float,
+        number: int,
+        *,
+        sent: bool = False,
+    ) -> tuple[str, float]:
+        """Log the failed attempt ``number`` (0-based) on ``info`` and say what comes next:
+        ``(RETRY, delay_s)`` — back off ``delay_s`` seconds and try the same candidate again;
+        ``(NEXT, 0)`` — fall back to the next candidate; ``(END, 0)`` — the call ends here (the
+        request itself was rejected, or content was already ``sent``).
+
+        ``exc``: :class:`EndpointRefused` (nothing called), ``MissingCredential``, or a
+        ``ProviderError``; the rules are the module docstring's."""
+        outcome = self.outcome
+        if isinstance(exc, EndpointRefused):
+            outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
+            self.fell_back_because = self.fell_back_because or exc.reason
+            self.refused = exc
+            return NEXT, 0.0
+        if isinstance(exc, MissingCredential):
+            outcome.attempts.append(
+                AttemptLog(info.public_id, "missing_credential", elapsed_ms(started), backoff_ms=backoff_ms)
+            )
+            outcome.error_kind, outcome.error_message = "missing_credential", str(exc)
+            self.fell_back_because = self.fell_back_because or RoutingReason.ERROR_FALLBACK
+            return NEXT, 0.0
+        assert isinstance(exc, ProviderError)
+        outcome.attempts.append(failed_attempt(info, exc, started, backoff_ms))
+        outcome.error_kind, outcome.error_message = type(exc).__name__, str(exc)
+        if sent or (isinstance(exc, ClientRequestError) and not isinstance(exc, AuthFailed)):
+            return END, 0.0  # the request itself is wrong (it would fail the same way elsewhere)
+        if exc.retryable and self.policy.outlasts(exc.retry_after_s):
+            cool(info.public_id, exc.retry_after_s)
+            self.fell_back_because = self.fell_back_because or RoutingReason.COOLING
+            return NEXT, 0.0
+        if exc.retryable and number + 1 < self.policy.max_attempts:
+            return RETRY, self.policy.delay_s(number, exc.retry_after_s)
+        self.fell_back_because = self.fell_back_because or RoutingReason.ERROR_FALLBACK
+        return NEXT, 0.0
+
+    def served_by(self, candidate: Candidate) -> None:
+        """A fallback candidate served: the call's reason is why routing left the first one."""
+        if candidate.role != "assigned" and self.fell_back_because:
+            self.outcome.reason = self.fell_back_because
 
 
 def _unserved(outcome: ServeOutcome, refused: EndpointRefused | None) -> ServeOutcome:
@@ -231,8 +272,7 @@ def serve_stream(
     outcome = (
         outcome if outcome is not None else ServeOutcome(result=None, served=None, reason=assigned_reason)
     )
-    fell_back_because = ""
-    refused: EndpointRefused | None = None
+    chain_state = _ChainState(outcome, policy)
     sent = False
     for candidate in chain:
         info = candidate.endpoint
@@ -263,36 +303,15 @@ def serve_stream(
                 if stream is not None:
                     _abandon(stream, outcome, info, started, backoff_ms)
                 raise
-            except EndpointRefused as exc:
-                outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
-                fell_back_because = fell_back_because or exc.reason
-                refused = exc
-                break
-            except MissingCredential as exc:
-                outcome.attempts.append(
-                    AttemptLog(
-                        info.public_id, "missing_credential", elapsed_ms(started), backoff_ms=backoff_ms
-                    )
-                )
-                outcome.error_kind, outcome.error_message = "missing_credential", str(exc)
-                fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
-                break
-            except ProviderError as exc:
-                outcome.attempts.append(failed_attempt(info, exc, started, backoff_ms))
-                outcome.error_kind, outcome.error_message = type(exc).__name__, str(exc)
-                if sent or (isinstance(exc, ClientRequestError) and not isinstance(exc, AuthFailed)):
+            except (EndpointRefused, MissingCredential, ProviderError) as exc:
+                step, delay_s = chain_state.failed(exc, info, started, backoff_ms, number, sent=sent)
+                if step == END:
                     return outcome
-                if exc.retryable and policy.outlasts(exc.retry_after_s):
-                    cool(info.public_id, exc.retry_after_s)
-                    fell_back_because = fell_back_because or RoutingReason.COOLING
+                if step == NEXT:
                     break
-                if exc.retryable and number + 1 < policy.max_attempts:
-                    delay_s = policy.delay_s(number, exc.retry_after_s)
-                    time.sleep(delay_s)
-                    backoff_ms = delay_s * 1000.0
-                    continue
-                fell_back_because = fell_back_because or RoutingReason.ERROR_FALLBACK
-                break
+                time.sleep(delay_s)
+                backoff_ms = delay_s * 1000.0
+                continue
             if outcome.result is None:  # the provider stream ended without a result
                 outcome.attempts.append(
                     AttemptLog(
@@ -307,22 +326,28 @@ def serve_stream(
                 return outcome
             outcome.attempts.append(succeeded_attempt(info, outcome.result, started, backoff_ms))
             outcome.served = info
-            if candidate.role != "assigned" and fell_back_because:
-                outcome.reason = fell_back_because
+            chain_state.served_by(candidate)
             return outcome
     if not chain:
         outcome.error_kind, outcome.error_message = (
             "no_endpoint",
             "the requested model is not in the catalogue",
         )
-    return _unserved(outcome, refused)
+    return _unserved(outcome, chain_state.refused)
 
 
 def _abandon(stream, outcome: ServeOutcome, info: EndpointInfo, started: float, backoff_ms: float) -> None:
-    """The caller went away mid-attempt: close the upstream stream (freeing its slot) and log the
+    """The caller went away mid-stream: close the upstream stream (freeing its slot) and log the
     attempt ``client_disconnected`` with the tokens it had cost."""
     stream.close()
-    usage = stream.usage_so_far()
+    _log_cancelled(outcome, info, started, backoff_ms, stream.usage_so_far())
+
+
+def _log_cancelled(
+    outcome: ServeOutcome, info: EndpointInfo, started: float, backoff_ms: float, usage: Usage | None
+) -> None:
+    """Log the attempt the caller's going away closed (``client_disconnected``, with what it cost:
+    ``usage`` tokens at the endpoint's prices) and mark the call ``cancelled``."""
     outcome.attempts.append(
         AttemptLog(
             info.public_id,
