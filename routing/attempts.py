@@ -17,10 +17,11 @@ from .circuit import OPEN, PROBE, breaker
 from .concurrency import Slot, limiter
 from .cooling import cooling_until
 from .credentials import MissingCredential, resolve_credential
+from .events import cancel_watcher
 from .killswitch import KillInForce, kill_state
 from .models import RoutingReason
 from .planning import Candidate, candidate_kill_reason
-from .providers.base import ProviderStream
+from .providers.base import ProviderStream, estimate_input_tokens
 from .providers.errors import AuthFailed, ProviderError, StreamFailed
 from .providers.registry import client_for
 from .providers.types import (
@@ -75,6 +76,17 @@ class EndpointRefused(Exception):
         if self.outcome == "disabled":
             return f"The model {self.endpoint_id} is unavailable: the endpoint is disabled (endpoint_killed)."
         return f"The model {self.endpoint_id} is unavailable ({self.reason})."
+
+
+class AttemptCancelled(Exception):
+    """The job's caller went away during a non-streamed attempt and its upstream connection was
+    shut down (:data:`routing.events.cancel_watcher`). ``usage``: what the attempt may have cost,
+    in tokens: the request's input, estimated (``vendor["estimated"] = 1``), once it had been sent;
+    None if nothing reached the upstream."""
+
+    def __init__(self, endpoint_id: str, usage: Usage | None) -> None:
+        super().__init__(f"endpoint {endpoint_id}: the caller went away; the upstream call was closed")
+        self.usage = usage
 
 
 def endpoint_config(info: EndpointInfo, credential: str) -> EndpointConfig:
@@ -175,7 +187,9 @@ def _guard(candidate: Candidate) -> _Permit:
     return _Permit(config, slot, permission == PROBE)
 
 
-def attempt(candidate: Candidate, request: CompletionRequest, *, session_id: str = "") -> CompletionResult:
+def attempt(
+    candidate: Candidate, request: CompletionRequest, *, session_id: str = "", job_id: str = ""
+) -> CompletionResult:
     """ONE guarded non-streaming attempt against ``candidate.endpoint`` (no retries, no fallback).
 
     Immediately before calling upstream it checks, in order: the endpoint is enabled; the kill
@@ -193,14 +207,23 @@ def attempt(candidate: Candidate, request: CompletionRequest, *, session_id: str
     With ``session_id``, encrypted reasoning from the session's earlier turns on *this* endpoint and
     credential is passed back (:func:`routing.reasoning_store.reasoning_load`; state from any other
     endpoint is dropped, never forwarded) and the new state is kept server-side for the next turn.
+
+    With ``job_id`` (and Redis) the call is watched (:data:`routing.events.cancel_watcher`): once the
+    job's cancel flag is set its upstream connection is shut down and :class:`AttemptCancelled` is
+    raised, the slot freed without counting against the endpoint.
     """
     permit = _guard(candidate)
     request = _with_session_reasoning(request, permit.config, session_id)
-    try:
-        result = client_for(permit.config).complete(permit.config, request)
-    except BaseException as exc:
-        permit.finish(exc)
-        raise
+    with cancel_watcher.watching(job_id) as call:
+        try:
+            result = client_for(permit.config).complete(permit.config, request)
+        except BaseException as exc:
+            if not call.cancelled:
+                permit.finish(exc)
+                raise
+            permit.slot.release()  # the caller went away: not the endpoint's failure
+            usage = Usage(input_tokens=estimate_input_tokens(request), vendor={"estimated": 1})
+            raise AttemptCancelled(permit.config.public_id, usage if call.sent else None) from None
     permit.finish(None)
     if session_id:
         reasoning_save(

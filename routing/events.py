@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
 
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
+from .providers.transport import UpstreamCall, upstream_call
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,8 @@ def job_cancel_request(*, job_id: str) -> None:
     With Redis a key with a TTL (``COMPLETION_STREAM_TTL_S``); without Redis the job row's
     ``cancel_requested`` flag (the worker is another process, sharing only the database). The
     runner checks it between stream chunks (:class:`CancelWatch`), closes the upstream call and
-    records the job ``cancelled``. Harmless on a finished job.
+    records the job ``cancelled`` (a non-streamed call: :data:`cancel_watcher` cuts the upstream
+    connection). Harmless on a finished job.
     """
     if uses_redis():
         try:
@@ -98,6 +102,93 @@ class CancelWatch:
                 log.warning("could not read the cancel key of job %s", self.job_id)
         self._cancelled = CompletionJob.objects.filter(pk=self.job_id, cancel_requested=True).exists()
         return self._cancelled
+
+
+class CancelWatcher:
+    """Per process: cuts off the non-streamed upstream calls of jobs whose caller went away.
+
+    :meth:`watching` registers a job's attempt (one
+    :class:`~routing.providers.transport.UpstreamCall`) for the duration of the block. While any is
+    registered, one daemon thread reads the cancel flags (:func:`cancel_key`) of all of them in one
+    Redis round trip (``MGET``) every ``every_s`` seconds (default 0.15 s; a call that ends sooner
+    costs no round trip) and cancels the calls of flagged jobs: their sockets are shut down and the
+    blocked SDK calls fail at once (:mod:`routing.providers.transport`). Needs Redis (the flag is
+    a Redis key); without it :meth:`watching` yields a call nothing cancels (jobs that must be
+    cancellable then stream upstream, :func:`routing.streaming.run_pinned_job`).
+    """
+
+    def __init__(self, every_s: float = 0.15) -> None:
+        self.every_s = every_s
+        self._calls: dict[str, list[UpstreamCall]] = {}
+        self._lock = threading.Lock()
+        self._pending = threading.Event()
+        self._pid = 0  # the process whose thread runs: a forked child starts its own
+
+    @contextmanager
+    def watching(self, job_id: str) -> Iterator[UpstreamCall]:
+        """Run the block's SDK calls as job ``job_id``'s cancellable upstream call."""
+        with upstream_call() as call:
+            watched = bool(job_id) and uses_redis()
+            if watched:
+                self._add(job_id, call)
+            try:
+                yield call
+            finally:
+                if watched:
+                    self._remove(job_id, call)
+
+    def poll(self) -> int:
+        """Read the flags of the watched jobs once and cancel the flagged jobs' calls; returns how
+        many calls were cancelled (a Redis error is logged and cancels none)."""
+        with self._lock:
+            jobs = list(self._calls)
+        if not jobs:
+            return 0
+        try:
+            flags = redis_client().mget([cancel_key(job_id) for job_id in jobs])
+        except Exception:  # noqa: BLE001 - a Redis hiccup must not end calls; read again next time
+            log.warning("could not read the cancel flags of %d job(s)", len(jobs))
+            return 0
+        with self._lock:
+            calls = [
+                c
+                for job_id, flag in zip(jobs, flags, strict=True)
+                if flag
+                for c in self._calls.get(job_id, ())
+            ]
+        for call in calls:
+            call.cancel()
+        return len(calls)
+
+    def _add(self, job_id: str, call: UpstreamCall) -> None:
+        with self._lock:
+            self._calls.setdefault(job_id, []).append(call)
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="muse-cancel-watcher", daemon=True).start()
+        self._pending.set()
+
+    def _remove(self, job_id: str, call: UpstreamCall) -> None:
+        with self._lock:
+            calls = self._calls.get(job_id, [])
+            if call in calls:
+                calls.remove(call)
+            if not calls:
+                self._calls.pop(job_id, None)
+
+    def _run(self) -> None:
+        while True:
+            self._pending.wait()
+            time.sleep(self.every_s)
+            with self._lock:
+                if not self._calls:
+                    self._pending.clear()
+                    continue
+            self.poll()
+
+
+#: The process's :class:`CancelWatcher`.
+cancel_watcher = CancelWatcher()
 
 
 def uses_redis() -> bool:

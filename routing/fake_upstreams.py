@@ -121,7 +121,8 @@ TOOL_CALL_MODES = ("auto", "parallel", "never", "chain", "chain_parallel")
 class Scenario:
     """Behaviour of the fake for one model. All fields are optional knobs.
 
-    Timing: ``latency_ms`` is slept before the response headers; ``chunk_delay_ms`` between
+    Timing: ``latency_ms`` is slept before the response headers (a client that closes the
+    connection meanwhile is noted as ``client_closed_at``, see below); ``chunk_delay_ms`` between
     stream chunks; ``hang_ms`` is the sleep of the ``timeout`` failure.
 
     Reply: ``reply`` fixes the text; otherwise it is derived deterministically from the last
@@ -888,7 +889,9 @@ class _Handler(BaseHTTPRequestHandler):
         failure = sc.failure if failing else None
         self._upd(attempt=attempt)
 
-        if not fake._sleep(sc.latency_ms):
+        if not self._wait_or_closed(sc.latency_ms):
+            if not fake._stop.is_set():
+                self._upd(client_closed_at=time.time())
             raise _Abort
         if failure and self._fail_before_body(flavour, failure, sc):
             return

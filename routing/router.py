@@ -59,12 +59,16 @@ from .serving import serve
 
 
 def execute_job(*, job_id: str) -> str:
-    """Run one completion job end to end. Returns the job's final status; safe to call twice."""
+    """Run one completion job end to end. Returns the job's final status; safe to call twice.
+
+    Each upstream call is non-streamed; with Redis, a caller that goes away (the job's cancel flag,
+    :func:`routing.events.job_cancel_request`) has it cut off within ~0.2 s and the job ends
+    ``cancelled`` / ``client_disconnected`` (:data:`routing.events.cancel_watcher`)."""
     job = completion_job_claim(job_id=job_id)
     if job is None:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     decision, chain, reason = job_plan(job)
     request = build_request(job, {})
-    outcome = serve(request, chain, reason, session_id=job.session_id)
+    outcome = serve(request, chain, reason, session_id=job.session_id, job_id=job_id)
     record_call(job, decision, chain, outcome)
     return job.status

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .attempts import EndpointRefused, attempt, attempt_stream, usage_cost_usd
+from .attempts import AttemptCancelled, EndpointRefused, attempt, attempt_stream, usage_cost_usd
 from .cooling import cool
 from .credentials import MissingCredential
 from .models import RoutingReason
@@ -112,6 +112,7 @@ def serve(
     policy: RetryPolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
     session_id: str = "",
+    job_id: str = "",
 ) -> ServeOutcome:
     """Try the chain in order, each candidate up to ``policy.max_attempts`` times.
 
@@ -119,6 +120,11 @@ def serve(
     :func:`retry_policy`; ``sleep`` (seconds) is the backoff wait. Returns the first success, or the
     failure (``error_kind``/``error_message`` of the last error; messages never hold credentials).
     See the module docstring for fallback triggers and reasons.
+
+    With ``job_id`` each attempt is one non-streamed upstream call that the job's cancel flag cuts
+    off (:func:`routing.attempts.attempt`): the attempt is logged ``client_disconnected`` (with the
+    request's estimated input tokens once it had been sent), ``outcome.cancelled`` is set and no
+    further attempt is made.
     """
     policy = policy or retry_policy()
     outcome = ServeOutcome(result=None, served=None, reason=assigned_reason)
@@ -130,8 +136,8 @@ def serve(
         for number in range(policy.max_attempts):
             started = time.perf_counter()
             try:
-                result = attempt(candidate, call_request, session_id=session_id)
-            except (EndpointRefused, MissingCredential, ProviderError) as exc:
+                result = attempt(candidate, call_request, session_id=session_id, job_id=job_id)
+            except (EndpointRefused, MissingCredential, ProviderError, AttemptCancelled) as exc:
                 step, delay_s = chain_state.failed(exc, info, started, backoff_ms, number)
                 if step == END:
                     return outcome
@@ -174,16 +180,19 @@ class _ChainState:
         """Log the failed attempt ``number`` (0-based) on ``info`` and say what comes next:
         ``(RETRY, delay_s)`` — back off ``delay_s`` seconds and try the same candidate again;
         ``(NEXT, 0)`` — fall back to the next candidate; ``(END, 0)`` — the call ends here (the
-        request itself was rejected, or content was already ``sent``).
+        request itself was rejected, the caller went away, or content was already ``sent``).
 
-        ``exc``: :class:`EndpointRefused` (nothing called), ``MissingCredential``, or a
-        ``ProviderError``; the rules are the module docstring's."""
+        ``exc``: :class:`EndpointRefused` (nothing called), ``MissingCredential``,
+        :class:`AttemptCancelled`, or a ``ProviderError``; the rules are the module docstring's."""
         outcome = self.outcome
         if isinstance(exc, EndpointRefused):
             outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
             self.fell_back_because = self.fell_back_because or exc.reason
             self.refused = exc
             return NEXT, 0.0
+        if isinstance(exc, AttemptCancelled):
+            _log_cancelled(outcome, info, started, backoff_ms, exc.usage)
+            return END, 0.0
         if isinstance(exc, MissingCredential):
             outcome.attempts.append(
                 AttemptLog(info.public_id, "missing_credential", elapsed_ms(started), backoff_ms=backoff_ms)

@@ -117,10 +117,13 @@ def job_lost(job_id: str) -> dict[str, Any]:
 def run_pinned_job(*, job_id: str) -> str:
     """Run a non-streamed job through the streamed path, events discarded. Returns its status.
 
-    Used for drop-in jobs (a pinned ``model``, or ``request["cancellable"]``): the upstream call is
-    streamed, so a caller that gives up (:func:`routing.dispatch.wait_for_job`) closes it between
-    chunks and the tokens it had cost are recorded. The status is the terminal event's (with
-    write-behind records the job row is not final yet: reading it back cost a query for nothing).
+    Used for drop-in jobs (a pinned ``model``, or ``request["cancellable"]``) without Redis: the
+    upstream call is streamed, so a caller that gives up (:func:`routing.dispatch.wait_for_job`,
+    which then flags the job's row) closes it between chunks and the tokens it had cost are
+    recorded. With Redis these jobs call upstream non-streamed (:func:`routing.router.execute_job`)
+    and a cancel cuts the call off (:data:`routing.events.cancel_watcher`). The status is the
+    terminal event's (with write-behind records the job row is not final yet: reading it back cost
+    a query for nothing).
     """
     status = "missing"
     for event in stream_job_events(job_id=job_id):

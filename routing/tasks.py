@@ -72,8 +72,10 @@ def run_completion(job_id: str, stream: bool | None = None, pinned: bool | None 
             )
         if stream:
             return publish_job_events(job_id=job_id)
-        if pinned:  # a pinned model, or a drop-in caller that may give up: streamed upstream
+        if pinned and not uses_redis():
+            # no cancel key to watch: stream upstream, the job row checked between chunks
             return run_pinned_job(job_id=job_id)
+        # one non-streamed upstream call per attempt; with Redis a cancel cuts it off
         return execute_job(job_id=job_id)
 
 

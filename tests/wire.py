@@ -139,9 +139,19 @@ def responses_usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     }
 
 
+RESPONSE_FAILED = {"code": "server_error", "message": "The model failed to generate a response."}
+
+
+def responses_failed_body(model: str, *, input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """A non-streamed ``status: failed`` response carrying the usage the provider billed."""
+    return response_object(
+        model, "failed", usage=responses_usage(input_tokens, output_tokens), error=RESPONSE_FAILED
+    )
+
+
 def responses_failed_stream(model: str, *, input_tokens: int, output_tokens: int) -> list[dict[str, Any]]:
     """``response.created``, then ``response.failed`` carrying the usage the provider billed."""
-    error = {"code": "server_error", "message": "The model failed to generate a response."}
+    error = RESPONSE_FAILED
     return [
         frame(
             {

@@ -10,8 +10,10 @@
   ``OpenAI(base_url=f"{base_url}/openai/v1/", api_key=...)``
   (https://learn.microsoft.com/azure/ai-foundry/openai/api-version-lifecycle).
 
-All clients: ``max_retries=0`` (retries are the caller's job) and ``timeout=endpoint.timeout_s``.
-Clients are cached per (endpoint transport, credential fingerprint) in :data:`sdk_clients`.
+All clients: ``max_retries=0`` (retries are the caller's job), ``timeout=endpoint.timeout_s``, and
+an HTTP client whose calls can be cut off (:func:`~routing.providers.transport.watched_http_client`).
+Clients are cached per (endpoint transport, credential fingerprint) in :data:`sdk_clients`: one
+warm client (and connection pool) per endpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import openai
 
 from routing.providers.base import client_cache_key, sdk_clients
+from routing.providers.transport import watched_http_client
 from routing.providers.types import EndpointConfig
 
 
@@ -36,10 +39,17 @@ def openai_sdk_client(endpoint: EndpointConfig) -> openai.OpenAI:
                     api_version=endpoint.api_version,
                     max_retries=0,
                     timeout=endpoint.timeout_s,
+                    http_client=watched_http_client(openai),
                 )
             if not base.endswith("/openai/v1"):
                 base = f"{base}/openai/v1"
-            return openai.OpenAI(base_url=f"{base}/", api_key=key, max_retries=0, timeout=endpoint.timeout_s)
-        return openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=endpoint.timeout_s)
+            base = f"{base}/"
+        return openai.OpenAI(
+            base_url=base,
+            api_key=key,
+            max_retries=0,
+            timeout=endpoint.timeout_s,
+            http_client=watched_http_client(openai),
+        )
 
     return sdk_clients.get(client_cache_key("openai-sdk", endpoint), factory)

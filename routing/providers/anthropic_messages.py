@@ -4,7 +4,8 @@ Wire format: https://docs.anthropic.com/en/api/messages and
 https://docs.anthropic.com/en/docs/build-with-claude/streaming (``message_start``,
 ``content_block_start/delta/stop`` with ``text_delta``/``input_json_delta``/
 ``thinking_delta``/``signature_delta``, ``message_delta``, ``message_stop``, ``error``).
-SDK: ``anthropic.Anthropic(base_url=..., api_key=..., max_retries=0, timeout=...)``
+SDK: ``anthropic.Anthropic(base_url=..., api_key=..., max_retries=0, timeout=..., http_client=...)``
+(the HTTP client: :func:`~routing.providers.transport.watched_http_client`)
 (anthropic>=2 sends the key as ``Authorization: Bearer``).
 
 Request mapping: system messages -> ``system`` text blocks (prompt-caching breakpoints: see
@@ -48,6 +49,7 @@ from routing.providers.base import (
 )
 from routing.providers.errors import BadResponse
 from routing.providers.tool_ids import ToolIdMap
+from routing.providers.transport import watched_http_client
 from routing.providers.types import (
     CompletionRequest,
     CompletionResult,
@@ -84,6 +86,7 @@ def anthropic_sdk_client(endpoint: EndpointConfig) -> anthropic.Anthropic:
             api_key=endpoint.credential.reveal(),
             max_retries=0,
             timeout=endpoint.timeout_s,
+            http_client=watched_http_client(anthropic),
         )
 
     return sdk_clients.get(client_cache_key("anthropic-sdk", endpoint), factory)

@@ -22,7 +22,7 @@ from routing.catalogue import AVOCADO_VERSIONS, avocado_id
 from routing.models import Attempt, CallRecord, CompletionJob, ModelEndpoint
 from tests.conftest import wait_for_records_written
 from tests.factories import api_key, seed_catalogue
-from tests.wire import anthropic_stream, chat_text_stream, responses_failed_stream
+from tests.wire import anthropic_stream, chat_text_stream, responses_failed_body, responses_failed_stream
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -158,8 +158,10 @@ def test_anthropic_stream_usage_snapshots_are_merged_and_the_call_costs_what_was
 
 def test_every_failed_responses_attempt_is_recorded_and_summed_into_the_call_cost(platform):
     url, key, upstreams = platform
-    upstreams.set_scenario(
-        "muse-special", wire=responses_failed_stream("muse-special", input_tokens=1200, output_tokens=40)
+    upstreams.set_scenario(  # a failed response, streamed (no Redis) or not (Redis: drop-ins call non-streamed)
+        "muse-special",
+        wire=responses_failed_stream("muse-special", input_tokens=1200, output_tokens=40),
+        wire_body=responses_failed_body("muse-special", input_tokens=1200, output_tokens=40),
     )
     with pytest.raises(openai.APIStatusError):
         openai_client(url, key).responses.create(model="azure/muse-special", input="hi")
@@ -306,7 +308,10 @@ def test_messages_drop_in_keeps_cache_breakpoints_and_the_call_shows_cache_reads
     assert records[1].cost_usd < records[0].cost_usd  # cache reads are priced at $0.30/M, writes at $3.75/M
 
 
-def test_a_non_streamed_caller_that_gives_up_cancels_the_call_and_frees_its_slot(platform):
+def test_a_non_streamed_caller_that_gives_up_cancels_the_call_and_frees_its_slot(platform, settings):
+    """The embedded default (no Redis): the job streams upstream and is closed between chunks."""
+    if settings.REDIS_URL:
+        pytest.skip("with Redis the call is non-streamed upstream: test_a_non_streamed_call_is_cut_off_…")
     url, key, upstreams = platform
     ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
     bump()
@@ -337,3 +342,52 @@ def test_a_non_streamed_caller_that_gives_up_cancels_the_call_and_frees_its_slot
         model="muse-default", messages=[{"role": "user", "content": "hi"}]
     )
     assert reply.model == DEFAULT and reply.choices[0].message.content == "second caller served"
+
+
+def test_a_non_streamed_call_is_cut_off_within_a_second_when_its_caller_goes_away(platform, redis_url):
+    """With Redis a non-streamed drop-in call is ONE non-streamed upstream call; when its caller gives
+    up, the worker's cancel watcher shuts that connection: closed within 1 s, the job cancelled with
+    its attempt recorded, the slot free for the next caller, and no second upstream call."""
+    url, key, upstreams = platform
+    ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
+    bump()
+    upstreams.set_scenario(DEFAULT_MODEL, latency_ms=30_000)
+    impatient = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=1.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.chat.completions.create(
+            model="muse-default", messages=[{"role": "user", "content": "take your time, please"}]
+        )
+    gave_up_at = time.time()
+
+    [call] = wait_for(
+        lambda: [c for c in upstreams.calls(model=DEFAULT_MODEL) if c.get("client_closed_at")],
+        what="the upstream call to close",
+    )
+    assert call["stream"] is False and call["status"] is None  # non-streamed, never answered
+    assert call["client_closed_at"] - gave_up_at < 1.0
+    job = wait_for(
+        lambda: CompletionJob.objects.filter(status="cancelled").first(), what="the job to end cancelled"
+    )
+    assert job.error.startswith("client_disconnected")
+    record = CallRecord.objects.get(job=job)
+    assert (record.status, record.error_kind, record.served_endpoint) == (
+        "cancelled",
+        "client_disconnected",
+        DEFAULT,
+    )
+    # the request had been sent: its input is billed, estimated (~4 characters a token); no output
+    assert (record.input_tokens, record.output_tokens) == (len("take your time, please") // 4, 0)
+    assert record.cost_usd == Decimal(record.input_tokens) * Decimal("0.10") / 10**6
+    [attempt] = Attempt.objects.filter(call=record)
+    assert (attempt.outcome, attempt.input_tokens, attempt.cost_usd) == (
+        "client_disconnected",
+        record.input_tokens,
+        record.cost_usd,
+    )
+
+    upstreams.set_scenario(DEFAULT_MODEL, reply="second caller served")
+    reply = openai_client(url, key).chat.completions.create(
+        model="muse-default", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert reply.model == DEFAULT and reply.choices[0].message.content == "second caller served"
+    assert [c["status"] for c in upstreams.calls(model=DEFAULT_MODEL)] == [None, 200]
