@@ -50,13 +50,15 @@ def postgres(django_db_setup, django_db_blocker) -> None:
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings():
-    """SQLite test databases live in a file, so worker subprocesses can open the same one."""
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """SQLite test databases live in a file, so worker subprocesses can open the same one (one
+    file per pytest-xdist process; other databases get pytest-django's ``_gw<n>`` suffix)."""
     from django.conf import settings
 
     db = settings.DATABASES["default"]
     if db["ENGINE"] == "django.db.backends.sqlite3":
-        name = Path(settings.VAR_DIR) / "test.sqlite3"
+        xdist = os.environ.get("PYTEST_XDIST_WORKER")
+        name = Path(settings.VAR_DIR) / (f"test-{xdist}.sqlite3" if xdist else "test.sqlite3")
         for leftover in name.parent.glob(name.name + "*"):  # WAL/SHM files of an earlier run
             leftover.unlink()
         db.setdefault("TEST", {})["NAME"] = str(name)
@@ -213,3 +215,24 @@ def wait_for_records_written(timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"call records still buffered after {timeout_s:g}s")
         time.sleep(0.05)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The requests each schemathesis operation sent, per phase, and why Hypothesis stopped
+    (recorded by ``tests/test_schemathesis.py``; also from pytest-xdist workers)."""
+    rows = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "teardown"
+        for name, value in report.user_properties
+        if name == "schemathesis_cases"
+    ]
+    if not rows:
+        return
+    terminalreporter.section("schemathesis: requests sent per operation")
+    for row in sorted(rows, key=lambda r: r["operation"]):
+        phases = ", ".join(f"{k} {v}" for k, v in sorted(row["phases"].items()))
+        total = sum(row["phases"].values())
+        terminalreporter.write_line(f"{row['operation']:<50} {total:>6}  ({phases}; {row['stopped']})")
+    terminalreporter.write_line(f"{'total':<50} {sum(sum(r['phases'].values()) for r in rows):>6}")
