@@ -197,7 +197,8 @@ else:
         "processed_folder": str(_broker_dir / "processed"),
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
-        "polling_interval": 0.02,
+        # a waiting worker sleeps on its doorbell (muse_experiments.embedded), rung by every publish
+        "polling_interval": 0.1,
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

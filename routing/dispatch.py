@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import select
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.db import transaction
 
+from muse_experiments.embedded import result_ring
 from muse_experiments.queues import Queue
 
 from .events import job_cancel_request, uses_redis
@@ -126,10 +128,8 @@ def wait_for_job(
     deadline = time.monotonic() + timeout_s
     result = run_completion.AsyncResult(str(job.id))
     try:
-        if caller_gone is None:
-            result.get(timeout=timeout_s, interval=0.02, propagate=False)
-        else:
-            _wait_watching_caller(result, job, timeout_s, caller_gone)
+        with result_ring(result.backend, str(job.id)) as rung:
+            _wait_result(result, job, timeout_s, caller_gone, rung)
     except CeleryTimeout:
         log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
     except Exception as exc:  # noqa: BLE001 - the result channel broke (Redis restarted): read the row
@@ -185,29 +185,42 @@ def _wait_redis(
 
 #: How often a waiting request checks whether its caller is still connected (seconds).
 CALLER_CHECK_S = 0.25
-#: How often the wait without Redis looks at the task's state (one file read), seconds.
+#: How often the wait without Redis looks at the task's state (one file read), seconds: between
+#: looks it sleeps on the process's result bell, which the worker rings when it stores the result.
 READY_POLL_S = 0.05
+#: The same when the bell works (the look is only a safety net then).
+READY_POLL_RUNG_S = 0.25
 
 
-def _wait_watching_caller(
-    result, job: CompletionJob, timeout_s: float, caller_gone: Callable[[], bool]
+def _wait_result(
+    result,
+    job: CompletionJob,
+    timeout_s: float,
+    caller_gone: Callable[[], bool] | None,
+    rung: threading.Event | None,
 ) -> None:
-    """Poll the task's state (Celery's blocking ``get`` cannot be interrupted between waits) and the
-    caller's connection; cancel the job once the caller is gone."""
+    """Wait for the task's result (one file read per look), woken by ``rung``
+    (:func:`muse_experiments.embedded.result_ring`) or after :data:`READY_POLL_S`; with
+    ``caller_gone``, cancel the job once the caller has gone."""
     deadline = time.monotonic() + timeout_s
     next_check = time.monotonic() + CALLER_CHECK_S
+    poll_s = READY_POLL_S if rung is None else READY_POLL_RUNG_S
     while not result.ready():
         now = time.monotonic()
         if now >= deadline:
             log.info("completion %s still running after %.1fs", job.id, timeout_s)
             return
-        if now >= next_check:
+        if caller_gone is not None and now >= next_check:
             next_check = now + CALLER_CHECK_S
             if caller_gone():
                 log.info("the caller of completion %s went away; cancelling it", job.id)
                 job_cancel_request(job_id=str(job.id))
                 return
-        time.sleep(READY_POLL_S)
+        step = min(poll_s, deadline - now, CALLER_CHECK_S if caller_gone is not None else poll_s)
+        if rung is None:
+            time.sleep(step)
+        elif rung.wait(step):
+            rung.clear()
 
 
 def caller_gone_check(environ: Mapping[str, Any]) -> Callable[[], bool] | None:

@@ -78,8 +78,12 @@ class Command(BaseCommand):
         parser.add_argument("--sessions", type=int, default=2000)
         parser.add_argument("--concurrency", type=int, default=16)
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
+        parser.add_argument("--web", type=int, default=2, help="web (gunicorn) processes")
 
-    def handle(self, *args, no_serve=False, sessions=2000, concurrency=16, port=8000, **options):
+    def handle(
+        self, *args, no_serve=False, sessions=2000, concurrency=16, port=8000, workers=1, web=2, **options
+    ):
         if sessions < 1:
             raise CommandError("--sessions must be at least 1")
         if not port_free(port):
@@ -87,14 +91,21 @@ class Command(BaseCommand):
         self.procs: list[subprocess.Popen] = []
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
-            self._run(no_serve=no_serve, sessions=sessions, concurrency=concurrency, port=port)
+            self._run(
+                no_serve=no_serve,
+                sessions=sessions,
+                concurrency=concurrency,
+                port=port,
+                workers=workers,
+                web=web,
+            )
         except KeyboardInterrupt:
             self.stdout.write("\nStopping…")
         finally:
             self._stop_all()
 
     # -- orchestration ---------------------------------------------------------------------
-    def _run(self, *, no_serve, sessions, concurrency, port):
+    def _run(self, *, no_serve, sessions, concurrency, port, workers, web):
         logs = Path(settings.VAR_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         keys = {
@@ -146,27 +157,30 @@ class Command(BaseCommand):
         admin_password = self._ensure_admin()
 
         bin_dir = Path(sys.executable).parent
-        self._spawn(
-            [
-                str(bin_dir / "celery"),
-                "-A",
-                "muse_experiments",
-                "worker",
-                "-Q",
-                "completions,analytics,maintenance",
-                "--pool",
-                "threads",
-                "--concurrency",
-                str(max(concurrency, 4)),
-                "-l",
-                "warning",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            env,
-            logs / "worker.log",
-        )
+        for n in range(1, workers + 1):
+            self._spawn(
+                [
+                    str(bin_dir / "celery"),
+                    "-A",
+                    "muse_experiments",
+                    "worker",
+                    "-Q",
+                    "completions,analytics,maintenance",
+                    "--pool",
+                    "threads",
+                    "--concurrency",
+                    str(max(-(-concurrency // workers), 4)),
+                    "-l",
+                    "warning",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                    "-n",
+                    f"demo{n}@%h",
+                ],
+                env,
+                logs / f"worker{n}.log",
+            )
         base = f"http://127.0.0.1:{port}"
         self._spawn(
             [
@@ -177,7 +191,7 @@ class Command(BaseCommand):
                 "-k",
                 "gthread",
                 "--workers",
-                "2",
+                str(web),
                 "--threads",
                 str(max(concurrency, 8)),
                 "--timeout",
