@@ -23,7 +23,7 @@ from django.utils.html import format_html, format_html_join
 from . import config_version, selectors, services
 from .admin_base import ReadOnlyAdmin
 from .audit_text import describe_changes, percent
-from .auth import SCOPES, api_key_create
+from .auth import SCOPES, api_key_create, api_keys_delete
 from .forms import (
     ExperimentForm,
     ForcedAssignmentForm,
@@ -503,6 +503,12 @@ class ApiKeyAdmin(admin.ModelAdmin):
             raise PermissionDenied(str(exc)) from None
         obj.pk = key.pk
         obj._raw_key = raw  # shown once by response_add, never stored
+
+    def delete_model(self, request, obj):
+        api_keys_delete(keys=[obj])  # like a revocation: cached keys everywhere drop it
+
+    def delete_queryset(self, request, queryset):
+        api_keys_delete(keys=queryset)
 
     def response_add(self, request, obj, post_url_continue=None):
         response = TemplateResponse(

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -160,6 +161,17 @@ def api_key_create(
         owner=owner,
     )
     return key, raw
+
+
+def api_keys_delete(*, keys: Any) -> int:
+    """Delete keys (a queryset or iterable of :class:`ApiKey`): like a revocation, every later
+    request with them gets 401 within ``CONFIG_REFRESH_INTERVAL_S`` in every process; their jobs
+    stay, without a key. Returns how many were deleted."""
+    ids = [k.pk for k in keys]
+    with transaction.atomic():
+        deleted, _ = ApiKey.objects.filter(pk__in=ids).delete()
+        config_version.bump()  # cached keys (active_keys) are rebuilt everywhere
+    return deleted
 
 
 def api_key_revoke(*, key: ApiKey) -> None:

@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from rest_framework.exceptions import AuthenticationFailed
 
 from muse_experiments.embedded import result_ring
 from muse_experiments.queues import Queue
@@ -96,6 +97,24 @@ def submit_completion(
     A streamed job goes to a worker only when deltas can travel through Redis; without Redis the
     web request runs it itself (:func:`routing.streaming.job_events`).
     """
+    try:
+        job, created = _create_and_enqueue(
+            api_key=api_key, session_id=session_id, user_id=user_id, subagent=subagent,
+            attributes=attributes, request=request, idempotency_key=idempotency_key, stream=stream,
+            durable=durable,
+        )  # fmt: skip
+    except IntegrityError:
+        # the key was deleted after this process cached it (the cache follows within
+        # CONFIG_REFRESH_INTERVAL_S): its job cannot reference it
+        if api_key is not None and not type(api_key).objects.filter(pk=api_key.pk).exists():
+            raise AuthenticationFailed("This API key no longer exists.") from None
+        raise
+    return job, created
+
+
+def _create_and_enqueue(
+    *, api_key, session_id, user_id, subagent, attributes, request, idempotency_key, stream, durable
+) -> tuple[CompletionJob, bool]:
     with transaction.atomic():
         job, created = completion_job_create(
             api_key=api_key,

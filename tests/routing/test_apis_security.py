@@ -94,6 +94,38 @@ def test_a_scope_removed_in_the_admin_reaches_the_cached_key(
     assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 403
 
 
+def test_a_key_deleted_in_the_admin_is_refused_like_a_revoked_one(
+    settings, admin_client, django_capture_on_commit_callbacks
+):
+    settings.CONFIG_REFRESH_INTERVAL_S = 0
+    key, raw = api_key_create(name="gone", scopes=["completions", "events"])
+    client = client_for(raw)
+    assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 404  # key now cached
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(f"/admin/muse_experiments/apikey/{key.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302 and not ApiKey.objects.filter(pk=key.pk).exists()
+    assert client.post("/api/v1/completions", VALID, format="json").status_code == 401
+    assert client.get(f"/api/v1/completions/{uuid.uuid4()}").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_for_a_key_deleted_after_it_was_cached_is_a_401_not_a_500():
+    """Within the refresh bound a process still holds the deleted key: the job row cannot reference
+    it (the foreign key fails at commit), and the caller is told the key no longer exists."""
+    from rest_framework.exceptions import AuthenticationFailed
+
+    from routing.dispatch import submit_completion
+
+    key, _ = api_key_create(name="stale", scopes=["completions"])
+    ApiKey.objects.filter(pk=key.pk).delete()  # as another process would, behind this one's cache
+    with pytest.raises(AuthenticationFailed):
+        submit_completion(
+            api_key=key, session_id="s", user_id="u", subagent="", attributes={},
+            request={"messages": [{"role": "user", "content": "x"}]}, durable=False,
+        )  # fmt: skip
+    assert not CompletionJob.objects.exists()
+
+
 def test_a_key_over_its_rate_limit_gets_429_with_retry_after():
     _, raw = api_key_create(name="slow", scopes=["completions"], rate_limit_per_minute=3)
     client = client_for(raw)
