@@ -164,3 +164,29 @@ def test_every_drop_in_refuses_a_nul_naming_the_field(gunicorn_url):
         assert messages.status_code == 400, messages.text
         # the field is named once, as Anthropic does (not "system: 'system': …")
         assert messages.json()["error"]["message"] == "'system': NUL characters (\\u0000) are not allowed."
+
+
+def test_drop_in_id_headers_are_utf8_and_bad_or_overlong_ones_are_a_400(gunicorn_url):
+    _, raw = api_key_create(name="hdr", scopes=["completions"])
+    body = {"model": "muse-default", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=gunicorn_url, timeout=30, headers={"Authorization": f"Bearer {raw}"}) as c:
+        bad = c.post("/v1/chat/completions", json=body, headers={"X-Muse-Session-Id": b"s\xff\xfe"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "X-Muse-Session-Id", bad.text
+        long_key = c.post("/v1/chat/completions", json=body, headers={"Idempotency-Key": "k" * 201})
+        assert long_key.status_code == 400 and long_key.json()["error"]["param"] == "Idempotency-Key"
+        long_subagent = c.post("/v1/chat/completions", json=body, headers={"X-Muse-Subagent": "a" * 201})
+        assert (
+            long_subagent.status_code == 400 and long_subagent.json()["error"]["param"] == "X-Muse-Subagent"
+        )
+
+
+def test_a_utf8_id_header_reads_as_the_client_wrote_it():
+    """WSGI servers hand header bytes over as ISO-8859-1 (PEP 3333): UTF-8 ``café`` arrives as
+    ``cafÃ©``; the drop-ins read it back as ``café``, the id the client's events will name."""
+    from django.test import RequestFactory
+
+    from routing.dropin.common import header_text
+
+    as_wsgi_gives_it = "café-42".encode().decode("latin-1")
+    request = RequestFactory().post("/v1/chat/completions", HTTP_X_MUSE_SESSION_ID=as_wsgi_gives_it)
+    assert header_text(request, "X-Muse-Session-Id") == "café-42"

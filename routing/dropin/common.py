@@ -164,12 +164,29 @@ def refuse_unavailable_pinned_stream(model: str | None) -> None:
         raise DropinError(refused.unavailable_message(), kind="model_unavailable")
 
 
+def header_text(request, name: str, *, max_len: int = 200) -> str:
+    """A request header as the UTF-8 text the client sent ("" when absent).
+
+    WSGI hands headers over as ISO-8859-1 (PEP 3333), so ``café`` would arrive as ``cafÃ©`` and
+    never join the events that name ``café``; the bytes are decoded as UTF-8 instead. Raises
+    :class:`DropinError` (400 naming the header) for bytes that are not UTF-8 or a value longer than
+    ``max_len`` characters (refused, not cut: two keys sharing a prefix must not collide).
+    """
+    raw = request.headers.get(name) or ""
+    try:
+        value = raw.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise DropinError(f"The {name} header is not valid UTF-8.", param=name) from None
+    require(len(value) <= max_len, f"The {name} header is longer than {max_len} characters.", name)
+    return value
+
+
 def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, str]:
     """``(session_id, user_id)`` from the X-Muse headers, else the body (see module docstring)."""
     meta = metadata if isinstance(metadata, dict) else {}
-    user_id = request.headers.get("X-Muse-User-Id") or (user if isinstance(user, str) else "") or ""
+    user_id = header_text(request, "X-Muse-User-Id") or (user if isinstance(user, str) else "") or ""
     user_id = user_id or (meta.get("user_id") if isinstance(meta.get("user_id"), str) else "")
-    session_id = request.headers.get("X-Muse-Session-Id") or (
+    session_id = header_text(request, "X-Muse-Session-Id") or (
         meta.get("session_id") if isinstance(meta.get("session_id"), str) else ""
     )
     for value, param in ((session_id, "X-Muse-Session-Id"), (user_id, "X-Muse-User-Id")):
@@ -205,10 +222,10 @@ def submit(
         api_key=request.user.key if isinstance(request.user, ApiClient) else None,
         session_id=session_id,
         user_id=user_id,
-        subagent=(request.headers.get("X-Muse-Subagent") or "")[:200],
+        subagent=header_text(request, "X-Muse-Subagent"),
         attributes={},
         request=body,
-        idempotency_key=(request.headers.get("Idempotency-Key") or "")[:200],
+        idempotency_key=header_text(request, "Idempotency-Key"),
         stream=stream,
         durable=False,  # the caller waits for the answer on this request
     )
