@@ -51,8 +51,9 @@ def enqueue_completion(job: CompletionJob) -> None:
     claims it without reading it first.
     """
     job_id = str(job.id)
-    # "pinned": run through the streamed path (a pinned model, or a drop-in caller that may give up:
-    # a streamed upstream call can be closed between chunks when the caller goes away)
+    # "pinned": a pinned model, or a drop-in caller that may give up. With Redis the worker makes one
+    # non-streamed upstream call that its cancel watcher cuts off when the caller goes away; without
+    # Redis it streams the upstream call and checks the job between chunks (routing.tasks)
     stream, pinned = bool(job.stream), bool(job.request.get("model") or job.request.get("cancellable"))
     transaction.on_commit(lambda: publish_completion(job_id, stream=stream, pinned=pinned))
 

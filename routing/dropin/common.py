@@ -214,7 +214,7 @@ def submit(
     if stream:
         refuse_unavailable_pinned_stream(model)
     session_id, user_id = identity(request, user=user, metadata=metadata)
-    # "cancellable": the worker streams the upstream call, so a caller that gives up closes it at once
+    # "cancellable": a caller that gives up has its upstream call closed at once (routing.tasks)
     body: dict[str, Any] = {"messages": messages, "tools": tools, "cancellable": True}
     if model:
         body["model"] = model
