@@ -1831,7 +1831,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m routing.fake_upstreams --port 8900 [--host 127.0.0.1] [--scenarios FILE]
     [--keys-json '{"openai": "sk-..."}'] [--encrypted-reasoning include|always|never]``.
 
-    ``--scenarios`` is a JSON file ``{"model": {scenario knobs}, ...}``. Blocks until Ctrl-C.
+    ``--scenarios`` is a JSON file ``{"model": {scenario knobs}, ...}``; without it every model of
+    the seeded catalogue (:func:`routing.catalogue.endpoint_seeds`) answers with the default knobs.
+    Blocks until Ctrl-C.
     """
     parser = argparse.ArgumentParser(
         prog="python -m routing.fake_upstreams", description=__doc__.split("\n")[0]
@@ -1844,7 +1846,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--encrypted-reasoning", default="include", choices=["include", "always", "never"])
     args = parser.parse_args(argv)
-    scenarios = {}
+    from routing.catalogue import endpoint_seeds  # pure Python, no Django
+
+    # without --scenarios: every model the seeded catalogue names (seed_catalogue
+    # --simulated-base-url), with the default knobs
+    scenarios = {seed.upstream_model: {} for seed in endpoint_seeds()}
     if args.scenarios:
         with open(args.scenarios, encoding="utf-8") as fh:
             scenarios = json.load(fh)
