@@ -135,13 +135,18 @@ class HasScope(permissions.BasePermission):
         return bool(user and user.is_authenticated and user.is_staff)
 
 
+#: The largest per-minute limit a key can have (the column is a PostgreSQL ``integer``).
+MAX_RATE_LIMIT_PER_MINUTE = 2_147_483_647
+
+
 def api_key_create(
     *, name: str, scopes: list[str], rate_limit_per_minute: int = 6000, owner=None
 ) -> tuple[ApiKey, str]:
     """Create a key. Returns ``(ApiKey, raw_key)``; the raw key is not recoverable afterwards.
 
     ``scopes`` ⊆ :data:`SCOPES`; ``rate_limit_per_minute`` ≥ 0 requests per sliding minute (0
-    refuses everything). Raises ``ValueError`` for an empty name, unknown scopes or a negative limit.
+    refuses everything; at most :data:`MAX_RATE_LIMIT_PER_MINUTE`). Raises ``ValueError`` for an empty
+    name, unknown scopes or a limit out of that range.
     """
     name = (name or "").strip()
     if not name:
@@ -149,8 +154,8 @@ def api_key_create(
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown:
         raise ValueError(f"Unknown scopes {unknown}; choose from {list(SCOPES)}.")
-    if rate_limit_per_minute < 0:
-        raise ValueError("rate_limit_per_minute must be >= 0.")
+    if not 0 <= rate_limit_per_minute <= MAX_RATE_LIMIT_PER_MINUTE:
+        raise ValueError(f"rate_limit_per_minute must be between 0 and {MAX_RATE_LIMIT_PER_MINUTE}.")
     raw, prefix, digest = generate_key()
     key = ApiKey.objects.create(
         name=name[:100],

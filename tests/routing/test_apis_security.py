@@ -58,6 +58,10 @@ def test_the_create_api_key_command_prints_a_working_key_once_and_stores_only_it
         call_command(
             "create_api_key", "--name", "x", "--scopes", "admin", stdout=StringIO(), stderr=StringIO()
         )
+    with pytest.raises(CommandError, match="between 0 and 2147483647"):
+        call_command(
+            "create_api_key", "--name", "x", "--rate-limit", "99999999999999999999", stdout=StringIO(), stderr=StringIO()
+        )  # fmt: skip
 
 
 def test_a_revoked_key_is_refused():
