@@ -9,6 +9,7 @@ keep the session's encrypted reasoning server-side (:mod:`routing.reasoning_stor
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -76,6 +77,18 @@ class EndpointRefused(Exception):
         if self.outcome == "disabled":
             return f"The model {self.endpoint_id} is unavailable: the endpoint is disabled (endpoint_killed)."
         return f"The model {self.endpoint_id} is unavailable ({self.reason})."
+
+
+class AttemptKilled(EndpointRefused):
+    """A kill switch flipped while this attempt's upstream call was in flight: the call was cut off
+    (its connection shut down, or the stream closed) and the call falls back as for a refusal.
+    ``usage``: what the attempt may have cost (estimated input, or the stream's tokens so far);
+    ``latency_ms``: how long it ran before the cut."""
+
+    def __init__(self, endpoint_id: str, kill: KillInForce, usage: Usage | None, latency_ms: float) -> None:
+        super().__init__(endpoint_id, "killed", kill.reason, kill)
+        self.usage = usage
+        self.latency_ms = latency_ms
 
 
 class AttemptCancelled(Exception):
@@ -150,6 +163,19 @@ class _Permit:
             self.slot.release()
 
 
+def kill_for(candidate: Candidate) -> KillInForce | None:
+    """The kill switch that keeps ``candidate`` from being called now (its experiment or variant,
+    else its endpoint, provider or all external providers), or None. In-process, no I/O: cheap
+    enough to ask between stream chunks and on every watcher poll."""
+    kills = kill_state()
+    if candidate_kill_reason(candidate, kills):
+        return kills.enrolment_kill(candidate.experiment_key, candidate.variant_key)
+    info = candidate.endpoint
+    return kills.endpoint_kill(
+        public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
+    )
+
+
 def _guard(candidate: Candidate) -> _Permit:
     """Every check that must pass immediately before an upstream call: enabled, kill switch,
     cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
@@ -159,13 +185,7 @@ def _guard(candidate: Candidate) -> _Permit:
     info = candidate.endpoint
     if not info.enabled:
         raise EndpointRefused(info.public_id, "disabled")
-    kills = kill_state()
-    if candidate_kill_reason(candidate, kills):
-        kill = kills.enrolment_kill(candidate.experiment_key, candidate.variant_key)
-    else:
-        kill = kills.endpoint_kill(
-            public_id=info.public_id, provider_key=info.provider_key, is_external=info.is_external
-        )
+    kill = kill_for(candidate)
     if kill is not None:
         raise EndpointRefused(info.public_id, "killed", kill.reason, kill)
     if cooling_until(info.public_id) is not None:
@@ -210,20 +230,27 @@ def attempt(
 
     With ``job_id`` (and Redis) the call is watched (:data:`routing.events.cancel_watcher`): once the
     job's cancel flag is set its upstream connection is shut down and :class:`AttemptCancelled` is
-    raised, the slot freed without counting against the endpoint.
+    raised; once a kill switch covers the candidate (:func:`kill_for`) the same happens and
+    :class:`AttemptKilled` is raised (the caller falls back). Either way the slot is freed without
+    counting against the endpoint.
     """
     permit = _guard(candidate)
     request = _with_session_reasoning(request, permit.config, session_id)
-    with cancel_watcher.watching(job_id) as call:
+    started = time.perf_counter()
+    with cancel_watcher.watching(job_id, killed=lambda: kill_for(candidate)) as call:
         try:
             result = client_for(permit.config).complete(permit.config, request)
         except BaseException as exc:
             if not call.cancelled:
                 permit.finish(exc)
                 raise
-            permit.slot.release()  # the caller went away: not the endpoint's failure
+            permit.slot.release()  # the caller went away, or a kill cut it off: not the endpoint's failure
             usage = Usage(input_tokens=estimate_input_tokens(request), vendor={"estimated": 1})
-            raise AttemptCancelled(permit.config.public_id, usage if call.sent else None) from None
+            usage = usage if call.sent else None
+            if call.kill is not None:
+                elapsed = (time.perf_counter() - started) * 1000.0
+                raise AttemptKilled(permit.config.public_id, call.kill, usage, elapsed) from None
+            raise AttemptCancelled(permit.config.public_id, usage) from None
     permit.finish(None)
     if session_id:
         reasoning_save(

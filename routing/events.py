@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,7 +105,8 @@ class CancelWatch:
 
 
 class CancelWatcher:
-    """Per process: cuts off the non-streamed upstream calls of jobs whose caller went away.
+    """Per process: cuts off the non-streamed upstream calls of jobs whose caller went away, or
+    whose endpoint a kill switch has covered since the call started.
 
     :meth:`watching` registers a job's attempt (one
     :class:`~routing.providers.transport.UpstreamCall`) for the duration of the block. While any is
@@ -120,17 +121,20 @@ class CancelWatcher:
     def __init__(self, every_s: float = 0.15) -> None:
         self.every_s = every_s
         self._calls: dict[str, list[UpstreamCall]] = {}
+        self._kills: dict[UpstreamCall, Callable[[], Any]] = {}
         self._lock = threading.Lock()
         self._pending = threading.Event()
         self._pid = 0  # the process whose thread runs: a forked child starts its own
 
     @contextmanager
-    def watching(self, job_id: str) -> Iterator[UpstreamCall]:
-        """Run the block's SDK calls as job ``job_id``'s cancellable upstream call."""
+    def watching(self, job_id: str, killed: Callable[[], Any] | None = None) -> Iterator[UpstreamCall]:
+        """Run the block's SDK calls as job ``job_id``'s cancellable upstream call. ``killed``
+        (no I/O; :func:`routing.attempts.kill_for`) is asked on every poll too: once it returns a
+        kill the call is cut off with ``call.kill`` set."""
         with upstream_call() as call:
             watched = bool(job_id) and uses_redis()
             if watched:
-                self._add(job_id, call)
+                self._add(job_id, call, killed)
             try:
                 yield call
             finally:
@@ -156,13 +160,20 @@ class CancelWatcher:
                 if flag
                 for c in self._calls.get(job_id, ())
             ]
+            kill_checks = list(self._kills.items())
+        for call, killed in kill_checks:  # a kill switch flipped since the call started
+            if call not in calls and (kill := killed()) is not None:
+                call.kill = kill
+                calls.append(call)
         for call in calls:
             call.cancel()
         return len(calls)
 
-    def _add(self, job_id: str, call: UpstreamCall) -> None:
+    def _add(self, job_id: str, call: UpstreamCall, killed: Callable[[], Any] | None = None) -> None:
         with self._lock:
             self._calls.setdefault(job_id, []).append(call)
+            if killed is not None:
+                self._kills[call] = killed
             if self._pid != os.getpid():
                 self._pid = os.getpid()
                 threading.Thread(target=self._run, name="muse-cancel-watcher", daemon=True).start()
@@ -170,6 +181,7 @@ class CancelWatcher:
 
     def _remove(self, job_id: str, call: UpstreamCall) -> None:
         with self._lock:
+            self._kills.pop(call, None)
             calls = self._calls.get(job_id, [])
             if call in calls:
                 calls.remove(call)

@@ -17,7 +17,15 @@ from typing import Any
 
 from django.conf import settings
 
-from .attempts import AttemptCancelled, EndpointRefused, attempt, attempt_stream, usage_cost_usd
+from .attempts import (
+    AttemptCancelled,
+    AttemptKilled,
+    EndpointRefused,
+    attempt,
+    attempt_stream,
+    kill_for,
+    usage_cost_usd,
+)
 from .cooling import cool
 from .credentials import MissingCredential
 from .models import RoutingReason
@@ -185,6 +193,20 @@ class _ChainState:
         ``exc``: :class:`EndpointRefused` (nothing called), ``MissingCredential``,
         :class:`AttemptCancelled`, or a ``ProviderError``; the rules are the module docstring's."""
         outcome = self.outcome
+        if isinstance(exc, AttemptKilled):  # cut off in flight: log what it ran and may have cost
+            outcome.attempts.append(
+                AttemptLog(
+                    info.public_id,
+                    exc.outcome,
+                    exc.latency_ms,
+                    backoff_ms=backoff_ms,
+                    usage=exc.usage,
+                    cost_usd=usage_cost_usd(info, exc.usage),
+                )
+            )
+            self.fell_back_because = self.fell_back_because or exc.reason
+            self.refused = exc
+            return NEXT, 0.0
         if isinstance(exc, EndpointRefused):
             outcome.attempts.append(AttemptLog(info.public_id, exc.outcome, 0.0, backoff_ms=backoff_ms))
             self.fell_back_because = self.fell_back_because or exc.reason
@@ -221,10 +243,12 @@ class _ChainState:
 
 
 def _unserved(outcome: ServeOutcome, refused: EndpointRefused | None) -> ServeOutcome:
-    """No candidate served. When the last candidate was refused by a kill switch (or disabled)
-    and no upstream error is left to report, the call failed ``model_unavailable`` with a message
-    naming the kill, and its reason is the kill's (a pinned model under a kill lands here)."""
-    if refused is not None and refused.outcome in ("killed", "disabled") and not outcome.error_kind:
+    """No candidate served. When the last candidate was refused without being called (a kill
+    switch, a disabled model, an open circuit, a cooling endpoint, no concurrency slot) and no
+    upstream error is left to report, the call failed ``model_unavailable`` with a message naming
+    why (the kill, or e.g. ``circuit_open``), and its reason is the refusal's (a pinned model
+    lands here: drop-ins answer 503, not 502)."""
+    if refused is not None and not outcome.error_kind:
         outcome.error_kind, outcome.error_message = "model_unavailable", refused.unavailable_message()
         outcome.reason = refused.reason
     return outcome
@@ -308,12 +332,19 @@ def serve_stream(
                     if cancelled is not None and event.kind != "done" and cancelled():
                         _abandon(stream, outcome, info, started, backoff_ms)
                         return outcome
+                    if event.kind != "done" and (kill := kill_for(candidate)) is not None:
+                        stream.close()  # a kill switch flipped mid-stream: cut it off now
+                        raise AttemptKilled(info.public_id, kill, stream.usage_so_far(), elapsed_ms(started))
             except GeneratorExit:
                 if stream is not None:
                     _abandon(stream, outcome, info, started, backoff_ms)
                 raise
             except (EndpointRefused, MissingCredential, ProviderError) as exc:
                 step, delay_s = chain_state.failed(exc, info, started, backoff_ms, number, sent=sent)
+                if isinstance(exc, AttemptKilled) and sent:  # the answer had begun: it ends here
+                    outcome.error_kind, outcome.error_message = "model_unavailable", exc.unavailable_message()
+                    outcome.reason = exc.reason
+                    return outcome
                 if step == END:
                     return outcome
                 if step == NEXT:

@@ -44,15 +44,17 @@ class UpstreamCall:
     """One upstream HTTP call (in one thread) that :meth:`cancel` can cut off from another.
 
     ``cancelled``: cancel() was called. ``sent``: the call had started writing its request (so the
-    upstream may have billed its input).
+    upstream may have billed its input). ``kill``: set (a ``KillInForce``) when a kill switch, not
+    the caller, was the reason.
     """
 
-    __slots__ = ("_stream", "cancelled", "sent")
+    __slots__ = ("_stream", "cancelled", "kill", "sent")
 
     def __init__(self) -> None:
         self._stream: _WatchedStream | None = None
         self.cancelled = False
         self.sent = False
+        self.kill = None
 
     def cancel(self) -> None:
         """Shut down the socket this call is using now, and any it uses from now on (idempotent)."""

@@ -309,3 +309,22 @@ def test_a_pinned_external_model_under_a_kill_answers_503_model_unavailable_nami
     )
     assert records == [("external_killed", "model_unavailable", "")] * 2
     assert upstreams.call_count(model="muse-special") == upstreams.call_count(model="claude-sonnet-5-5") == 0
+
+
+def test_a_pinned_model_whose_circuit_is_open_answers_503_model_unavailable(platform, redis_url):
+    """Refused without a call (open circuit): the model is unavailable for now, a 503 like a kill,
+    not a 502 "no endpoint could serve this call"."""
+    from django.conf import settings
+
+    from routing.circuit import breaker
+
+    url, key, upstreams = platform
+    for _ in range(settings.ROUTING_CIRCUIT_FAILURES):
+        breaker().record_failure(AZURE)
+    with pytest.raises(openai.InternalServerError) as chat:
+        openai_client(url, key).chat.completions.create(
+            model=AZURE, messages=[{"role": "user", "content": "x"}]
+        )
+    assert chat.value.status_code == 503 and chat.value.body["code"] == "model_unavailable"
+    assert chat.value.body["message"] == f"The model {AZURE} is unavailable (circuit_open)."
+    assert upstreams.call_count(model="muse-special") == 0

@@ -391,3 +391,57 @@ def test_a_non_streamed_call_is_cut_off_within_a_second_when_its_caller_goes_awa
     )
     assert reply.model == DEFAULT and reply.choices[0].message.content == "second caller served"
     assert [c["status"] for c in upstreams.calls(model=DEFAULT_MODEL)] == [None, 200]
+
+
+def test_calls_in_flight_when_a_kill_switch_flips_are_cut_off_not_left_to_finish(platform, redis_url):
+    """Kill switch on the external providers while a non-streamed and a streamed call to them are
+    in flight: the worker shuts both upstream connections within seconds (not when the upstream
+    would have finished), the pinned calls end ``model_unavailable`` naming the kill, and each
+    cut-off attempt is recorded ``killed``."""
+    import threading
+
+    from routing.ops_services import kill_switch_set
+
+    url, key, upstreams = platform
+    upstreams.set_scenario("muse-special", latency_ms=30_000)
+    upstreams.set_scenario("claude-sonnet-5-5", chunk_delay_ms=400)
+    errors: dict[str, BaseException] = {}
+
+    def non_streamed() -> None:
+        try:
+            openai_client(url, key).chat.completions.create(
+                model="azure/muse-special", messages=[{"role": "user", "content": "slow answer, please"}]
+            )
+        except BaseException as exc:  # noqa: BLE001 - inspected below
+            errors["non_streamed"] = exc
+
+    caller = threading.Thread(target=non_streamed)
+    caller.start()
+    ant = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    stream = ant.messages.create(
+        model="anthropic/claude-sonnet-5-5", max_tokens=4000, stream=True,
+        messages=[{"role": "user", "content": "count slowly to one hundred"}],
+    )  # fmt: skip
+    events = iter(stream)
+    next(events)  # message_start: the stream is running
+    wait_for(
+        lambda: upstreams.calls(model="muse-special"), what="the non-streamed call to reach its upstream"
+    )
+    kill_switch_set(scope="all_external", active=True, reason="incident", actor="oncall")
+    flipped_at = time.time()
+    with pytest.raises(anthropic.APIError):
+        for _ in events:  # the stream ends with an error event instead of running for ~40 s
+            pass
+    caller.join(30)
+    assert isinstance(errors["non_streamed"], openai.InternalServerError), errors
+    assert errors["non_streamed"].body["code"] == "model_unavailable"
+    for model in ("muse-special", "claude-sonnet-5-5"):
+        [call] = wait_for(
+            lambda m=model: [c for c in upstreams.calls(model=m) if c.get("client_closed_at")],
+            what=f"the {model} upstream call to be closed",
+        )
+        assert call["client_closed_at"] - flipped_at < 5.0  # config refresh 0.5 s + watcher 0.15 s, loaded CI
+    wait_for_records_written()
+    outcomes = sorted(Attempt.objects.values_list("outcome", flat=True))
+    assert outcomes == ["killed", "killed"]
+    assert sorted(CallRecord.objects.values_list("error_kind", flat=True)) == ["model_unavailable"] * 2
