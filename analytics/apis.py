@@ -219,6 +219,7 @@ class ResultsApi(APIView):
     required_scope = "analytics:read"
 
     class QuerySerializer(StrictSerializer):
+        json_types = False  # a query string: every value is text
         phase = serializers.IntegerField(required=False, min_value=1)
         analysis = serializers.ChoiceField(choices=ANALYSIS_CHOICES, required=False, default="itt")
         request_id = serializers.UUIDField(required=False)

@@ -141,14 +141,48 @@ def depth_exceeds(value, limit: int) -> bool:
 
 
 class StrictSerializer(serializers.Serializer):
-    """Rejects fields it does not declare (a typo never silently drops data)."""
+    """Rejects fields it does not declare (a typo never silently drops data), and JSON values of
+    the wrong type: DRF on its own turns ``123`` into ``"123"`` for a string field and ``"yes"``
+    into ``True`` for a boolean one, so a client's bug would be stored as if it were meant.
+    Serializers of query strings (where every value is text) set ``json_types = False``."""
+
+    json_types = True
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+            wrong = {
+                name: [message]
+                for name, value in data.items()
+                if self.json_types
+                and value is not None
+                and (message := _json_type_error(self.fields[name], value))
+            }
+            if wrong:  # reported with the other fields' errors, this field's own check replaced
+                try:
+                    super().to_internal_value(data)
+                except serializers.ValidationError as exc:
+                    others = exc.detail if isinstance(exc.detail, dict) else {}
+                    raise serializers.ValidationError({**others, **wrong}) from None
+                raise serializers.ValidationError(wrong)
         return super().to_internal_value(data)
+
+
+def _json_type_error(field: serializers.Field, value: object) -> str | None:
+    """The error for a JSON ``value`` of the wrong type for ``field``, else None."""
+    if isinstance(field, serializers.BooleanField):
+        return None if isinstance(value, bool) else "Must be a JSON boolean (true or false)."
+    if isinstance(field, serializers.CharField):
+        return None if isinstance(value, str) else "Must be a JSON string."
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(field, serializers.IntegerField):
+        ok = number and isinstance(value, int)
+        return None if ok else "Must be a JSON integer (not a string or a boolean)."
+    if isinstance(field, serializers.FloatField):
+        return None if number else "Must be a JSON number (not a string or a boolean)."
+    return None
 
 
 class FiniteFloatField(serializers.FloatField):

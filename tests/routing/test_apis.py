@@ -65,6 +65,23 @@ def test_wrong_types_are_field_errors(client):
     assert "tools" in fields
 
 
+def test_json_values_of_the_wrong_type_are_refused_not_coerced(client):
+    """DRF alone stores ``123`` as ``"123"`` and reads ``"yes"`` as true: each is a field error here."""
+    body = {
+        **VALID,
+        "session_id": 123,
+        "async": "yes",
+        "stream": 1,
+        "messages": [{"role": "user", "content": 3}],
+    }
+    response = client.post("/api/v1/completions", body, format="json")
+    assert response.status_code == 400
+    fields = response.json()["error"]["fields"]
+    assert fields["session_id"] == ["Must be a JSON string."]
+    assert fields["async"] == fields["stream"] == ["Must be a JSON boolean (true or false)."]
+    assert fields["messages"]["0"]["content"] == ["Must be a JSON string."]
+
+
 def test_tool_messages_need_a_tool_call_id(client):
     body = {**VALID, "messages": [{"role": "tool", "content": "42"}]}
     response = client.post("/api/v1/completions", body, format="json")
