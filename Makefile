@@ -36,11 +36,10 @@ run: install
 
 # The production shape: the Procfile under a supervisor (muse_experiments/prodshape.py) with
 # MUSE_FORMATION replicas; JSON logs. Needs SECRET_KEY, DATABASE_URL, REDIS_URL (README "Deployment").
-MUSE_FORMATION ?= worker=2
 run-prod: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput -v 0
-	MUSE_FORMATION=$(MUSE_FORMATION) $(BIN)/python -m muse_experiments.prodshape run
+	$(BIN)/python -m muse_experiments.prodshape run
 
 worker: install
 	DJANGO_DEBUG=true $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance --pool threads --concurrency 16 -l info

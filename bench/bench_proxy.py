@@ -388,11 +388,14 @@ def prepare_platform(env: dict[str, str], *, upstream: str) -> str:
     return key
 
 
-def bench_formation(formation: str) -> str:
+def bench_formation(formation: str, *, embedded: bool = False) -> str:
     """``$MUSE_FORMATION`` for the bench: as given, with ``beat=0`` unless it names beat
-    (scheduled work is off the request path)."""
+    (scheduled work is off the request path); the embedded default runs one worker, as
+    ``make demo`` does (SQLite has one writer: a second worker only waits for its lock)."""
     named = {part.split("=", 1)[0].strip() for part in formation.split(",") if part.strip()}
     extra = [f"{name}=0" for name in sorted(SKIP_PROCESSES - named)]
+    if embedded and "worker" not in named:
+        extra.append("worker=1")
     return ",".join(filter(None, [formation.strip(), *extra]))
 
 
@@ -412,7 +415,7 @@ def start_platform(
         recreate_database(env["DATABASE_URL"])
         redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     key = prepare_platform(env, upstream=upstream)
-    shape = processes(formation=bench_formation(os.environ.get("MUSE_FORMATION", "")))
+    shape = processes(formation=bench_formation(os.environ.get("MUSE_FORMATION", ""), embedded=embedded))
     supervisor = Supervisor(shape, run_dir=var / "run", restart=False, env=env, output=procs.log_dir)
     procs.stoppers.append(supervisor.stop_all)
     supervisor.start_all()
@@ -488,7 +491,7 @@ def main() -> int:
         f"\nbench-proxy at {git_revision()} on {os.cpu_count()} cores; platform: {mode}, DJANGO_DEBUG=false"
     )
     print(
-        f"  Procfile × MUSE_FORMATION={bench_formation(os.environ.get('MUSE_FORMATION', ''))!r} "
+        f"  Procfile × MUSE_FORMATION={bench_formation(os.environ.get('MUSE_FORMATION', ''), embedded=args.embedded)!r} "
         f"(WEB_CONCURRENCY={os.environ.get('WEB_CONCURRENCY', 'unset')}; load average before/after: "
         f"{load_before[0]:.1f}/{os.getloadavg()[0]:.1f} — other work on the machine skews absolute figures):"
     )

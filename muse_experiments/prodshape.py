@@ -6,7 +6,7 @@ fault suite (``bench/chaos.py``) and README's deployment guide all read the same
 Procfile runner (honcho, foreman) runs it too.
 
 Formation (how many of each type): ``MUSE_FORMATION="worker=2,web=1"`` (honcho's ``-c`` syntax);
-unnamed types run once; ``name=0`` leaves a type out. Replicas are named ``<type>.<n>``
+unnamed types run :data:`DEFAULT_COUNTS` (two workers) or once; ``name=0`` leaves a type out. Replicas are named ``<type>.<n>``
 (``worker.1``, ``worker.2``) like honcho names them.
 
 The supervisor starts each process with ``sh -c 'exec <command>'`` (so ``${VAR:-default}`` expands)
@@ -54,10 +54,16 @@ def read_procfile(path: Path = PROCFILE) -> dict[str, str]:
     return out
 
 
+#: Processes per Procfile type when the formation does not name it: two workers (on 2 cores they
+#: serve 1.2-1.3x the calls of one, `bench/bench_stages.py --concurrency 32`), one of the rest.
+DEFAULT_COUNTS = {"worker": 2}
+
+
 def parse_formation(text: str, types: Mapping[str, str]) -> dict[str, int]:
-    """``"worker=2,beat=0"`` → a count per Procfile type (unnamed types: 1). Raises ``ValueError``
-    for an unknown type or a count that is not a non-negative integer."""
-    counts = dict.fromkeys(types, 1)
+    """``"worker=2,beat=0"`` → a count per Procfile type (unnamed types: :data:`DEFAULT_COUNTS`,
+    else 1). Raises ``ValueError`` for an unknown type or a count that is not a non-negative
+    integer."""
+    counts = {name: DEFAULT_COUNTS.get(name, 1) for name in types}
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         name, _, value = part.partition("=")
         name = name.strip()
