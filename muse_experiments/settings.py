@@ -232,6 +232,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("COMPLETION_REAP_INTERVAL_S", default=30.0),  # see below
         "options": {"queue": "maintenance", "expires": 60},
     },
+    # a safety net behind the drainer process (manage.py drain_records): empty buffer, 3 Redis calls
+    "drain-call-records": {
+        "task": "maintenance.drain_call_records",
+        "schedule": 15.0,
+        "options": {"queue": "maintenance", "expires": 30},
+    },
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
@@ -297,7 +303,8 @@ COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.
 # answer: buffered in Redis, drained in bulk by every worker (routing.writebehind). Needs Redis.
 # In-process tests write them synchronously unless a test turns this on.
 RECORDS_WRITE_BEHIND = env.bool("RECORDS_WRITE_BEHIND", default=bool(REDIS_URL) and not TESTING)
-# Whether each worker process runs a drainer thread (off: only the maintenance.drain_call_records task drains).
+# Whether each worker process runs a drainer thread (the Procfile turns it off: its drainer process,
+# manage.py drain_records, drains; beat's maintenance.drain_call_records is the safety net).
 RECORDS_DRAINER = env.bool("RECORDS_DRAINER", default=True)
 # Most buffered call records one drain writes in one transaction (routing.writebehind; Redis only).
 RECORDS_DRAIN_BATCH = env.int("RECORDS_DRAIN_BATCH", default=500)

@@ -46,8 +46,8 @@ def test_compose_services_run_procfile_types_and_one_beat():
         command = service.get("command") or []
         if command[:4] == ["python", "-m", "muse_experiments.prodshape", "exec"]:
             used[name] = command[4]
-    assert used == {"web": "web", "worker": "worker", "beat": "beat"}
-    assert set(used.values()) <= set(types)
+    assert used == {"web": "web", "worker": "worker", "beat": "beat", "drainer": "drainer"}
+    assert set(used.values()) == set(types)  # every process type of the Procfile has a service
     assert compose["services"]["beat"]["deploy"]["replicas"] == 1
 
 

@@ -21,9 +21,11 @@ from muse_experiments.prodshape import (
 )
 
 
-def test_the_repository_procfile_has_web_worker_and_beat():
+def test_the_repository_procfile_has_web_worker_beat_and_the_drainer():
     types = read_procfile(PROCFILE)
-    assert list(types) == ["web", "worker", "beat"]
+    assert list(types) == ["web", "worker", "beat", "drainer"]
+    assert types["worker"].startswith("env RECORDS_DRAINER=false celery ")  # the drainer process drains
+    assert types["drainer"] == "python manage.py drain_records"
     assert types["web"].startswith("gunicorn muse_experiments.wsgi")
     assert "--config python:muse_experiments.gunicorn_conf" in types["web"]
     assert "-n ${MUSE_PROCESS_NAME:-worker}@%h" in types["worker"]  # replicas need distinct node names

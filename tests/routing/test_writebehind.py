@@ -148,3 +148,37 @@ def test_a_failed_call_is_buffered_too_and_records_its_attempts(upstreams):
     assert Exposure.objects.count() == 1  # intent-to-treat: exposed even though nothing served
     assert TranscriptTurn.objects.count() == 0
     assert call.assigned_endpoint in (avocado_id(14), avocado_id(15)) and call.served_endpoint == ""
+
+
+def test_the_drainer_process_writes_buffered_records_and_stops_on_sigterm(redis_url):
+    """``manage.py drain_records`` (the Procfile's drainer) in a real process: it writes what a
+    worker buffered and exits 0 on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from django.conf import settings as django_settings
+
+    from tests.conftest import database_url_for_subprocess
+
+    j = job(session_id="s-drainer", user_id="u-drainer")
+    assert execute_job(job_id=str(j.id)) == JobStatus.SUCCEEDED
+    assert CallRecord.objects.count() == 0
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "REDIS_URL": django_settings.REDIS_URL,
+        "DJANGO_DEBUG": "true",
+    }
+    proc = subprocess.Popen([sys.executable, "manage.py", "drain_records"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not CallRecord.objects.filter(job=j).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert CallRecord.objects.get(job=j).unit_id == "s-drainer"
+        assert CompletionJob.objects.get(pk=j.id).status == JobStatus.SUCCEEDED
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
