@@ -142,17 +142,19 @@ class CancelWatcher:
                     self._remove(job_id, call)
 
     def poll(self) -> int:
-        """Read the flags of the watched jobs once and cancel the flagged jobs' calls; returns how
-        many calls were cancelled (a Redis error is logged and cancels none)."""
+        """Read the flags of the watched jobs once and cancel the flagged jobs' calls, and the calls
+        a kill switch now covers; returns how many calls were cancelled. A Redis error is logged
+        and cancels none for their callers (the kill checks, in-process, still run)."""
         with self._lock:
             jobs = list(self._calls)
+            kill_checks = list(self._kills.items())
         if not jobs:
             return 0
         try:
             flags = redis_client().mget([cancel_key(job_id) for job_id in jobs])
         except Exception:  # noqa: BLE001 - a Redis hiccup must not end calls; read again next time
             log.warning("could not read the cancel flags of %d job(s)", len(jobs))
-            return 0
+            flags = [None] * len(jobs)
         with self._lock:
             calls = [
                 c
@@ -160,7 +162,6 @@ class CancelWatcher:
                 if flag
                 for c in self._calls.get(job_id, ())
             ]
-            kill_checks = list(self._kills.items())
         for call, killed in kill_checks:  # a kill switch flipped since the call started
             if call not in calls and (kill := killed()) is not None:
                 call.kill = kill

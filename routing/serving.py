@@ -307,6 +307,7 @@ def serve_stream(
     )
     chain_state = _ChainState(outcome, policy)
     sent = False
+    next_kill_check = 0.0
     for candidate in chain:
         info = candidate.endpoint
         call_request = candidate.request_for(request)
@@ -332,9 +333,12 @@ def serve_stream(
                     if cancelled is not None and event.kind != "done" and cancelled():
                         _abandon(stream, outcome, info, started, backoff_ms)
                         return outcome
-                    if event.kind != "done" and (kill := kill_for(candidate)) is not None:
-                        stream.close()  # a kill switch flipped mid-stream: cut it off now
-                        raise AttemptKilled(info.public_id, kill, stream.usage_so_far(), elapsed_ms(started))
+                    if event.kind != "done" and time.monotonic() >= next_kill_check:
+                        next_kill_check = time.monotonic() + KILL_CHECK_S
+                        if (kill := kill_for(candidate)) is not None:
+                            stream.close()  # a kill switch flipped mid-stream: cut it off now
+                            usage = stream.usage_so_far()
+                            raise AttemptKilled(info.public_id, kill, usage, elapsed_ms(started))
             except GeneratorExit:
                 if stream is not None:
                     _abandon(stream, outcome, info, started, backoff_ms)
@@ -374,6 +378,11 @@ def serve_stream(
             "the requested model is not in the catalogue",
         )
     return _unserved(outcome, chain_state.refused)
+
+
+#: How often (s) a running stream asks whether a kill switch now covers it (the state itself
+#: reaches the process within ``CONFIG_REFRESH_INTERVAL_S``; asking per chunk would be wasted).
+KILL_CHECK_S = 0.1
 
 
 def _abandon(stream, outcome: ServeOutcome, info: EndpointInfo, started: float, backoff_ms: float) -> None:

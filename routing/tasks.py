@@ -122,8 +122,8 @@ def reap_expired_completion_jobs() -> int:
 def drain_call_records() -> int:
     """Write buffered call records to the database until the buffer is empty (or 50 batches).
 
-    Every worker also drains continuously (:data:`routing.writebehind.drainer`); this task is
-    the same service on demand or on a schedule. Returns how many records it wrote. No-op
+    The ``drainer`` process (``manage.py drain_records``) drains continuously; beat runs this
+    task every 15 s as a safety net, and it serves on demand. Returns how many records it wrote. No-op
     without Redis (records are written synchronously there).
     """
     if not uses_redis():

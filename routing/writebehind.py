@@ -7,7 +7,8 @@ With Redis (production), the worker that served a call does ONE Redis transactio
    the web request waiting for it (:mod:`routing.handoff`).
 
 Both or neither: once a caller can see the answer, the records are in Redis. A drainer
-(:func:`drain`) in every worker process reads the stream through the consumer group
+(:func:`drain`; the Procfile's ``drainer`` process, :func:`drain_forever`, else a thread in each
+worker started with ``RECORDS_DRAINER``) reads the stream through the consumer group
 ``drain`` (``XREADGROUP``), writes each batch in one transaction (:func:`routing.records.records_write`)
 and only then acknowledges and deletes the entries. A drainer that dies mid-batch leaves its
 entries pending; any drainer claims entries pending longer than :data:`STALE_MS`
@@ -169,7 +170,8 @@ _stats = _Stats()
 
 
 class Drainer:
-    """One daemon thread per worker process that drains the buffer continuously."""
+    """A daemon thread that drains the buffer continuously, in a worker started with
+    ``RECORDS_DRAINER`` (the Procfile's workers leave it to the ``drainer`` process)."""
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None

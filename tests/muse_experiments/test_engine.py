@@ -257,8 +257,8 @@ def test_growthbook_v1_layers_with_near_identical_keys_are_correlated_but_v2_lay
 
 
 def test_experiments_in_one_layer_with_disjoint_ranges_are_mutually_exclusive():
-    a = experiment(1, layer=LayerSpec("shared", 0.0, 0.4))
-    b = experiment(2, layer=LayerSpec("shared", 0.4, 1.0))
+    a = experiment(1, layer=LayerSpec("one-layer", 0.0, 0.4))
+    b = experiment(2, layer=LayerSpec("one-layer", 0.4, 1.0))
     va, vb = assign_many(a, IDS_200K), assign_many(b, IDS_200K)
     assert not np.any((va >= 0) & (vb >= 0))
     assert np.all((va >= 0) | (vb >= 0))

@@ -50,6 +50,24 @@ def wait_for(predicate, timeout_s: float = 15.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def single_slot(upstreams) -> None:
+    """The default model takes one call at a time (``max_concurrency=1``)."""
+    ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
+    bump()
+
+
+def one_slot_slow_stream_first(upstreams) -> None:
+    """One call at a time on the default model; its first call streams 30 words 200 ms apart,
+    later calls answer "second caller served" at once."""
+    single_slot(upstreams)
+    upstreams.set_scenario(
+        DEFAULT_MODEL,
+        wire=chat_text_stream(DEFAULT_MODEL, [f"w{i} " for i in range(30)], delay_ms=200),
+        wire_first_n=1,
+        reply="second caller served",
+    )
+
+
 def read_then_hang_up(client: openai.OpenAI, frames: int) -> float:
     """Stream ``muse-default``, read ``frames`` chunks, close the connection; returns when (epoch s)."""
     stream = client.chat.completions.create(
@@ -104,14 +122,7 @@ def test_a_streaming_caller_that_goes_away_closes_the_upstream_and_is_billed_for
 
 def test_a_cancelled_call_frees_its_concurrency_slot_at_once(platform):
     url, key, upstreams = platform
-    ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
-    bump()
-    upstreams.set_scenario(
-        DEFAULT_MODEL,
-        wire=chat_text_stream(DEFAULT_MODEL, [f"w{i} " for i in range(30)], delay_ms=200),
-        wire_first_n=1,
-        reply="second caller served",
-    )
+    one_slot_slow_stream_first(upstreams)
     client = openai_client(url, key)
     gone_at = read_then_hang_up(client, frames=4)
     time.sleep(max(0.0, gone_at + 1.0 - time.time()))
@@ -313,14 +324,7 @@ def test_a_non_streamed_caller_that_gives_up_cancels_the_call_and_frees_its_slot
     if settings.REDIS_URL:
         pytest.skip("with Redis the call is non-streamed upstream: test_a_non_streamed_call_is_cut_off_…")
     url, key, upstreams = platform
-    ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
-    bump()
-    upstreams.set_scenario(
-        DEFAULT_MODEL,
-        wire=chat_text_stream(DEFAULT_MODEL, [f"w{i} " for i in range(30)], delay_ms=200),
-        wire_first_n=1,
-        reply="second caller served",
-    )
+    one_slot_slow_stream_first(upstreams)
     impatient = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=1.5)
     with pytest.raises(openai.APITimeoutError):
         impatient.chat.completions.create(
@@ -349,8 +353,7 @@ def test_a_non_streamed_call_is_cut_off_within_a_second_when_its_caller_goes_awa
     up, the worker's cancel watcher shuts that connection: closed within 1 s, the job cancelled with
     its attempt recorded, the slot free for the next caller, and no second upstream call."""
     url, key, upstreams = platform
-    ModelEndpoint.objects.filter(public_id=DEFAULT).update(max_concurrency=1)
-    bump()
+    single_slot(upstreams)
     upstreams.set_scenario(DEFAULT_MODEL, latency_ms=30_000)
     impatient = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=1.5)
     with pytest.raises(openai.APITimeoutError):

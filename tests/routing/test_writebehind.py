@@ -172,7 +172,9 @@ def test_the_drainer_process_writes_buffered_records_and_stops_on_sigterm(redis_
         "REDIS_URL": django_settings.REDIS_URL,
         "DJANGO_DEBUG": "true",
     }
-    proc = subprocess.Popen([sys.executable, "manage.py", "drain_records"], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "drain_records"], env=env, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 30
         while not CallRecord.objects.filter(job=j).exists() and time.monotonic() < deadline:
