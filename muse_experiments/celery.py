@@ -12,7 +12,7 @@ from celery.signals import before_task_publish, task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
 
-app = Celery("muse_experiments")
+app = Celery("muse_experiments", amqp="muse_experiments.broker:AMQP")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["routing", "analytics", "muse_experiments"])
 

@@ -6,6 +6,12 @@ the database; it re-reads the job row once a second as a safety net (a job faile
 path). On the embedded default the task id is the job id, so the web process waits on Celery's
 result store (a file) and then reads the job row.
 
+A caller that waits on this request, with Redis, without an idempotency key and without streaming,
+costs no database round trip before the publish: the message carries the job's row
+(:func:`routing.services.completion_job_new`) and the worker writes it as it claims the job. The
+waiting request writes it itself (``queued``) before handing the id out unanswered, and when no
+worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
+
 Outages (``bench/chaos.py`` injects them): a job whose task cannot be published (broker down
 beyond ``CELERY_TASK_PUBLISH_RETRY_POLICY``) is failed ``broker_unavailable`` at once, never left
 queued, and the caller gets a 503; a result channel lost while waiting (Redis restarted) falls
@@ -17,6 +23,7 @@ between takes it along) is published again by :func:`routing.tasks.requeue_lost_
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import socket
@@ -26,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -35,7 +43,12 @@ from muse_experiments.queues import Queue
 from .events import job_cancel_request, uses_redis
 from .handoff import apply_final, wait_final
 from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from .services import completion_job_create, completion_job_fail
+from .services import (
+    completion_job_create,
+    completion_job_fail,
+    completion_job_materialize,
+    completion_job_new,
+)
 from .tasks import run_completion
 
 log = logging.getLogger(__name__)
@@ -50,31 +63,46 @@ def enqueue_completion(job: CompletionJob) -> None:
     The message says whether the job streams and whether its caller pinned a model, so the worker
     claims it without reading it first.
     """
-    job_id = str(job.id)
-    # "pinned": a pinned model, or a drop-in caller that may give up. With Redis the worker makes one
-    # non-streamed upstream call that its cancel watcher cuts off when the caller goes away; without
-    # Redis it streams the upstream call and checks the job between chunks (routing.tasks)
-    stream, pinned = bool(job.stream), bool(job.request.get("model") or job.request.get("cancellable"))
+    job_id, stream, pinned = str(job.id), bool(job.stream), _pinned(job)
     transaction.on_commit(lambda: publish_completion(job_id, stream=stream, pinned=pinned))
+
+
+def _pinned(job: CompletionJob) -> bool:
+    """A pinned model, or a drop-in caller that may give up. With Redis the worker makes one
+    non-streamed upstream call that its cancel watcher cuts off when the caller goes away; without
+    Redis it streams the upstream call and checks the job between chunks (routing.tasks)."""
+    return bool(job.request.get("model") or job.request.get("cancellable"))
 
 
 #: Error of a job whose task could not be handed to the broker (it never ran).
 BROKER_UNAVAILABLE = "broker_unavailable: the job could not be queued and was not run"
 
 
-def publish_completion(job_id: str, *, stream: bool | None = None, pinned: bool | None = None) -> None:
+def publish_completion(
+    job_id: str,
+    *,
+    stream: bool | None = None,
+    pinned: bool | None = None,
+    row: Mapping[str, Any] | None = None,
+) -> None:
     """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise.
 
-    With Redis no Celery result is stored: the final state travels through :mod:`routing.handoff`.
+    ``row``: a deferred job's row (:func:`routing.services.completion_job_new`), which the worker
+    writes as it claims the job. With Redis no Celery result is stored: the final state travels
+    through :mod:`routing.handoff`.
     """
-    kwargs = {"stream": stream, "pinned": pinned} if stream is not None and pinned is not None else {}
+    kwargs: dict[str, Any] = (
+        {"stream": stream, "pinned": pinned} if stream is not None and pinned is not None else {}
+    )
+    if row is not None:
+        kwargs["row"] = row
     options = {"ignore_result": True} if uses_redis() else {}
     try:
         run_completion.apply_async(
             args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS, **options
         )
     except Exception:
-        completion_job_fail(job_id=job_id, reason=BROKER_UNAVAILABLE)
+        completion_job_fail(job_id=job_id, reason=BROKER_UNAVAILABLE, row=row)
         raise
 
 
@@ -116,6 +144,15 @@ def submit_completion(
 def _create_and_enqueue(
     *, api_key, session_id, user_id, subagent, attributes, request, idempotency_key, stream, durable
 ) -> tuple[CompletionJob, bool]:
+    if uses_redis() and not (durable or idempotency_key or stream):
+        # the caller waits here and has no job id yet: the worker writes the row as it claims it
+        job, row = completion_job_new(
+            api_key=api_key, session_id=session_id, user_id=user_id, subagent=subagent,
+            attributes=attributes, request=request,
+        )  # fmt: skip
+        publish_completion(str(job.id), stream=False, pinned=_pinned(job), row=row)
+        job._deferred_row = row
+        return job, True
     with transaction.atomic():
         job, created = completion_job_create(
             api_key=api_key,
@@ -169,8 +206,10 @@ def _wait_redis(
     """Wait on the job's hand-off list, re-reading the row every :data:`RECHECK_S` (and only the
     row if the hand-off channel broke, e.g. Redis restarted). The caller's connection is checked
     every :data:`CALLER_CHECK_S` without a database read."""
-    deadline = time.monotonic() + timeout_s
-    next_recheck = time.monotonic() + RECHECK_S
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_recheck = started + RECHECK_S
+    row = getattr(job, "_deferred_row", None)  # not written yet: the worker writes it as it claims
     channel = True
     while True:
         remaining = max(deadline - time.monotonic(), 0.0)
@@ -188,14 +227,26 @@ def _wait_redis(
         if caller_gone is not None and caller_gone():
             log.info("the caller of completion %s went away; cancelling it", job.id)
             job_cancel_request(job_id=str(job.id))
-            job.refresh_from_db()
+            with contextlib.suppress(CompletionJob.DoesNotExist):  # a deferred job not claimed yet
+                job.refresh_from_db()
             return job
-        if not channel or time.monotonic() >= next_recheck or time.monotonic() >= deadline:
-            next_recheck = time.monotonic() + RECHECK_S
+        now = time.monotonic()
+        if row is not None and (now >= deadline or now - started >= settings.COMPLETION_REQUEUE_AFTER_S):
+            # about to hand the job id out unanswered, or its task looks lost: write the row (and
+            # publish the task again: the claim lets one delivery run it)
+            completion_job_materialize(job_id=str(job.id), row=row)
+            if now < deadline:
+                publish_completion(str(job.id))
+            row = None
+        if not channel or now >= next_recheck or now >= deadline:
+            next_recheck = now + RECHECK_S
             try:
                 job.refresh_from_db()
-            except CompletionJob.DoesNotExist:  # a database crash forgot it (routing.streaming.job_lost)
-                return apply_final(job, {"status": JobStatus.FAILED, "error": JOB_LOST, "finished_at": None})
+            except CompletionJob.DoesNotExist:
+                if row is None:  # a database crash forgot it (routing.streaming.job_lost)
+                    return apply_final(
+                        job, {"status": JobStatus.FAILED, "error": JOB_LOST, "finished_at": None}
+                    )
             if job.status in FINISHED_STATUSES:
                 return job
         if time.monotonic() >= deadline:

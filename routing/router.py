@@ -58,13 +58,15 @@ from .services import completion_job_claim
 from .serving import serve
 
 
-def execute_job(*, job_id: str) -> str:
+def execute_job(*, job_id: str, row: dict | None = None) -> str:
     """Run one completion job end to end. Returns the job's final status; safe to call twice.
+
+    ``row``: the job's row when it is not written yet (:func:`routing.services.completion_job_new`).
 
     Each upstream call is non-streamed; with Redis, a caller that goes away (the job's cancel flag,
     :func:`routing.events.job_cancel_request`) has it cut off within ~0.2 s and the job ends
     ``cancelled`` / ``client_disconnected`` (:data:`routing.events.cancel_watcher`)."""
-    job = completion_job_claim(job_id=job_id)
+    job = completion_job_claim(job_id=job_id, row=row)
     if job is None:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     decision, chain, reason = job_plan(job)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -119,6 +120,96 @@ def completion_job_create(
     return job, True
 
 
+def completion_job_new(
+    *,
+    api_key: Any,
+    session_id: str,
+    user_id: str,
+    subagent: str,
+    attributes: Mapping[str, Any],
+    request: Mapping[str, Any],
+) -> tuple[CompletionJob, dict[str, Any]]:
+    """A queued, non-streamed job that is *not* written yet, and its row as a message field.
+
+    For a caller that waits for the answer on this request and gave no idempotency key: no
+    database round trip before the task is published. The worker writes the row when it claims
+    the job (:func:`completion_job_claim` with ``row``) — still before any upstream call — and the
+    waiting request writes it itself (:func:`completion_job_materialize`) if it has to hand the job
+    id out unanswered or the task looks lost. Returns ``(job, row)``; ``row`` is JSON-serialisable.
+    """
+    job = CompletionJob(
+        id=uuid.uuid4(),
+        api_key=api_key,
+        session_id=session_id,
+        user_id=user_id,
+        subagent=subagent,
+        attributes=storable(dict(attributes)),
+        request=storable(dict(request)),
+        created_at=timezone.now(),
+    )
+    row = {
+        "api_key_id": job.api_key_id,
+        "session_id": session_id,
+        "user_id": user_id,
+        "subagent": subagent,
+        "attributes": job.attributes,
+        "request": job.request,
+        "created_at": job.created_at.isoformat(),
+    }
+    return job, row
+
+
+#: Fields a deferred job's row carries in its task message (:func:`completion_job_new`).
+_ROW_FIELDS = frozenset(
+    {"api_key_id", "session_id", "user_id", "subagent", "attributes", "request", "created_at"}
+)
+
+
+def _job_from_row(job_id, row: Mapping[str, Any], **state: Any) -> CompletionJob:
+    """The job a deferred message describes, with ``state`` (status, lease, …) set; unsaved."""
+    fields = {k: v for k, v in row.items() if k in _ROW_FIELDS}
+    created = fields.get("created_at")
+    fields["created_at"] = datetime.fromisoformat(created) if isinstance(created, str) else timezone.now()
+    return CompletionJob(id=uuid.UUID(str(job_id)), **fields, **state)
+
+
+def _insert_new(job: CompletionJob) -> bool:
+    """``INSERT … ON CONFLICT (id) DO NOTHING`` (autocommit). True if this call wrote the row.
+
+    A job whose API key was deleted meanwhile is written without it (as ``on_delete=SET_NULL``
+    would have left it)."""
+    table = CompletionJob._meta.db_table
+    ops = connection.ops
+    fields = CompletionJob._meta.concrete_fields
+    sql = (
+        f"INSERT INTO {ops.quote_name(table)} ({', '.join(ops.quote_name(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT ({ops.quote_name('id')}) DO NOTHING "
+        f"RETURNING {ops.quote_name('id')}"
+    )
+    for attempt in range(2):
+        values = [f.get_db_prep_save(getattr(job, f.attname), connection) for f in fields]
+        try:
+            # one statement in autocommit (its foreign key checked as it commits); a savepoint inside
+            # a caller's transaction
+            scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+            with scope, connection.cursor() as cursor:
+                cursor.execute(sql, values)
+                return cursor.fetchone() is not None
+        except IntegrityError:
+            if attempt or job.api_key_id is None:
+                raise
+            job.api_key_id = None
+    return False  # pragma: no cover - the loop returns or raises
+
+
+def completion_job_materialize(*, job_id, row: Mapping[str, Any]) -> None:
+    """Write a deferred job's row as ``queued`` unless it exists (the worker wrote it first).
+
+    Called by the request waiting for it before it hands the job id out unanswered, and when its
+    task looks lost (``COMPLETION_REQUEUE_AFTER_S`` without a row)."""
+    _insert_new(_job_from_row(job_id, row, status=JobStatus.QUEUED))
+
+
 def relax_commit_durability() -> None:
     """Let the current transaction's COMMIT return before its WAL reaches the disk (PostgreSQL
     ``SET LOCAL synchronous_commit TO OFF``; a no-op elsewhere or outside a transaction).
@@ -164,7 +255,9 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def completion_job_claim(*, job_id, worker: str | None = None) -> CompletionJob | None:
+def completion_job_claim(
+    *, job_id, worker: str | None = None, row: Mapping[str, Any] | None = None
+) -> CompletionJob | None:
     """Take a job for this worker, under a row lock. Returns the running job, or None to do nothing.
 
     * ``queued`` → ``running``: ``deliveries`` + 1, a lease of ``settings.COMPLETION_LEASE_S``
@@ -177,10 +270,21 @@ def completion_job_claim(*, job_id, worker: str | None = None) -> CompletionJob 
     * finished or missing: None.
 
     The common case (a queued job) costs one statement, ``UPDATE … WHERE status = 'queued'
-    RETURNING *`` in autocommit; the others take the row lock.
+    RETURNING *`` in autocommit; the others take the row lock. A deferred job (``row`` from its
+    message, :func:`completion_job_new`) is claimed by writing its row already ``running``:
+    ``INSERT … ON CONFLICT DO NOTHING``; if the row exists (a redelivery, or the waiting request
+    wrote it), the cases above apply.
     """
     now = timezone.now()
     identity = (worker or worker_identity())[:200]
+    if row is not None:
+        job = _job_from_row(
+            job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
+            lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
+        )  # fmt: skip
+        if _insert_new(job):
+            job._state.adding, job._state.db = False, connection.alias
+            return job
     job = _claim_queued(job_id=job_id, now=now, worker=identity)
     if job is not None:
         return job
@@ -283,8 +387,12 @@ def _announce_failure(jobs) -> None:
     transaction.on_commit(announce)
 
 
-def completion_job_fail(*, job_id, reason: str) -> bool:
-    """Mark a job failed unless it already finished (Celery failure hook). Returns True if it was."""
+def completion_job_fail(*, job_id, reason: str, row: Mapping[str, Any] | None = None) -> bool:
+    """Mark a job failed unless it already finished (Celery failure hook). Returns True if it was.
+
+    With ``row`` (a deferred job, :func:`completion_job_new`) the row is written first if missing."""
+    if row is not None:
+        completion_job_materialize(job_id=job_id, row=row)
     with transaction.atomic():
         job = (
             CompletionJob.objects.select_for_update()

@@ -43,7 +43,8 @@ class CompletionTask(Task):
     def on_failure(self, exc, task_id, args, kwargs, einfo):
         job_id = args[0] if args else kwargs.get("job_id")
         if job_id:
-            completion_job_fail(job_id=job_id, reason=f"worker error: {type(exc).__name__}")
+            reason = f"worker error: {type(exc).__name__}"
+            completion_job_fail(job_id=job_id, reason=reason, row=(kwargs or {}).get("row"))
 
 
 @shared_task(
@@ -55,13 +56,19 @@ class CompletionTask(Task):
     soft_time_limit=300,
     time_limit=330,
 )
-def run_completion(job_id: str, stream: bool | None = None, pinned: bool | None = None) -> str:
+def run_completion(
+    job_id: str, stream: bool | None = None, pinned: bool | None = None, row: dict | None = None
+) -> str:
     """Route and run one completion job (streamed jobs publish their deltas). Returns its final status.
 
     ``stream`` / ``pinned`` come with the message (:func:`routing.dispatch.enqueue_completion`);
     a message without them (older producers, :func:`requeue_lost_jobs`) reads them from the job row.
+    ``row``: a job not written yet (:func:`routing.services.completion_job_new`; non-streamed, with
+    Redis), written as it is claimed.
     """
     with keeper.hold(job_id):
+        if row is not None:
+            return execute_job(job_id=job_id, row=row)
         if stream is None or pinned is None:
             job = CompletionJob.objects.filter(pk=job_id).values("stream", "request").first()
             if job is None:

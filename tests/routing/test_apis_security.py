@@ -114,8 +114,10 @@ def test_a_key_deleted_in_the_admin_is_refused_like_a_revoked_one(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_for_a_key_deleted_after_it_was_cached_is_a_401_not_a_500():
-    """Within the refresh bound a process still holds the deleted key: the job row cannot reference
-    it (the foreign key fails at commit), and the caller is told the key no longer exists."""
+    """Within the refresh bound a process still holds the deleted key: a job written before its
+    task is published (an id handed out for later) cannot reference it (the foreign key fails at
+    commit), and the caller is told the key no longer exists. (A waiting caller's job is written by
+    the worker, without the key: tests/routing/test_deferred_jobs.py.)"""
     from rest_framework.exceptions import AuthenticationFailed
 
     from routing.dispatch import submit_completion
@@ -125,7 +127,7 @@ def test_a_job_for_a_key_deleted_after_it_was_cached_is_a_401_not_a_500():
     with pytest.raises(AuthenticationFailed):
         submit_completion(
             api_key=key, session_id="s", user_id="u", subagent="", attributes={},
-            request={"messages": [{"role": "user", "content": "x"}]}, durable=False,
+            request={"messages": [{"role": "user", "content": "x"}]}, durable=True,
         )  # fmt: skip
     assert not CompletionJob.objects.exists()
 

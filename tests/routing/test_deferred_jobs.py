@@ -1,0 +1,119 @@
+"""A waiting caller's job is written by the worker as it claims it (no database round trip before
+the task is published); the waiting request writes it itself when it must hand the id out
+unanswered, when its task looks lost, or when the broker refuses the task."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from kombu.exceptions import OperationalError as BrokerError
+
+from muse_experiments.auth import api_key_create
+from muse_experiments.models import ApiKey
+from routing import dispatch
+from routing.models import CompletionJob, JobStatus
+from routing.services import WORKER_LOST, completion_job_claim
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MESSAGES = [{"role": "user", "content": "deferred"}]
+
+
+@pytest.fixture
+def published(redis_url, monkeypatch) -> list[dict]:
+    """The task messages the web process publishes (``args`` and ``kwargs``), kept instead of sent."""
+    sent: list[dict] = []
+    monkeypatch.setattr(
+        dispatch.run_completion,
+        "apply_async",
+        lambda args, kwargs, **options: sent.append({"args": args, **kwargs}),
+    )
+    return sent
+
+
+def submit(api_key=None, **kw) -> CompletionJob:
+    job, created = dispatch.submit_completion(
+        api_key=api_key, session_id="s-1", user_id="u-1", subagent="coder", attributes={"plan": "pro"},
+        request={"messages": MESSAGES, "cancellable": True}, durable=False, **kw,
+    )  # fmt: skip
+    assert created
+    return job
+
+
+def test_the_worker_writes_the_row_as_it_claims_and_a_redelivery_follows_the_lease(published, settings):
+    job = submit()
+    assert not CompletionJob.objects.filter(pk=job.pk).exists()  # nothing written before the publish
+    [message] = published
+    assert message["args"] == [str(job.id)] and (message["stream"], message["pinned"]) == (False, True)
+    row = message["row"]
+    claimed = completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
+    stored = CompletionJob.objects.get(pk=job.pk)
+    assert claimed.pk == stored.pk == job.pk
+    assert (stored.status, stored.deliveries, stored.worker) == (JobStatus.RUNNING, 1, "w1:1")
+    assert (stored.session_id, stored.user_id, stored.subagent) == ("s-1", "u-1", "coder")
+    assert stored.attributes == {"plan": "pro"} and stored.request["messages"] == MESSAGES
+    assert stored.created_at == job.created_at < stored.started_at  # the request's own time
+    assert stored.lease_expires_at == stored.started_at + timedelta(seconds=settings.COMPLETION_LEASE_S)
+
+    assert completion_job_claim(job_id=str(job.id), row=row, worker="w2:2") is None  # live lease
+    CompletionJob.objects.filter(pk=job.pk).update(lease_expires_at=stored.started_at)
+    assert completion_job_claim(job_id=str(job.id), row=row, worker="w2:2") is None
+    stored.refresh_from_db()
+    assert (stored.status, stored.error, stored.deliveries) == (JobStatus.FAILED, WORKER_LOST, 2)
+
+
+def test_a_deferred_job_whose_key_was_deleted_meanwhile_is_written_without_it(published):
+    key, _ = api_key_create(name="gone", scopes=["completions"])
+    job = submit(api_key=key)
+    assert published[0]["row"]["api_key_id"] == key.pk
+    ApiKey.objects.filter(pk=key.pk).delete()
+    completion_job_claim(job_id=str(job.id), row=published[0]["row"], worker="w1:1")
+    stored = CompletionJob.objects.get(pk=job.pk)
+    assert (stored.api_key_id, stored.status) == (None, JobStatus.RUNNING)
+
+
+def test_a_waiter_answering_before_any_claim_writes_the_row_queued_for_the_worker(published):
+    job = submit()
+    waited = dispatch.wait_for_job(job, timeout_s=0.3)
+    assert waited.status == JobStatus.QUEUED
+    stored = CompletionJob.objects.get(pk=job.pk)  # the id it hands out can be looked up
+    assert (stored.status, stored.deliveries, stored.request["messages"]) == (JobStatus.QUEUED, 0, MESSAGES)
+    claimed = completion_job_claim(job_id=str(job.id), row=published[0]["row"], worker="w1:1")
+    assert (claimed.status, claimed.deliveries, claimed.worker) == (JobStatus.RUNNING, 1, "w1:1")
+    assert len(published) == 1  # answered, not republished
+
+
+def test_a_waiter_whose_task_looks_lost_writes_the_row_and_publishes_it_again(published, settings):
+    settings.COMPLETION_REQUEUE_AFTER_S = 0.2
+    job = submit()
+    waited = dispatch.wait_for_job(job, timeout_s=1.5)
+    assert waited.status == JobStatus.QUEUED
+    assert CompletionJob.objects.get(pk=job.pk).status == JobStatus.QUEUED
+    assert [m["args"] for m in published] == [[str(job.id)], [str(job.id)]]
+    assert "row" not in published[1]  # the second message reads the row
+
+
+def test_a_deferred_job_the_broker_refuses_is_written_failed(redis_url, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise BrokerError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(dispatch.run_completion, "apply_async", refuse)
+    with pytest.raises(BrokerError):
+        submit()
+    [stored] = CompletionJob.objects.all()
+    assert (stored.status, stored.error, stored.session_id) == (
+        JobStatus.FAILED,
+        dispatch.BROKER_UNAVAILABLE,
+        "s-1",
+    )
+
+
+def test_an_idempotency_key_or_a_job_id_handed_out_for_later_is_written_before_the_publish(published):
+    keyed = submit(idempotency_key="k-1")
+    later, _ = dispatch.submit_completion(
+        api_key=None, session_id="s-2", user_id="u", subagent="", attributes={},
+        request={"messages": MESSAGES}, durable=True,
+    )  # fmt: skip
+    assert set(CompletionJob.objects.values_list("pk", flat=True)) == {keyed.pk, later.pk}
+    assert all("row" not in m for m in published)
