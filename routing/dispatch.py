@@ -232,11 +232,10 @@ def _wait_redis(
             return job
         now = time.monotonic()
         if row is not None and (now >= deadline or now - started >= settings.COMPLETION_REQUEUE_AFTER_S):
-            # about to hand the job id out unanswered, or its task looks lost: write the row (and
-            # publish the task again: the claim lets one delivery run it)
-            completion_job_materialize(job_id=str(job.id), row=row)
-            if now < deadline:
-                publish_completion(str(job.id))
+            # about to hand the job id out unanswered, or its task looks lost: write the row (and,
+            # if no worker has claimed it, publish the task again: the claim lets one delivery run it)
+            if completion_job_materialize(job_id=str(job.id), row=row) and now < deadline:
+                _publish_again(str(job.id))
             row = None
         if not channel or now >= next_recheck or now >= deadline:
             next_recheck = now + RECHECK_S
@@ -252,6 +251,18 @@ def _wait_redis(
         if time.monotonic() >= deadline:
             log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
             return job
+
+
+def _publish_again(job_id: str) -> None:
+    """Publish a deferred job's task again (its row now written, unclaimed). A safety net: if the
+    broker refuses it, the job stays queued for :func:`routing.tasks.requeue_lost_jobs` (its first
+    message may only be waiting behind others) rather than being failed."""
+    try:
+        run_completion.apply_async(
+            args=[job_id], kwargs={}, task_id=job_id, queue=Queue.COMPLETIONS, ignore_result=True
+        )
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not publish completion %s again (%s)", job_id, type(exc).__name__)
 
 
 #: How often a waiting request checks whether its caller is still connected (seconds).

@@ -15,7 +15,9 @@ increments, no I/O):
 Read at scrape time (:class:`RoutingStateCollector`): ``muse_circuit_state{endpoint, state}``
 (1 for the endpoint's current state), ``muse_kill_switch_active{scope, target}``,
 ``muse_kill_state_unreadable`` and ``muse_job_oldest_age_seconds{status}`` (age of the oldest
-queued / running completion job).
+queued / running completion job *row*: a waiting caller's job has no row until a worker claims it,
+:func:`routing.services.completion_job_new`, so a broker backlog shows in
+``muse_queue_depth`` and ``muse_job_queue_wait_seconds`` instead).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class RoutingStateCollector:
         )
         age = GaugeMetricFamily(
             "muse_job_oldest_age_seconds",
-            "Age of the oldest completion job in a status (s).",
+            "Age of the oldest completion job row in a status (s); broker backlog: muse_queue_depth.",
             labels=["status"],
         )
         try:

@@ -136,6 +136,10 @@ def completion_job_new(
     the job (:func:`completion_job_claim` with ``row``) — still before any upstream call — and the
     waiting request writes it itself (:func:`completion_job_materialize`) if it has to hand the job
     id out unanswered or the task looks lost. Returns ``(job, row)``; ``row`` is JSON-serialisable.
+
+    ``attributes`` and ``request`` travel as JSON *text*: the message's own JSON (kombu) turns
+    client objects shaped ``{"__type__": …, "__value__": …}`` into Python values, or refuses to
+    decode the message at all.
     """
     job = CompletionJob(
         id=uuid.uuid4(),
@@ -152,8 +156,8 @@ def completion_job_new(
         "session_id": session_id,
         "user_id": user_id,
         "subagent": subagent,
-        "attributes": job.attributes,
-        "request": job.request,
+        "attributes": json.dumps(job.attributes, ensure_ascii=False),
+        "request": json.dumps(job.request, ensure_ascii=False),
         "created_at": job.created_at.isoformat(),
     }
     return job, row
@@ -168,6 +172,9 @@ _ROW_FIELDS = frozenset(
 def _job_from_row(job_id, row: Mapping[str, Any], **state: Any) -> CompletionJob:
     """The job a deferred message describes, with ``state`` (status, lease, …) set; unsaved."""
     fields = {k: v for k, v in row.items() if k in _ROW_FIELDS}
+    for name in ("attributes", "request"):
+        if isinstance(fields.get(name), str):
+            fields[name] = json.loads(fields[name])
     created = fields.get("created_at")
     fields["created_at"] = datetime.fromisoformat(created) if isinstance(created, str) else timezone.now()
     return CompletionJob(id=uuid.UUID(str(job_id)), **fields, **state)
@@ -202,12 +209,13 @@ def _insert_new(job: CompletionJob) -> bool:
     return False  # pragma: no cover - the loop returns or raises
 
 
-def completion_job_materialize(*, job_id, row: Mapping[str, Any]) -> None:
+def completion_job_materialize(*, job_id, row: Mapping[str, Any]) -> bool:
     """Write a deferred job's row as ``queued`` unless it exists (the worker wrote it first).
+    Returns True if this call wrote it (no worker has claimed the job).
 
     Called by the request waiting for it before it hands the job id out unanswered, and when its
     task looks lost (``COMPLETION_REQUEUE_AFTER_S`` without a row)."""
-    _insert_new(_job_from_row(job_id, row, status=JobStatus.QUEUED))
+    return _insert_new(_job_from_row(job_id, row, status=JobStatus.QUEUED))
 
 
 def relax_commit_durability() -> None:

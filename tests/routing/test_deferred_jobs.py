@@ -117,3 +117,72 @@ def test_an_idempotency_key_or_a_job_id_handed_out_for_later_is_written_before_t
     )  # fmt: skip
     assert set(CompletionJob.objects.values_list("pk", flat=True)) == {keyed.pk, later.pk}
     assert all("row" not in m for m in published)
+
+
+# --- review findings -------------------------------------------------------------------------
+
+
+def test_a_waiter_does_not_publish_again_a_job_a_worker_already_claimed(published, settings):
+    """A drop-in call that runs longer than COMPLETION_REQUEUE_AFTER_S (a long generation) was
+    claimed long ago: its task is not lost, so the waiter must not publish it again."""
+    settings.COMPLETION_REQUEUE_AFTER_S = 0.2
+    job = submit()
+    completion_job_claim(job_id=str(job.id), row=published[0]["row"], worker="w1:1")
+    dispatch.wait_for_job(job, timeout_s=1.5)
+    assert len(published) == 1
+
+
+def test_a_broker_refusing_the_waiters_republish_does_not_fail_a_running_job(
+    published, settings, monkeypatch
+):
+    """The republish is a safety net: when the broker refuses it, the job a worker is running (and
+    whose upstream call is under way) must not be failed ``broker_unavailable``, nor the waiting
+    request blow up."""
+    settings.COMPLETION_REQUEUE_AFTER_S = 0.2
+    job = submit()
+    completion_job_claim(job_id=str(job.id), row=published[0]["row"], worker="w1:1")
+
+    def refuse(*args, **kwargs):
+        raise BrokerError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(dispatch.run_completion, "apply_async", refuse)
+    waited = dispatch.wait_for_job(job, timeout_s=1.5)
+    assert waited.status == JobStatus.RUNNING
+    assert CompletionJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        {"__type__": "datetime", "__value__": "2024-01-01T00:00:00"},
+        {"__type__": "decimal", "__value__": "1.5"},
+        {"__type__": "point", "__value__": [1, 2]},
+    ],
+    ids=["datetime", "decimal", "unknown"],
+)
+def test_the_row_survives_the_task_messages_json_whatever_the_client_sent(published, envelope):
+    """The row travels through kombu's JSON, which turns ``{"__type__": …, "__value__": …}``
+    objects into Python values (or refuses to decode them). Client JSON (tool-call arguments,
+    tool parameter schemas, attributes) may hold exactly such an object: the worker must still
+    write the request as the client sent it."""
+    from kombu.serialization import dumps, loads
+
+    messages = [
+        {"role": "user", "content": "book it"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "name": "book", "arguments": envelope}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    job, _ = dispatch.submit_completion(
+        api_key=None, session_id="s-1", user_id="u-1", subagent="", attributes={"when": envelope},
+        request={"messages": messages, "cancellable": True}, durable=False,
+    )  # fmt: skip
+    [message] = published
+    content_type, encoding, body = dumps({"kwargs": {"row": message["row"]}}, serializer="json")
+    row = loads(body, content_type, encoding)["kwargs"]["row"]  # what the worker receives
+    completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
+    stored = CompletionJob.objects.get(pk=job.pk)
+    assert stored.request["messages"] == messages and stored.attributes == {"when": envelope}
