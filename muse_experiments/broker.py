@@ -7,14 +7,15 @@ that was 15% of the web process's publish and 6.6% of a worker's CPU at 32 clien
 thread-safe (each command takes a connection from the channel's pool), so one per channel and
 pool is enough. Nothing else changes: same URL, pool, options and wire format.
 
-Installed through :class:`AMQP` (``Celery(amqp=...)``), whose connections use :class:`Connection`;
-other transports (the embedded filesystem broker, RabbitMQ, Sentinel) are left as they are.
+Installed through :class:`AMQP` (``Celery(amqp=...)``), whose connections (and the pooled ones
+Celery publishes on) use :class:`Connection`; other transports (the embedded filesystem broker, RabbitMQ, Sentinel) are left as they are.
 """
 
 from __future__ import annotations
 
 from celery.app.amqp import AMQP as CeleryAMQP
 from kombu import Connection as KombuConnection
+from kombu import connection as kombu_connection
 from kombu.transport import redis as kombu_redis
 
 
@@ -39,11 +40,24 @@ class Transport(kombu_redis.Transport):
 
 
 class Connection(KombuConnection):
-    """A kombu connection that uses :class:`Transport` where kombu would use its Redis transport."""
+    """A kombu connection that uses :class:`Transport` where kombu would use its Redis transport,
+    and whose pool (Celery's producer pool) hands out connections that do the same."""
 
     def get_transport_cls(self):
         cls = super().get_transport_cls()
         return Transport if cls is kombu_redis.Transport else cls
+
+    def Pool(self, limit=None, **kwargs):  # noqa: N802 - kombu's name
+        return _ConnectionPool(self, limit=limit, **kwargs)
+
+
+class _PooledConnection(kombu_connection.PooledConnection, Connection):
+    """kombu's pooled connection (closed on error) with :class:`Connection`'s transport."""
+
+
+class _ConnectionPool(kombu_connection.ConnectionPool):
+    def new(self):
+        return _PooledConnection(self, **dict(self.connection._info(resolve=False)))
 
 
 class AMQP(CeleryAMQP):

@@ -96,7 +96,11 @@ def publish_completion(
     )
     if row is not None:
         kwargs["row"] = row
-    options = {"ignore_result": True} if uses_redis() else {}
+    options: dict[str, Any] = {"ignore_result": True} if uses_redis() else {}
+    # the message's printable copy of its arguments (Celery's saferepr of them, shown by monitoring
+    # tools) never holds the conversation, and costs nothing to build
+    options["argsrepr"] = repr([job_id])
+    options["kwargsrepr"] = repr({k: "…" if k == "row" else v for k, v in kwargs.items()})
     try:
         run_completion.apply_async(
             args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS, **options

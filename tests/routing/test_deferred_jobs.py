@@ -186,3 +186,24 @@ def test_the_row_survives_the_task_messages_json_whatever_the_client_sent(publis
     completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
     stored = CompletionJob.objects.get(pk=job.pk)
     assert stored.request["messages"] == messages and stored.attributes == {"when": envelope}
+
+
+def test_the_task_message_carries_the_row_but_its_printable_arguments_never_hold_the_conversation(redis_url):
+    """Celery puts a printable copy of a task's arguments in the message headers (monitoring tools
+    show it); a deferred job's row (the whole conversation) stays out of it."""
+    import base64
+    import json
+
+    from muse_experiments.celery import app
+
+    job = submit()
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        [raw] = [m for m in client.lrange("completions", 0, -1) if str(job.id).encode() in m]
+        assert client.lrem("completions", 0, raw) == 1  # no worker runs it later
+    message = json.loads(raw)
+    headers = message["headers"]
+    assert headers["argsrepr"] == repr([str(job.id)])
+    assert headers["kwargsrepr"] == repr({"stream": False, "pinned": True, "row": "…"})
+    args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
+    assert args == [str(job.id)] and json.loads(kwargs["row"]["request"])["messages"] == MESSAGES
