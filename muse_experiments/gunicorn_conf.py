@@ -5,7 +5,10 @@ default), and a worker that exits is marked dead for prometheus-client's multipr
 Access lines come from Django (:mod:`muse_experiments.observability`), not gunicorn.
 """
 
+import logging
 import os
+
+from gunicorn.glogging import Logger
 
 _debug = os.environ.get("DJANGO_DEBUG", "").lower() in ("1", "true", "yes")
 _format = os.environ.get("LOG_FORMAT", "plain" if _debug else "json")
@@ -27,6 +30,21 @@ if _format == "json":
             "gunicorn.access": {"handlers": ["console"], "level": "WARNING", "propagate": False},
         },
     }
+
+
+class AccessLogger(Logger):
+    """gunicorn's logger, minus the access line nobody reads: with a ``logconfig_dict`` gunicorn
+    builds every request's access-log atoms (headers, environ) and hands them to
+    ``gunicorn.access``, which the config above sets to WARNING — 2% of a web process's CPU per
+    request (``bench/bench_stages.py --profile``). Django writes the access lines
+    (:mod:`muse_experiments.observability`)."""
+
+    def access(self, resp, req, environ, request_time):
+        if self.access_log.isEnabledFor(logging.INFO):
+            super().access(resp, req, environ, request_time)
+
+
+logger_class = AccessLogger
 
 
 def child_exit(server, worker):

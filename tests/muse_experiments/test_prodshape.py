@@ -130,3 +130,26 @@ def test_the_procfile_worker_logs_celerys_own_info_lines_as_json(tmp_path):
     assert ready["msg"].startswith("worker.1@") and ready["msg"].endswith(" ready.")
     assert (ready["level"], ready["logger"], ready["process"]) == ("INFO", "celery.apps.worker", "worker.1")
     assert any(r["logger"] == "celery.worker.consumer.connection" and r["level"] == "INFO" for r in records)
+
+
+def test_gunicorn_builds_no_access_line_that_its_logging_config_drops():
+    """gunicorn's access lines go to ``gunicorn.access`` at WARNING (Django writes the access
+    lines): the logger skips building them, and still logs them if that logger is turned up."""
+    import logging
+
+    from gunicorn.config import Config
+
+    from muse_experiments import gunicorn_conf
+
+    class Exploding:
+        def __getattr__(self, name):
+            raise AssertionError(f"the access line was built ({name})")
+
+    cfg = Config()
+    cfg.set("accesslog", "-")  # gunicorn would build and log access lines
+    log = gunicorn_conf.AccessLogger(cfg)
+    log.access_log.setLevel(logging.WARNING)
+    log.access(Exploding(), Exploding(), {}, None)  # nothing built
+    log.access_log.setLevel(logging.INFO)
+    with pytest.raises(AssertionError, match="access line was built"):
+        log.access(Exploding(), Exploding(), {}, None)
