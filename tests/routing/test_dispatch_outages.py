@@ -43,7 +43,7 @@ def test_a_job_whose_task_message_was_lost_is_published_again_and_runs_once(upst
     assert tasks.requeue_lost_jobs(older_than_s=60) == 0  # once per period
     deadline = time.monotonic() + 60
     while CompletionJob.objects.get(pk=job.pk).status != JobStatus.SUCCEEDED:
-        assert time.monotonic() < deadline, CompletionJob.objects.get(pk=job.pk).status
+        assert time.monotonic() < deadline, CompletionJob.objects.values("status", "error").get(pk=job.pk)
         time.sleep(0.2)
     assert CompletionJob.objects.get(pk=job.pk).deliveries == 1
     calls = [c for c in upstreams.calls() if "lost message" in c["raw_body"]]
