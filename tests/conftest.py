@@ -149,6 +149,7 @@ def celery_worker_process(upstreams):
     }
     if settings.REDIS_URL:
         env["REDIS_URL"] = settings.REDIS_URL
+        _purge_task_queues()
     log_path = Path(settings.VAR_DIR) / "worker-test.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -193,6 +194,18 @@ def celery_worker_process(upstreams):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _purge_task_queues() -> None:
+    """Drop task messages earlier tests published without a worker to run them. Their jobs' rows
+    were rolled back, but a waiting caller's message carries its row (routing.services.
+    completion_job_new), so a worker would run them and keep this test's job waiting behind them."""
+    from muse_experiments.celery import app
+    from muse_experiments.queues import Queue
+
+    with app.connection_for_write() as conn:
+        for queue in (Queue.COMPLETIONS, Queue.ANALYTICS):
+            conn.default_channel.queue_purge(str(queue))
 
 
 def wait_for_records_written(timeout_s: float = 30.0) -> None:
