@@ -90,5 +90,9 @@ SCHEMATHESIS_PROCESSES ?= 2
 schemathesis-full: install
 	SCHEMATHESIS_MAX_EXAMPLES=1000 nice -n 10 $(BIN)/pytest tests/test_schemathesis.py -q -p no:cacheprovider -n $(SCHEMATHESIS_PROCESSES) --dist worksteal $(ARGS)
 
+# Also the reasoning stores in /dev/shm of this checkout's var/ and var/test/ (settings.REASONING_STORE_DIR).
 clean:
+	for d in var var/test; do \
+	  rm -rf /dev/shm/muse-reasoning-$$(id -u)-$$(printf %s "$$(pwd)/$$d" | sha256sum | cut -c1-12); \
+	done
 	rm -rf var .pytest_cache .ruff_cache

@@ -53,3 +53,8 @@ def child_exit(server, worker):
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)
+
+
+# gunicorn 27's control socket (``gunicornc``) would sit at one fixed path in $HOME for every instance
+# on the machine; nothing here uses it.
+control_socket_disable = True

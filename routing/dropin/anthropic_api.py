@@ -88,7 +88,10 @@ def anthropic_error(*, kind: str, message: str) -> dict[str, Any]:
 def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": as_str(content, param)}]
-    return [as_object(b, f"{param}[{i}]") for i, b in enumerate(as_list(content, param, max_len=1000))]
+    return [
+        as_object(b, f"{param}[{i}]")
+        for i, b in enumerate(as_list(content, param, max_len=1000, or_string=True))
+    ]
 
 
 def _block_text(content: Any, param: str) -> str:

@@ -86,8 +86,13 @@ def as_object(value: Any, param: str) -> dict[str, Any]:
     return value
 
 
-def as_list(value: Any, param: str, *, max_len: int, allow_empty: bool = True) -> list[Any]:
-    require(isinstance(value, list), f"'{param}' must be an array.", param)
+def as_list(
+    value: Any, param: str, *, max_len: int, allow_empty: bool = True, or_string: bool = False
+) -> list[Any]:
+    """``value`` if it is a list within the bounds, else a 400 naming ``param`` (``or_string``: the
+    field also takes a string, which the caller has handled, so the message says both)."""
+    kind = "a string or an array" if or_string else "an array"
+    require(isinstance(value, list), f"'{param}' must be {kind}.", param)
     require(allow_empty or bool(value), f"'{param}' must not be empty.", param)
     require(len(value) <= max_len, f"'{param}' has more than {max_len} items.", param)
     return value

@@ -87,7 +87,7 @@ def _text_of(content: Any, param: str, part_types: frozenset[str]) -> str:
         return ""
     if isinstance(content, str):
         return as_str(content, param)
-    parts = as_list(content, param, max_len=1000)
+    parts = as_list(content, param, max_len=1000, or_string=True)
     texts = []
     for i, part in enumerate(parts):
         part = as_object(part, f"{param}[{i}]")
@@ -337,7 +337,7 @@ def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(raw, str):
         out.append({"role": "user", "content": raw})
         return out
-    for i, item in enumerate(as_list(raw, "input", max_len=MAX_MESSAGES, allow_empty=False)):
+    for i, item in enumerate(as_list(raw, "input", max_len=MAX_MESSAGES, allow_empty=False, or_string=True)):
         p = f"input[{i}]"
         item = as_object(item, p)
         kind = item.get("type", "message")

@@ -62,7 +62,10 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (with ``SO_REUSEADDR``, as gunicorn binds: a
+    connection of a server that just stopped, in TIME_WAIT, does not make the port taken)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
