@@ -216,3 +216,24 @@ def test_interleaved_upstream_tool_calls_reach_every_drop_in_whole(fake, endpoin
         {"type": "done", "result": {"tool_calls": calls, "finish_reason": "tool_calls", "usage": {}}}
     )
     assert formatter(events) == expected(calls)
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "param"),
+    [
+        ("chat", [{"role": "user", "content": 12}], "messages[0].content"),
+        ("responses", {"input": 5}, "input"),
+        ("responses", {}, "input"),
+        ("anthropic", {"messages": [{"role": "user", "content": 12}]}, "messages[0].content"),
+    ],
+)
+def test_a_field_that_takes_a_string_or_an_array_says_both_when_it_gets_neither(parse, body, param):
+    from routing.dropin.anthropic_api import messages_in
+    from routing.dropin.common import DropinError
+    from routing.dropin.openai_api import chat_messages, responses_messages
+
+    parser = {"chat": chat_messages, "responses": responses_messages, "anthropic": messages_in}[parse]
+    with pytest.raises(DropinError) as refused:
+        parser(body)
+    assert str(refused.value) == f"'{param}' must be a string or an array."
+    assert refused.value.param == param
