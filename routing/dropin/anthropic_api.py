@@ -356,9 +356,10 @@ class MessagesApi(DropinView):
         model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
         pinned = resolve_model(model_name)
         max_tokens = body.get("max_tokens")
+        require(max_tokens is not None, "max_tokens: Field required (a positive integer).", "max_tokens")
         require(
             isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1,
-            "max_tokens: Field required (a positive integer).",
+            "max_tokens: must be a positive integer.",
             "max_tokens",
         )
         stream = body.get("stream") or False

@@ -263,6 +263,14 @@ def test_sdk_errors_arrive_in_the_sdks_own_shapes(platform):
     with pytest.raises(anthropic.BadRequestError) as missing:
         ant.messages.create(model="muse-default", max_tokens=0, messages=[{"role": "user", "content": "x"}])
     assert missing.value.body["error"]["type"] == "invalid_request_error"
+    assert missing.value.body["error"]["message"] == "max_tokens: must be a positive integer."
+    absent = httpx.post(  # the SDK itself insists on max_tokens
+        f"{url}/v1/messages",
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
+        json={"model": "muse-default", "messages": [{"role": "user", "content": "x"}]},
+    )
+    assert absent.status_code == 400
+    assert absent.json()["error"]["message"] == "max_tokens: Field required (a positive integer)."
     no_scope = anthropic.Anthropic(base_url=url, api_key=api_key(["events"]), max_retries=0)
     with pytest.raises(anthropic.PermissionDeniedError):
         no_scope.messages.create(
