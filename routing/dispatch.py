@@ -8,7 +8,7 @@ result store (a file) and then reads the job row.
 
 A caller that waits on this request, with Redis, without an idempotency key and without streaming,
 costs no database round trip before the publish: the message carries the job's row
-(:func:`routing.services.completion_job_new`) and the worker writes it as it claims the job. The
+(:func:`routing.services.job_row`) and the worker writes it as it claims the job. The
 waiting request writes it itself (``queued``) before handing the id out unanswered, and when no
 worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
 
@@ -48,6 +48,7 @@ from .services import (
     completion_job_fail,
     completion_job_materialize,
     completion_job_new,
+    job_row,
 )
 from .tasks import run_completion
 
@@ -87,27 +88,32 @@ def publish_completion(
 ) -> None:
     """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise.
 
-    ``row``: a deferred job's row (:func:`routing.services.completion_job_new`), which the worker
-    writes as it claims the job. With Redis no Celery result is stored: the final state travels
-    through :mod:`routing.handoff`.
+    ``row``: a deferred job's row (:func:`routing.services.job_row`), which the worker writes as
+    it claims the job. With Redis no Celery result is stored: the final state travels through
+    :mod:`routing.handoff`.
     """
     kwargs: dict[str, Any] = (
         {"stream": stream, "pinned": pinned} if stream is not None and pinned is not None else {}
     )
     if row is not None:
         kwargs["row"] = row
+    try:
+        _send(job_id, kwargs)
+    except Exception:
+        completion_job_fail(job_id=job_id, reason=BROKER_UNAVAILABLE, row=row)
+        raise
+
+
+def _send(job_id: str, kwargs: dict[str, Any]) -> None:
+    """``run_completion`` for ``job_id`` on the completions queue (task id = job id)."""
     options: dict[str, Any] = {"ignore_result": True} if uses_redis() else {}
     # the message's printable copy of its arguments (Celery's saferepr of them, shown by monitoring
     # tools) never holds the conversation, and costs nothing to build
     options["argsrepr"] = repr([job_id])
     options["kwargsrepr"] = repr({k: "…" if k == "row" else v for k, v in kwargs.items()})
-    try:
-        run_completion.apply_async(
-            args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS, **options
-        )
-    except Exception:
-        completion_job_fail(job_id=job_id, reason=BROKER_UNAVAILABLE, row=row)
-        raise
+    run_completion.apply_async(
+        args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS, **options
+    )
 
 
 def submit_completion(
@@ -150,12 +156,11 @@ def _create_and_enqueue(
 ) -> tuple[CompletionJob, bool]:
     if uses_redis() and not (durable or idempotency_key or stream):
         # the caller waits here and has no job id yet: the worker writes the row as it claims it
-        job, row = completion_job_new(
+        job = completion_job_new(
             api_key=api_key, session_id=session_id, user_id=user_id, subagent=subagent,
             attributes=attributes, request=request,
         )  # fmt: skip
-        publish_completion(str(job.id), stream=False, pinned=_pinned(job), row=row)
-        job._deferred_row = row
+        publish_completion(str(job.id), stream=False, pinned=_pinned(job), row=job_row(job))
         return job, True
     with transaction.atomic():
         job, created = completion_job_create(
@@ -213,7 +218,7 @@ def _wait_redis(
     started = time.monotonic()
     deadline = started + timeout_s
     next_recheck = started + RECHECK_S
-    row = getattr(job, "_deferred_row", None)  # not written yet: the worker writes it as it claims
+    unwritten = job._state.adding  # a deferred job: the worker writes its row as it claims it
     channel = True
     while True:
         remaining = max(deadline - time.monotonic(), 0.0)
@@ -235,18 +240,18 @@ def _wait_redis(
                 job.refresh_from_db()
             return job
         now = time.monotonic()
-        if row is not None and (now >= deadline or now - started >= settings.COMPLETION_REQUEUE_AFTER_S):
+        if unwritten and (now >= deadline or now - started >= settings.COMPLETION_REQUEUE_AFTER_S):
             # about to hand the job id out unanswered, or its task looks lost: write the row (and,
             # if no worker has claimed it, publish the task again: the claim lets one delivery run it)
-            if completion_job_materialize(job_id=str(job.id), row=row) and now < deadline:
+            if completion_job_materialize(job) and now < deadline:
                 _publish_again(str(job.id))
-            row = None
+            unwritten = False
         if not channel or now >= next_recheck or now >= deadline:
             next_recheck = now + RECHECK_S
             try:
                 job.refresh_from_db()
             except CompletionJob.DoesNotExist:
-                if row is None:  # a database crash forgot it (routing.streaming.job_lost)
+                if not unwritten:  # a database crash forgot it (routing.streaming.job_lost)
                     return apply_final(
                         job, {"status": JobStatus.FAILED, "error": JOB_LOST, "finished_at": None}
                     )
@@ -262,9 +267,7 @@ def _publish_again(job_id: str) -> None:
     broker refuses it, the job stays queued for :func:`routing.tasks.requeue_lost_jobs` (its first
     message may only be waiting behind others) rather than being failed."""
     try:
-        run_completion.apply_async(
-            args=[job_id], kwargs={}, task_id=job_id, queue=Queue.COMPLETIONS, ignore_result=True
-        )
+        _send(job_id, {})
     except Exception as exc:  # noqa: BLE001
         log.warning("could not publish completion %s again (%s)", job_id, type(exc).__name__)
 

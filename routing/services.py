@@ -128,20 +128,17 @@ def completion_job_new(
     subagent: str,
     attributes: Mapping[str, Any],
     request: Mapping[str, Any],
-) -> tuple[CompletionJob, dict[str, Any]]:
-    """A queued, non-streamed job that is *not* written yet, and its row as a message field.
+) -> CompletionJob:
+    """A queued, non-streamed job that is *not* written yet (``job._state.adding`` stays True).
 
     For a caller that waits for the answer on this request and gave no idempotency key: no
-    database round trip before the task is published. The worker writes the row when it claims
-    the job (:func:`completion_job_claim` with ``row``) — still before any upstream call — and the
-    waiting request writes it itself (:func:`completion_job_materialize`) if it has to hand the job
-    id out unanswered or the task looks lost. Returns ``(job, row)``; ``row`` is JSON-serialisable.
-
-    ``attributes`` and ``request`` travel as JSON *text*: the message's own JSON (kombu) turns
-    client objects shaped ``{"__type__": …, "__value__": …}`` into Python values, or refuses to
-    decode the message at all.
+    database round trip before the task is published. Its message carries :func:`job_row`; the
+    worker writes the row when it claims the job (:func:`completion_job_claim` with ``row``) —
+    still before any upstream call — and the waiting request writes it itself
+    (:func:`completion_job_materialize`) if it has to hand the job id out unanswered or the task
+    looks lost.
     """
-    job = CompletionJob(
+    return CompletionJob(
         id=uuid.uuid4(),
         api_key=api_key,
         session_id=session_id,
@@ -151,16 +148,24 @@ def completion_job_new(
         request=storable(dict(request)),
         created_at=timezone.now(),
     )
-    row = {
+
+
+def job_row(job: CompletionJob) -> dict[str, Any]:
+    """A job's row as a task-message field (JSON-serialisable; read back by :func:`_job_from_row`).
+
+    ``attributes`` and ``request`` travel as JSON *text*: the message's own JSON (kombu) turns
+    client objects shaped ``{"__type__": …, "__value__": …}`` into Python values, or refuses to
+    decode the message at all.
+    """
+    return {
         "api_key_id": job.api_key_id,
-        "session_id": session_id,
-        "user_id": user_id,
-        "subagent": subagent,
+        "session_id": job.session_id,
+        "user_id": job.user_id,
+        "subagent": job.subagent,
         "attributes": json.dumps(job.attributes, ensure_ascii=False),
         "request": json.dumps(job.request, ensure_ascii=False),
         "created_at": job.created_at.isoformat(),
     }
-    return job, row
 
 
 #: Fields a deferred job's row carries in its task message (:func:`completion_job_new`).
@@ -209,13 +214,16 @@ def _insert_new(job: CompletionJob) -> bool:
     return False  # pragma: no cover - the loop returns or raises
 
 
-def completion_job_materialize(*, job_id, row: Mapping[str, Any]) -> bool:
-    """Write a deferred job's row as ``queued`` unless it exists (the worker wrote it first).
-    Returns True if this call wrote it (no worker has claimed the job).
+def completion_job_materialize(job: CompletionJob) -> bool:
+    """Write a job not written yet (:func:`completion_job_new`, or read from its message) as it is
+    (``queued``) unless its row exists (the worker wrote it first). Returns True if this call
+    wrote it (no worker has claimed the job); either way ``job`` counts as saved afterwards.
 
     Called by the request waiting for it before it hands the job id out unanswered, and when its
     task looks lost (``COMPLETION_REQUEUE_AFTER_S`` without a row)."""
-    return _insert_new(_job_from_row(job_id, row, status=JobStatus.QUEUED))
+    written = _insert_new(job)
+    job._state.adding, job._state.db = False, connection.alias
+    return written
 
 
 def relax_commit_durability() -> None:
@@ -290,8 +298,7 @@ def completion_job_claim(
             job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
             lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
         )  # fmt: skip
-        if _insert_new(job):
-            job._state.adding, job._state.db = False, connection.alias
+        if completion_job_materialize(job):
             return job
     job = _claim_queued(job_id=job_id, now=now, worker=identity)
     if job is not None:
@@ -400,7 +407,7 @@ def completion_job_fail(*, job_id, reason: str, row: Mapping[str, Any] | None = 
 
     With ``row`` (a deferred job, :func:`completion_job_new`) the row is written first if missing."""
     if row is not None:
-        completion_job_materialize(job_id=job_id, row=row)
+        completion_job_materialize(_job_from_row(job_id, row, status=JobStatus.QUEUED))
     with transaction.atomic():
         job = (
             CompletionJob.objects.select_for_update()
