@@ -329,10 +329,13 @@ def test_a_pinned_model_whose_circuit_is_open_answers_503_model_unavailable(plat
     url, key, upstreams = platform
     for _ in range(settings.ROUTING_CIRCUIT_FAILURES):
         breaker().record_failure(AZURE)
-    with pytest.raises(openai.InternalServerError) as chat:
-        openai_client(url, key).chat.completions.create(
-            model=AZURE, messages=[{"role": "user", "content": "x"}]
-        )
+    try:
+        with pytest.raises(openai.InternalServerError) as chat:
+            openai_client(url, key).chat.completions.create(
+                model=AZURE, messages=[{"role": "user", "content": "x"}]
+            )
+    finally:
+        breaker().reset()  # the open circuit lives in Redis: later tests must find it closed
     assert chat.value.status_code == 503 and chat.value.body["code"] == "model_unavailable"
     assert chat.value.body["message"] == f"The model {AZURE} is unavailable (circuit_open)."
     assert upstreams.call_count(model="muse-special") == 0
