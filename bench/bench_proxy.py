@@ -429,6 +429,38 @@ def start_platform(
     )
 
 
+def start_floor(procs: Processes, *, upstream: str, var: Path) -> tuple[str, dict[str, str], dict[str, int]]:
+    """The architecture's floor (``bench/floor_app.py``) in the Procfile's shape — gunicorn
+    ``gthread`` 2 × 48 threads, two Celery workers × 32 threads — on ``BENCH_REDIS_URL`` (flushed);
+    returns (base URL, {process: command}, {process: pid})."""
+    import redis
+
+    redis.Redis.from_url(os.environ["BENCH_REDIS_URL"]).flushdb()
+    port = free_port(PORTS)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PYTHONPATH": str(REPO / "bench"),
+        "DJANGO_SETTINGS_MODULE": "floor_app",
+        "REDIS_URL": os.environ["BENCH_REDIS_URL"],
+        "FLOOR_UPSTREAM": upstream,
+        "FLOOR_UPSTREAM_KEY": UPSTREAM_KEY,
+    }
+    worker = (
+        "celery -A floor_app --quiet worker -l warning -Q floor --pool threads --concurrency 32 "
+        "--without-gossip --without-mingle --without-heartbeat -n floor{n}@%h"
+    )
+    shape = {
+        "web.1": f"gunicorn floor_app:application -b 127.0.0.1:{port} -k gthread --workers 2 --threads 48",
+        "worker.1": worker.format(n=1),
+        "worker.2": worker.format(n=2),
+    }
+    pids = {name: procs.spawn(cmd, name, env=env, cwd=REPO / "bench").pid for name, cmd in shape.items()}
+    base = f"http://127.0.0.1:{port}"
+    wait_http(f"{base}/healthz", timeout_s=60, procs=procs.procs)
+    return base, shape, pids
+
+
 def git_revision() -> str:
     """``<short commit>`` of the working tree, ``+dirty`` when it has uncommitted changes."""
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
@@ -445,8 +477,17 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole measurement")
     parser.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="in the platform's place, the architecture's floor (bench/floor_app.py): web → Celery → SDK → back, nothing else",
+    )
     args = parser.parse_args()
+    if args.floor and args.embedded:
+        parser.error("--floor runs on Redis; it has no embedded form")
     var = bench_dir("bench-proxy", embedded=args.embedded)
+    if args.floor:
+        LABELS["platform"] = "architecture floor"
 
     import openai
 
@@ -455,9 +496,13 @@ def main() -> int:
         litellm_url, master_key, litellm_pid = start_litellm(
             procs, upstream=upstream, var=var, venv=args.litellm_venv
         )
-        platform_url, api_key, shape, platform_pids = start_platform(
-            procs, upstream=upstream, var=var, embedded=args.embedded
-        )
+        if args.floor:
+            platform_url, shape, platform_pids = start_floor(procs, upstream=upstream, var=var)
+            api_key = "unused"
+        else:
+            platform_url, api_key, shape, platform_pids = start_platform(
+                procs, upstream=upstream, var=var, embedded=args.embedded
+            )
 
         def client(base: str, key: str):
             return openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=60)
@@ -487,11 +532,17 @@ def main() -> int:
             raise SystemExit(f"the measurement did not finish within --timeout {args.timeout:.0f}s") from None
 
     mode = "embedded default (SQLite + filesystem broker)" if args.embedded else "PostgreSQL + Redis"
+    mode = "the architecture's floor (bench/floor_app.py) on Redis" if args.floor else mode
     print(
         f"\nbench-proxy at {git_revision()} on {os.cpu_count()} cores; platform: {mode}, DJANGO_DEBUG=false"
     )
+    formation = (
+        "floor"
+        if args.floor
+        else bench_formation(os.environ.get("MUSE_FORMATION", ""), embedded=args.embedded)
+    )
     print(
-        f"  Procfile × MUSE_FORMATION={bench_formation(os.environ.get('MUSE_FORMATION', ''), embedded=args.embedded)!r} "
+        f"  Procfile × MUSE_FORMATION={formation!r} "
         f"(WEB_CONCURRENCY={os.environ.get('WEB_CONCURRENCY', 'unset')}; load average before/after: "
         f"{load_before[0]:.1f}/{os.getloadavg()[0]:.1f} — other work on the machine skews absolute figures):"
     )

@@ -70,12 +70,9 @@ end
 redis.call('PEXPIRE', KEYS[2], math.ceil(tonumber(ARGV[2])))
 return 0
 """
-_SUCCESS = """
-if ARGV[1] == '1' then
-  redis.call('DEL', KEYS[1], KEYS[2])
-  return 1
-end
-return 0
+_PROBE_SUCCESS = """
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
 """
 
 
@@ -145,12 +142,16 @@ class RedisCircuitBreaker:
         return code == 2
 
     def record_success(self, endpoint_id: str, *, probe: bool = False) -> None:
-        """A successful call. A probe's success closes the circuit and forgets past failures."""
+        """A successful call. A probe's success closes the circuit and forgets past failures; any
+        other success changes nothing (failures age out of the window), so it costs no Redis
+        round trip."""
+        if not probe:
+            return
         self._run(
-            "success",
-            _SUCCESS,
+            "probe_success",
+            _PROBE_SUCCESS,
             [KEY_PREFIX + endpoint_id + ":state", KEY_PREFIX + endpoint_id + ":failures"],
-            ["1" if probe else "0"],
+            [],
         )
 
     def state(self, endpoint_id: str) -> str:

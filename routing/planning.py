@@ -59,8 +59,25 @@ class Candidate:
         return dataclasses.replace(base, **changes) if changes else base
 
 
+def is_anonymous(job: CompletionJob) -> bool:
+    """The caller named neither a session nor a user, so its unit id was made fresh for this call
+    (``request["anonymous"]``, set by the drop-ins): the unit has no history, and no later call
+    can continue its session."""
+    return bool(job.request.get("anonymous"))
+
+
+def state_session(job: CompletionJob) -> str:
+    """The session whose server-side state (encrypted reasoning, :mod:`routing.reasoning_store`)
+    the job's upstream calls read and keep: the job's session id, or ``""`` for an anonymous call
+    (nothing can continue it, so nothing is read or kept)."""
+    return "" if is_anonymous(job) else job.session_id
+
+
 def decide(job: CompletionJob) -> Decision:
-    """Assignment for a job's unit (pure engine + sticky lookup). No provider is called."""
+    """Assignment for a job's unit (pure engine + sticky lookup). No provider is called.
+
+    An anonymous call (:func:`is_anonymous`) skips the sticky lookup: a unit id made for this call
+    has no exposures yet."""
     snapshot = assignment_snapshot()
     attributes = {
         **job.attributes,
@@ -69,7 +86,7 @@ def decide(job: CompletionJob) -> Decision:
         "user_id": job.user_id,
     }
     sticky = None
-    if snapshot.experiments:
+    if snapshot.experiments and not is_anonymous(job):
         sticky = (
             sticky_variants(
                 experiment_ids=[e.id for e in snapshot.experiments],

@@ -53,7 +53,7 @@ only ``CompletionResult.to_public_dict()`` is stored.
 from __future__ import annotations
 
 from .models import CompletionJob
-from .planning import build_request, job_plan
+from .planning import build_request, job_plan, state_session
 from .recording import record_call
 from .services import completion_job_claim
 from .serving import serve
@@ -72,6 +72,6 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     decision, chain, reason = job_plan(job)
     request = build_request(job, {})
-    outcome = serve(request, chain, reason, session_id=job.session_id, job_id=job_id)
+    outcome = serve(request, chain, reason, session_id=state_session(job), job_id=job_id)
     record_call(job, decision, chain, outcome)
     return job.status

@@ -49,7 +49,7 @@ from django.utils import timezone
 from .events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event, uses_redis
 from .handoff import publish_final
 from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from .planning import build_request, job_plan
+from .planning import build_request, job_plan, state_session
 from .recording import record_call
 from .services import completion_job_claim, completion_job_fail
 from .serving import ServeOutcome, serve_stream
@@ -83,7 +83,7 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
             build_request(job, {}),
             chain,
             reason,
-            session_id=job.session_id,
+            session_id=state_session(job),
             outcome=outcome,
             cancelled=CancelWatch(job_id),
         )

@@ -9,7 +9,8 @@
 * Identity: ``X-Muse-Session-Id`` / ``X-Muse-User-Id`` headers, else the body's ``user``
   (OpenAI) or ``metadata.user_id`` (Anthropic / OpenAI metadata) for the user, and
   ``metadata.session_id`` for the session. Missing session → the user id; both missing → a
-  fresh id per request (each call its own unit). ``X-Muse-Subagent`` names the subagent;
+  fresh id per request (each call its own unit: no sticky lookup, and no encrypted reasoning
+  kept for it, since no later call can continue it; :func:`routing.planning.is_anonymous`). ``X-Muse-Subagent`` names the subagent;
   ``Idempotency-Key`` makes a retry return the same job.
 * Sampling parameters (temperature, max tokens, tool_choice …) are accepted for compatibility
   and ignored: the experiment variant decides them. Unknown parameters are a 400.
@@ -186,8 +187,9 @@ def header_text(request, name: str, *, max_len: int = 200) -> str:
     return value
 
 
-def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, str]:
-    """``(session_id, user_id)`` from the X-Muse headers, else the body (see module docstring)."""
+def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, str, bool]:
+    """``(session_id, user_id, anonymous)`` from the X-Muse headers, else the body (see module
+    docstring). ``anonymous``: neither was given, so both are a unit id made for this call."""
     meta = metadata if isinstance(metadata, dict) else {}
     user_id = header_text(request, "X-Muse-User-Id") or (user if isinstance(user, str) else "") or ""
     user_id = user_id or (meta.get("user_id") if isinstance(meta.get("user_id"), str) else "")
@@ -197,11 +199,12 @@ def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, s
     for value, param in ((session_id, "X-Muse-Session-Id"), (user_id, "X-Muse-User-Id")):
         problem = unit_id_problem(value) if value else None
         require(problem is None, f"Invalid {param}: {problem}", param)
+    anonymous = not (session_id or user_id)
     session_id = session_id or user_id or f"anon-{uuid.uuid4().hex}"
     user_id = user_id or session_id
     require(len(session_id) <= 200, "The session id is longer than 200 characters.", "X-Muse-Session-Id")
     require(len(user_id) <= 200, "The user id is longer than 200 characters.", "X-Muse-User-Id")
-    return session_id, user_id
+    return session_id, user_id, anonymous
 
 
 def submit(
@@ -218,9 +221,12 @@ def submit(
     require(bool(messages), "At least one message is required.", "messages")
     if stream:
         refuse_unavailable_pinned_stream(model)
-    session_id, user_id = identity(request, user=user, metadata=metadata)
+    session_id, user_id, anonymous = identity(request, user=user, metadata=metadata)
     # "cancellable": a caller that gives up has its upstream call closed at once (routing.tasks)
     body: dict[str, Any] = {"messages": messages, "tools": tools, "cancellable": True}
+    if anonymous:
+        # a unit of its own: no sticky lookup, no reasoning kept (routing.planning.is_anonymous)
+        body["anonymous"] = True
     if model:
         body["model"] = model
     return submit_completion(

@@ -339,3 +339,17 @@ def test_a_pinned_model_whose_circuit_is_open_answers_503_model_unavailable(plat
     assert chat.value.status_code == 503 and chat.value.body["code"] == "model_unavailable"
     assert chat.value.body["message"] == f"The model {AZURE} is unavailable (circuit_open)."
     assert upstreams.call_count(model="muse-special") == 0
+
+
+def test_only_a_call_that_names_no_session_or_user_is_anonymous(platform):
+    url, key, _ = platform
+    messages = [{"role": "user", "content": "Oslo"}]
+    openai_client(url, key).chat.completions.create(model="muse-default", messages=messages)
+    openai_client(url, key, **{"X-Muse-User-Id": "user-7"}).chat.completions.create(
+        model="muse-default", messages=messages
+    )
+    wait_for_records_written()
+    anonymous, named = CompletionJob.objects.order_by("created_at")
+    assert anonymous.session_id.startswith("anon-") and anonymous.user_id == anonymous.session_id
+    assert (anonymous.request.get("anonymous"), named.request.get("anonymous")) == (True, None)
+    assert (named.session_id, named.user_id) == ("user-7", "user-7")

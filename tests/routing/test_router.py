@@ -158,3 +158,23 @@ def test_encrypted_reasoning_never_reaches_the_stored_result(catalogue, upstream
     assert j.status == "succeeded"
     stored = json.dumps(j.result)
     assert "gAAAAA" not in stored and "encrypted_content" not in stored
+
+
+def test_an_anonymous_job_looks_up_no_sticky_assignment_and_keeps_no_reasoning(
+    catalogue, upstreams, django_assert_num_queries
+):
+    """A unit id made for one call (the drop-ins' ``request["anonymous"]``) has no exposures to
+    look up, and nothing can continue its session, so its encrypted reasoning is not kept."""
+    from routing.planning import decide
+    from routing.reasoning_store import session_end
+
+    make_experiment(arms=[("control", avocado_id(14), 0.0), ("treatment", "azure/muse-special", 1.0)])
+    upstreams.set_scenario("muse-special", reasoning=True, encrypted_reasoning="always")
+    named = run(job(session_id="s-named", user_id="s-named"))
+    anonymous = run(job(session_id="anon-1", user_id="anon-1", anonymous=True))
+
+    assert [j.result["served_model"] for j in (named, anonymous)] == ["azure/muse-special"] * 2
+    assert session_end(session_id="anon-1") == 0
+    assert session_end(session_id="s-named") == 1
+    with django_assert_num_queries(0):
+        assert decide(anonymous).variant_key == "treatment"
