@@ -447,7 +447,7 @@ def start_floor(procs: Processes, *, upstream: str, var: Path) -> tuple[str, dic
         "FLOOR_UPSTREAM_KEY": UPSTREAM_KEY,
     }
     worker = (
-        "celery -A floor_app --quiet worker -l warning -Q floor --pool threads --concurrency 32 "
+        "celery -A floor_app --quiet worker -l info -Q floor --pool threads --concurrency 32 "
         "--without-gossip --without-mingle --without-heartbeat -n floor{n}@%h"
     )
     shape = {

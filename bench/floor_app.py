@@ -13,7 +13,7 @@ It is a Django settings module, URLconf, WSGI application and Celery application
 ``FLOOR_UPSTREAM`` (the upstream's base URL) and ``FLOOR_UPSTREAM_KEY``:
 
     gunicorn floor_app:application -k gthread --workers 2 --threads 48
-    celery -A floor_app worker --pool threads --concurrency 32 -Q floor --without-gossip --without-mingle --without-heartbeat
+    celery -A floor_app worker -l info --pool threads --concurrency 32 -Q floor --without-gossip --without-mingle --without-heartbeat
 """
 
 from __future__ import annotations
