@@ -104,16 +104,12 @@ def completion_job_create(
         with transaction.atomic(savepoint=bool(idempotency_key)):
             if not durable:
                 relax_commit_durability()
-            job = CompletionJob.objects.create(
-                api_key=api_key,
-                idempotency_key=idempotency_key,
-                session_id=session_id,
-                user_id=user_id,
-                subagent=subagent,
-                attributes=storable(dict(attributes)),
-                request=storable(dict(request)),
-                stream=stream,
-            )
+            job = completion_job_new(
+                api_key=api_key, session_id=session_id, user_id=user_id, subagent=subagent,
+                attributes=attributes, request=request,
+            )  # fmt: skip
+            job.idempotency_key, job.stream = idempotency_key, stream
+            job.save(force_insert=True)
     except IntegrityError:  # a concurrent request with the same idempotency key won
         existing = CompletionJob.objects.get(api_key=api_key, idempotency_key=idempotency_key)
         return _same_request(existing, payload), False
