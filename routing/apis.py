@@ -22,7 +22,7 @@ from muse_experiments.auth import ApiClient, HasScope
 
 from .dispatch import submit_completion, wait_for_job
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
-from .selectors import completion_job_current
+from .selectors import completion_job_current, completion_job_unwritten
 from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response
 
 
@@ -189,8 +189,8 @@ class CompletionDetailApi(APIView):
         jobs = CompletionJob.objects.all()
         if isinstance(request.user, ApiClient):  # a key sees only its own jobs; staff see all
             jobs = jobs.filter(api_key=request.user.key)
-        job = jobs.filter(pk=job_id).first()
-        if job is None:
+        job = jobs.filter(pk=job_id).first() or completion_job_unwritten(job_id)  # not drained yet
+        if job is None or (isinstance(request.user, ApiClient) and job.api_key_id != request.user.key.pk):
             raise Http404("No such job.")
         job = completion_job_current(job)
         return Response(CompletionOutputSerializer(job_payload(job)).data)

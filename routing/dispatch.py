@@ -46,7 +46,7 @@ from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from .services import (
     completion_job_create,
     completion_job_fail,
-    completion_job_materialize,
+    completion_job_hand_out,
     completion_job_new,
     job_row,
 )
@@ -155,7 +155,7 @@ def _create_and_enqueue(
     *, api_key, session_id, user_id, subagent, attributes, request, idempotency_key, stream, durable
 ) -> tuple[CompletionJob, bool]:
     if uses_redis() and not (durable or idempotency_key or stream):
-        # the caller waits here and has no job id yet: the worker writes the row as it claims it
+        # the caller waits here and has no job id yet: the worker claims it (in Redis) from its message
         job = completion_job_new(
             api_key=api_key, session_id=session_id, user_id=user_id, subagent=subagent,
             attributes=attributes, request=request,
@@ -218,7 +218,7 @@ def _wait_redis(
     started = time.monotonic()
     deadline = started + timeout_s
     next_recheck = started + RECHECK_S
-    unwritten = job._state.adding  # a deferred job: the worker writes its row as it claims it
+    unwritten = job._state.adding  # a deferred job: its row comes with its records (routing.claims)
     channel = True
     while True:
         remaining = max(deadline - time.monotonic(), 0.0)
@@ -243,7 +243,7 @@ def _wait_redis(
         if unwritten and (now >= deadline or now - started >= settings.COMPLETION_REQUEUE_AFTER_S):
             # about to hand the job id out unanswered, or its task looks lost: write the row (and,
             # if no worker has claimed it, publish the task again: the claim lets one delivery run it)
-            if completion_job_materialize(job) and now < deadline:
+            if completion_job_hand_out(job) and now < deadline:
                 _publish_again(str(job.id))
             unwritten = False
         if not channel or now >= next_recheck or now >= deadline:

@@ -31,7 +31,7 @@ from muse_experiments.storage_text import storable
 from .killswitch import kill_state
 from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
 from .planning import Candidate
-from .services import WORKER_LOST
+from .services import WORKER_LOST, completion_jobs_insert
 from .serving import ServeOutcome
 from .transcripts.services import TurnInput, transcript_record_turns
 
@@ -126,7 +126,8 @@ def call_payload(
 ) -> dict[str, Any]:
     """Everything :func:`records_write` needs for one call, as JSON-able values.
 
-    ``final`` is :func:`job_final_state`. Keys: ``job`` (id, final state), ``exposure`` (or None
+    ``final`` is :func:`job_final_state`. Keys: ``job`` (id, final state), ``row`` (the job's row
+    when it was claimed without one, :mod:`routing.claims`; else None), ``exposure`` (or None
     outside experiments), ``call`` (the CallRecord's fields), ``attempts`` and ``turn`` (or None
     for a failed call).
     """
@@ -177,6 +178,7 @@ def call_payload(
         }
     return {
         "job": {"id": job_id, **final},
+        "row": _claimed_row(job, turn),
         "exposure": exposure,
         "call": call,
         "attempts": [
@@ -197,12 +199,55 @@ def call_payload(
     }
 
 
+def _claimed_row(job: CompletionJob, turn: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The row of a job claimed without one (:mod:`routing.claims`), else None. Its ``request``
+    is the turn's (the same conversation, carried once) unless the call has no turn."""
+    if not job._state.adding:
+        return None
+    return {
+        "api_key_id": job.api_key_id,
+        "session_id": job.session_id,
+        "user_id": job.user_id,
+        "subagent": job.subagent,
+        "attributes": job.attributes,
+        "request": None if turn is not None else job.request,
+        "created_at": job.created_at.isoformat(),
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "deliveries": job.deliveries,
+        "worker": job.worker,
+        "lease_expires_at": job.lease_expires_at.isoformat() if job.lease_expires_at else None,
+    }
+
+
+def _claimed_job(payload: Mapping[str, Any]) -> CompletionJob:
+    """The ``running`` job of a payload's ``row`` (:func:`_claimed_row`), unsaved."""
+    row = payload["row"]
+    times = {
+        k: datetime.fromisoformat(row[k]) if row[k] else None for k in ("started_at", "lease_expires_at")
+    }
+    return CompletionJob(
+        id=payload["job"]["id"],
+        api_key_id=row["api_key_id"],
+        session_id=row["session_id"],
+        user_id=row["user_id"],
+        subagent=row["subagent"],
+        attributes=row["attributes"],
+        request=row["request"] if row["request"] is not None else payload["turn"]["request"],
+        status=JobStatus.RUNNING,
+        created_at=datetime.fromisoformat(row["created_at"]),
+        deliveries=row["deliveries"],
+        worker=row["worker"],
+        **times,
+    )
+
+
 def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     """Write a batch of :func:`call_payload` s in one transaction. Returns how many calls were new.
 
     Idempotent: payloads whose job already has a call record (an earlier write of the same
     payload) are skipped, and so are repeats within the batch and payloads whose job no longer
-    exists (logged). For each new call: the exposure
+    exists (logged). For each new call: the job's row if it was claimed without one
+    (:mod:`routing.claims`; ``row`` in the payload), the exposure
     (first variant wins, :func:`muse_experiments.services.exposures_record_many`), the call record
     and its attempts, the job's final state (unless another path already finished the job, except
     a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn. Every
@@ -221,6 +266,8 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
         new = [p for j, p in by_job.items() if j not in done]
         if not new:
             return 0
+        # jobs claimed in Redis: their rows first (written running; finished below)
+        completion_jobs_insert([_claimed_job(p) for p in new if p.get("row")])
         exposures_record_many(
             exposures=[ExposureInput(**p["exposure"]) for p in new if p["exposure"] is not None]
         )

@@ -3,9 +3,9 @@
 ``execute_job`` is what the Celery task runs. It reads as a line of steps, one module per step,
 each importable on its own:
 
-1. claim the job (:func:`routing.services.completion_job_claim`; a job whose row came in the
-   task message is written as it is claimed; a redelivered task for a finished or claimed job
-   does nothing);
+1. claim the job (:func:`routing.services.completion_job_claim`; with Redis, a job whose row
+   came in the task message is claimed in Redis, :mod:`routing.claims`, and its row written
+   with its records; a redelivered task for a finished or claimed job does nothing);
 2. plan (:mod:`routing.planning`): the pure assignment engine on the cached configuration snapshot, with the unit's
    durable sticky assignments (one indexed query);
 3. serve (:mod:`routing.serving`, each try one guarded call of :mod:`routing.attempts`): try

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -9,10 +11,14 @@ from decimal import Decimal
 from muse_experiments.config_version import VersionedSnapshot
 from muse_experiments.selectors import experiment_by_key
 
+from . import claims
 from .events import uses_redis
 from .handoff import apply_final, final_state
 from .killswitch import KillInForce
 from .models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
+from .services import job_from_row
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -145,3 +151,25 @@ def completion_job_current(job: CompletionJob) -> CompletionJob:
         if state is not None:
             return apply_final(job, state)
     return job
+
+
+def completion_job_unwritten(job_id) -> CompletionJob | None:
+    """A job claimed in Redis whose row the drainer has not written yet (:func:`routing.claims.unwritten`),
+    ``running`` and unsaved, for ``GET /api/v1/completions/{id}`` (which adds its final state if
+    published: :func:`routing.selectors.completion_job_current`); None if there is none or
+    Redis is unavailable (the caller answers 404)."""
+    if not uses_redis():
+        return None
+    try:
+        found = claims.unwritten(str(uuid.UUID(str(job_id))))
+    except (ValueError, TypeError):
+        return None
+    except Exception as exc:  # noqa: BLE001 - Redis down: only written jobs can be found
+        log.warning("reading the claim of job %s failed (%s)", job_id, type(exc).__name__)
+        return None
+    if found is None:
+        return None
+    row, started, worker = found
+    return job_from_row(
+        job_id, row, status=JobStatus.RUNNING, started_at=started, deliveries=1, worker=worker
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import uuid
@@ -20,10 +21,13 @@ from rest_framework import exceptions
 from muse_experiments import config_version
 from muse_experiments.storage_text import storable
 
+from . import claims
 from .catalogue import EndpointSeed, ProviderSeed
 from .events import publish_failure, uses_redis
 from .handoff import publish_final
 from .models import CompletionJob, JobStatus, ModelEndpoint, Provider
+
+log = logging.getLogger(__name__)
 
 
 @transaction.atomic
@@ -129,8 +133,9 @@ def completion_job_new(
 
     For a caller that waits for the answer on this request and gave no idempotency key: no
     database round trip before the task is published. Its message carries :func:`job_row`; the
-    worker writes the row when it claims the job (:func:`completion_job_claim` with ``row``) —
-    still before any upstream call — and the waiting request writes it itself
+    worker claims the job from it (:func:`completion_job_claim` with ``row``: in Redis, its row
+    written with the call's records; without Redis, the row written ``running``) — still before
+    any upstream call — and the waiting request writes it itself
     (:func:`completion_job_materialize`) if it has to hand the job id out unanswered or the task
     looks lost.
     """
@@ -147,7 +152,7 @@ def completion_job_new(
 
 
 def job_row(job: CompletionJob) -> dict[str, Any]:
-    """A job's row as a task-message field (JSON-serialisable; read back by :func:`_job_from_row`).
+    """A job's row as a task-message field (JSON-serialisable; read back by :func:`job_from_row`).
 
     ``attributes`` and ``request`` travel as JSON *text*: the message's own JSON (kombu) turns
     client objects shaped ``{"__type__": …, "__value__": …}`` into Python values, or refuses to
@@ -170,7 +175,7 @@ _ROW_FIELDS = frozenset(
 )
 
 
-def _job_from_row(job_id, row: Mapping[str, Any], **state: Any) -> CompletionJob:
+def job_from_row(job_id, row: Mapping[str, Any], **state: Any) -> CompletionJob:
     """The job a deferred message describes, with ``state`` (status, lease, …) set; unsaved."""
     fields = {k: v for k, v in row.items() if k in _ROW_FIELDS}
     for name in ("attributes", "request"):
@@ -181,21 +186,28 @@ def _job_from_row(job_id, row: Mapping[str, Any], **state: Any) -> CompletionJob
     return CompletionJob(id=uuid.UUID(str(job_id)), **fields, **state)
 
 
+def _insert_statement(jobs: Sequence[CompletionJob]) -> tuple[str, list[Any]]:
+    """``INSERT … VALUES (…), … ON CONFLICT (id) DO NOTHING RETURNING id`` for ``jobs`` as they
+    are (no ``auto_now_add``: a deferred job keeps the time its request came)."""
+    table = CompletionJob._meta.db_table
+    ops = connection.ops
+    fields = CompletionJob._meta.concrete_fields
+    row = f"({', '.join(['%s'] * len(fields))})"
+    sql = (
+        f"INSERT INTO {ops.quote_name(table)} ({', '.join(ops.quote_name(f.column) for f in fields)}) "
+        f"VALUES {', '.join([row] * len(jobs))} ON CONFLICT ({ops.quote_name('id')}) DO NOTHING "
+        f"RETURNING {ops.quote_name('id')}"
+    )
+    return sql, [f.get_db_prep_save(getattr(job, f.attname), connection) for job in jobs for f in fields]
+
+
 def _insert_new(job: CompletionJob) -> bool:
     """``INSERT … ON CONFLICT (id) DO NOTHING`` (autocommit). True if this call wrote the row.
 
     A job whose API key was deleted meanwhile is written without it (as ``on_delete=SET_NULL``
     would have left it)."""
-    table = CompletionJob._meta.db_table
-    ops = connection.ops
-    fields = CompletionJob._meta.concrete_fields
-    sql = (
-        f"INSERT INTO {ops.quote_name(table)} ({', '.join(ops.quote_name(f.column) for f in fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT ({ops.quote_name('id')}) DO NOTHING "
-        f"RETURNING {ops.quote_name('id')}"
-    )
     for attempt in range(2):
-        values = [f.get_db_prep_save(getattr(job, f.attname), connection) for f in fields]
+        sql, values = _insert_statement([job])
         try:
             # one statement in autocommit (its foreign key checked as it commits); a savepoint inside
             # a caller's transaction
@@ -210,6 +222,26 @@ def _insert_new(job: CompletionJob) -> bool:
     return False  # pragma: no cover - the loop returns or raises
 
 
+def completion_jobs_insert(jobs: Sequence[CompletionJob]) -> int:
+    """Write the rows of jobs claimed without one (:mod:`routing.claims`), in one statement,
+    skipping those already written. Returns how many it wrote. Meant for a caller's transaction
+    (the write-behind drainer's): a job whose API key was deleted meanwhile is written without it
+    (checked first: PostgreSQL checks the foreign key only at the commit)."""
+    if not jobs:
+        return 0
+    keys = {j.api_key_id for j in jobs if j.api_key_id is not None}
+    if keys:
+        model = CompletionJob._meta.get_field("api_key").related_model
+        live = set(model.objects.filter(pk__in=keys).values_list("pk", flat=True))
+        for job in jobs:
+            if job.api_key_id is not None and job.api_key_id not in live:
+                job.api_key_id = None
+    sql, values = _insert_statement(jobs)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        return len(cursor.fetchall())
+
+
 def completion_job_materialize(job: CompletionJob) -> bool:
     """Write a job not written yet (:func:`completion_job_new`, or read from its message) as it is
     (``queued``) unless its row exists (the worker wrote it first). Returns True if this call
@@ -220,6 +252,22 @@ def completion_job_materialize(job: CompletionJob) -> bool:
     written = _insert_new(job)
     job._state.adding, job._state.db = False, connection.alias
     return written
+
+
+def completion_job_hand_out(job: CompletionJob) -> bool:
+    """Write a deferred job's row before its id is handed out or its task published again: as its
+    Redis claim says (``running``, :func:`routing.claims.running`) if a worker took it, else
+    ``queued``. Returns True if this call wrote it unclaimed (the caller may publish it again)."""
+    taken = None
+    if uses_redis():
+        try:
+            taken = claims.running(str(job.id))
+        except Exception as exc:  # noqa: BLE001 - Redis down: write it queued (the claim decides later)
+            log.warning("reading the claim of job %s failed (%s)", job.id, type(exc).__name__)
+    if taken is not None:
+        job.worker, job.started_at, job.lease_expires_at = taken
+        job.status, job.deliveries = JobStatus.RUNNING, 1
+    return completion_job_materialize(job) and taken is None
 
 
 def relax_commit_durability() -> None:
@@ -286,11 +334,28 @@ def completion_job_claim(
     message, :func:`completion_job_new`) is claimed by writing its row already ``running``:
     ``INSERT … ON CONFLICT DO NOTHING``; if the row exists (a redelivery, or the waiting request
     wrote it), the cases above apply.
+
+    With Redis every delivery first goes through :func:`routing.claims.claim` (one script, one
+    round trip). A deferred job is claimed there alone: the returned job is *not written*
+    (``_state.adding``), and its row reaches the database with the call's records
+    (:func:`routing.records.records_write`). A job claimed there whose lease ran out is failed
+    ``worker_lost`` here; every other job (state ``db``) is claimed through its row, as above.
     """
     now = timezone.now()
     identity = (worker or worker_identity())[:200]
+    if uses_redis():
+        state, lost_row = _claim_in_redis(job_id, worker=identity, row=row)
+        if state == claims.CLAIMED:
+            return job_from_row(
+                job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
+                lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
+            )  # fmt: skip
+        if state == claims.LOST and lost_row is not None:  # its worker died mid-call
+            completion_job_fail(job_id=job_id, reason=WORKER_LOST, row=lost_row)
+        if state != claims.DB:  # running elsewhere, done or lost
+            return None
     if row is not None:
-        job = _job_from_row(
+        job = job_from_row(
             job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
             lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
         )  # fmt: skip
@@ -325,6 +390,16 @@ def completion_job_claim(
         return None
 
 
+def _claim_in_redis(job_id, *, worker: str, row: Mapping[str, Any] | None) -> tuple[str, dict | None]:
+    """:func:`routing.claims.claim`; if Redis fails, :data:`routing.claims.DB` (claim through the
+    row, as without Redis)."""
+    try:
+        return claims.claim(str(job_id), worker=worker, row=dict(row) if row is not None else None)
+    except Exception as exc:  # noqa: BLE001 - Redis down: the database row is the claim
+        log.warning("claiming job %s in Redis failed (%s); claiming its row", job_id, type(exc).__name__)
+        return claims.DB, None
+
+
 def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
     """``queued`` → ``running`` in one ``UPDATE … RETURNING`` statement; None if not queued."""
     table = CompletionJob._meta.db_table
@@ -353,7 +428,12 @@ def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
 
 
 def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
-    """Extend the leases of running jobs this worker holds by ``COMPLETION_LEASE_S`` from now."""
+    """Extend the leases of running jobs this worker holds by ``COMPLETION_LEASE_S`` from now:
+    their rows, and with Redis their claims there (:func:`routing.claims.renew`). Returns how
+    many rows it extended. Raises what the database or Redis raised."""
+    job_ids = list(job_ids)
+    if uses_redis():
+        claims.renew(job_ids, worker=worker)
     return CompletionJob.objects.filter(pk__in=list(job_ids), status=JobStatus.RUNNING, worker=worker).update(
         lease_expires_at=timezone.now() + timedelta(seconds=settings.COMPLETION_LEASE_S)
     )
@@ -363,8 +443,10 @@ def completion_jobs_reap_expired(*, now=None) -> int:
     """Fail running jobs whose lease expired (their worker died). Returns how many were failed.
 
     The maintenance task runs this periodically, so no job stays ``running`` forever even when its
-    task message is never redelivered (the embedded broker does not redeliver).
+    task message is never redelivered (the embedded broker does not redeliver). With Redis it
+    also fails the deferred jobs claimed there whose lease ran out (:func:`routing.claims.reap`).
     """
+    lost = _reap_redis_claims() if uses_redis() else 0
     now = now or timezone.now()
     with transaction.atomic():
         jobs = list(
@@ -376,7 +458,17 @@ def completion_jobs_reap_expired(*, now=None) -> int:
             job.status, job.error, job.finished_at = JobStatus.FAILED, WORKER_LOST, now
         CompletionJob.objects.bulk_update(jobs, ["status", "error", "finished_at"])
         _announce_failure(jobs)
-    return len(jobs)
+    return lost + len(jobs)
+
+
+def _reap_redis_claims() -> int:
+    """Fail ``worker_lost`` the jobs whose Redis claim's lease ran out. Returns how many."""
+    try:
+        expired = claims.reap()
+    except Exception as exc:  # noqa: BLE001 - the next tick retries
+        log.warning("reaping job claims in Redis failed (%s)", type(exc).__name__)
+        return 0
+    return sum(completion_job_fail(job_id=job_id, reason=WORKER_LOST, row=row) for job_id, row in expired)
 
 
 def _announce_failure(jobs) -> None:
@@ -403,7 +495,7 @@ def completion_job_fail(*, job_id, reason: str, row: Mapping[str, Any] | None = 
 
     With ``row`` (a deferred job, :func:`completion_job_new`) the row is written first if missing."""
     if row is not None:
-        completion_job_materialize(_job_from_row(job_id, row, status=JobStatus.QUEUED))
+        completion_job_materialize(job_from_row(job_id, row, status=JobStatus.QUEUED))
     with transaction.atomic():
         job = (
             CompletionJob.objects.select_for_update()

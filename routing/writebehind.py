@@ -4,7 +4,8 @@ With Redis (production), the worker that served a call does ONE Redis transactio
 
 1. ``XADD muse:records`` — the call's records (:func:`routing.records.call_payload`);
 2. ``SET muse:job:<id>:final`` + ``RPUSH muse:job:<id>:done`` — the job's final state, which wakes
-   the web request waiting for it (:mod:`routing.handoff`).
+   the web request waiting for it (:mod:`routing.handoff`);
+3. the job's claim marked ``done`` (:mod:`routing.claims`): a redelivered task does nothing.
 
 Both or neither: once a caller can see the answer, the records are in Redis. A drainer
 (:func:`drain`; the Procfile's ``drainer`` process, :func:`drain_forever`, else a thread in each
@@ -45,6 +46,7 @@ from typing import Any
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
+from .claims import queue_done, queue_forget_row
 from .events import redis_client
 from .handoff import queue_final
 from .records import records_write
@@ -70,6 +72,7 @@ def buffer_call(payload: Mapping[str, Any]) -> None:
     pipe = redis_client().pipeline(transaction=True)
     pipe.xadd(STREAM, {"p": json.dumps(payload, separators=(",", ":")), "t": repr(time.time())})
     queue_final(pipe, job["id"], final)
+    queue_done(pipe, job["id"])
     pipe.execute()
 
 
@@ -126,6 +129,9 @@ def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     pipe = client.pipeline(transaction=False)
     pipe.xack(STREAM, GROUP, *ids)
     pipe.xdel(STREAM, *ids)
+    for payload in payloads:
+        if payload.get("row"):  # written now: the claim need not keep it (routing.claims)
+            queue_forget_row(pipe, payload["job"]["id"])
     pipe.execute()
     lag_s = time.time() - min(float(fields[b"t"]) for _, fields in entries)
     _stats.note(len(entries), lag_s)

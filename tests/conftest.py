@@ -40,6 +40,33 @@ def redis_url() -> str:
     return settings.REDIS_URL
 
 
+@pytest.fixture(autouse=True)
+def no_claims_of_other_tests() -> None:
+    """Each test starts with no job claim in Redis's lease set (``routing.claims.LEASES``): claims
+    another test left running would otherwise be reaped into this test's database."""
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return
+    import redis
+
+    from routing.claims import LEASES
+
+    global _redis_for_claims
+    if _redis_for_claims is False:
+        return
+    try:
+        _redis_for_claims = _redis_for_claims or redis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=1
+        )
+        _redis_for_claims.delete(LEASES)
+    except redis.RedisError:
+        _redis_for_claims = False  # no Redis here: the tests that need it skip or fail on their own
+
+
+_redis_for_claims = None
+
+
 @pytest.fixture(scope="session")
 def postgres(django_db_setup, django_db_blocker) -> None:
     """Require that the test database is PostgreSQL."""

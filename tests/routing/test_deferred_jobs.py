@@ -8,12 +8,18 @@ from datetime import timedelta
 
 import pytest
 from kombu.exceptions import OperationalError as BrokerError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from muse_experiments.auth import api_key_create
-from muse_experiments.models import ApiKey
-from routing import dispatch
+from routing import claims, dispatch
+from routing.events import redis_client
+from routing.handoff import final_state
 from routing.models import CompletionJob, JobStatus
-from routing.services import WORKER_LOST, completion_job_claim
+from routing.services import (
+    WORKER_LOST,
+    completion_job_claim,
+    completion_jobs_reap_expired,
+    completion_jobs_renew_leases,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,36 +47,76 @@ def submit(api_key=None, **kw) -> CompletionJob:
     return job
 
 
-def test_the_worker_writes_the_row_as_it_claims_and_a_redelivery_follows_the_lease(published, settings):
+def expire_claim(job_id) -> None:
+    """As if the claim's holder stopped renewing it a lease ago (its worker died)."""
+    redis_client().hset(claims.claim_key(str(job_id)), "lease", 0)
+    redis_client().zadd(claims.LEASES, {str(job_id): 0})
+
+
+def test_the_worker_claims_in_redis_without_writing_and_a_redelivery_follows_the_lease(published, settings):
     job = submit()
     assert not CompletionJob.objects.filter(pk=job.pk).exists()  # nothing written before the publish
     [message] = published
     assert message["args"] == [str(job.id)] and (message["stream"], message["pinned"]) == (False, True)
     row = message["row"]
     claimed = completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
-    stored = CompletionJob.objects.get(pk=job.pk)
-    assert claimed.pk == stored.pk == job.pk
-    assert (stored.status, stored.deliveries, stored.worker) == (JobStatus.RUNNING, 1, "w1:1")
-    assert (stored.session_id, stored.user_id, stored.subagent) == ("s-1", "u-1", "coder")
-    assert stored.attributes == {"plan": "pro"} and stored.request["messages"] == MESSAGES
-    assert stored.created_at == job.created_at < stored.started_at  # the request's own time
-    assert stored.lease_expires_at == stored.started_at + timedelta(seconds=settings.COMPLETION_LEASE_S)
+    assert claimed._state.adding  # its row comes with its records (tests/routing/test_writebehind.py)
+    assert not CompletionJob.objects.filter(pk=job.pk).exists()
+    assert (claimed.pk, claimed.status, claimed.deliveries, claimed.worker) == (
+        job.pk,
+        JobStatus.RUNNING,
+        1,
+        "w1:1",
+    )
+    assert (claimed.session_id, claimed.user_id, claimed.subagent) == ("s-1", "u-1", "coder")
+    assert claimed.attributes == {"plan": "pro"} and claimed.request["messages"] == MESSAGES
+    assert claimed.created_at == job.created_at < claimed.started_at  # the request's own time
+    assert claimed.lease_expires_at == claimed.started_at + timedelta(seconds=settings.COMPLETION_LEASE_S)
+    worker, started, lease = claims.running(str(job.id))
+    assert worker == "w1:1" and lease - started == timedelta(seconds=settings.COMPLETION_LEASE_S)
 
     assert completion_job_claim(job_id=str(job.id), row=row, worker="w2:2") is None  # live lease
-    CompletionJob.objects.filter(pk=job.pk).update(lease_expires_at=stored.started_at)
+    assert completion_job_claim(job_id=str(job.id), worker="w2:2") is None  # a republished task too
+    assert not CompletionJob.objects.filter(pk=job.pk).exists()
+    expire_claim(job.id)
     assert completion_job_claim(job_id=str(job.id), row=row, worker="w2:2") is None
-    stored.refresh_from_db()
-    assert (stored.status, stored.error, stored.deliveries) == (JobStatus.FAILED, WORKER_LOST, 2)
+    stored = CompletionJob.objects.get(pk=job.pk)  # written from the claim, failed: never re-run
+    assert (stored.status, stored.error, stored.request["messages"]) == (
+        JobStatus.FAILED,
+        WORKER_LOST,
+        MESSAGES,
+    )
+    assert final_state(str(job.id))["error"] == WORKER_LOST  # the waiting request hears it
+    assert completion_job_claim(job_id=str(job.id), row=row, worker="w3:3") is None
+    assert CompletionJob.objects.get(pk=job.pk).status == JobStatus.FAILED
 
 
-def test_a_deferred_job_whose_key_was_deleted_meanwhile_is_written_without_it(published):
-    key, _ = api_key_create(name="gone", scopes=["completions"])
-    job = submit(api_key=key)
-    assert published[0]["row"]["api_key_id"] == key.pk
-    ApiKey.objects.filter(pk=key.pk).delete()
-    completion_job_claim(job_id=str(job.id), row=published[0]["row"], worker="w1:1")
+def test_the_reaper_fails_a_job_whose_claim_lapsed_and_leaves_a_renewed_one_running(published, settings):
+    dead, alive = submit(), submit()
+    for job, message in zip((dead, alive), published, strict=True):
+        completion_job_claim(job_id=str(job.id), row=message["row"], worker="w1:1")
+    expire_claim(dead.id)
+    expire_claim(alive.id)
+    assert completion_jobs_renew_leases(job_ids=[alive.id], worker="w1:1") == 0  # no row to renew yet
+    assert completion_jobs_renew_leases(job_ids=[dead.id], worker="other:9") == 0
+    assert completion_jobs_reap_expired() == 1
+    stored = CompletionJob.objects.get(pk=dead.pk)
+    assert (stored.status, stored.error, stored.session_id) == (JobStatus.FAILED, WORKER_LOST, "s-1")
+    assert not CompletionJob.objects.filter(pk=alive.pk).exists()
+    assert claims.running(str(alive.id))[0] == "w1:1"
+    assert completion_jobs_reap_expired() == 0  # each lost job once
+
+
+def test_a_claim_without_redis_falls_back_to_writing_the_row(published, monkeypatch):
+    job = submit()
+
+    def down(*args, **kwargs):
+        raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(claims, "claim", down)
+    claimed = completion_job_claim(job_id=str(job.id), row=published[0]["row"], worker="w1:1")
     stored = CompletionJob.objects.get(pk=job.pk)
-    assert (stored.api_key_id, stored.status) == (None, JobStatus.RUNNING)
+    assert (claimed.status, stored.status, stored.worker) == (JobStatus.RUNNING, JobStatus.RUNNING, "w1:1")
 
 
 def test_a_waiter_answering_before_any_claim_writes_the_row_queued_for_the_worker(published):
@@ -183,7 +229,10 @@ def test_the_row_survives_the_task_messages_json_whatever_the_client_sent(publis
     [message] = published
     content_type, encoding, body = dumps({"kwargs": {"row": message["row"]}}, serializer="json")
     row = loads(body, content_type, encoding)["kwargs"]["row"]  # what the worker receives
-    completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
+    claimed = completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
+    assert claimed.request["messages"] == messages and claimed.attributes == {"when": envelope}
+    expire_claim(job.id)  # the worker died: the job is written from the row its claim kept
+    assert completion_jobs_reap_expired() == 1
     stored = CompletionJob.objects.get(pk=job.pk)
     assert stored.request["messages"] == messages and stored.attributes == {"when": envelope}
 

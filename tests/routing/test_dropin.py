@@ -213,6 +213,7 @@ def test_anthropic_messages_non_streaming_and_streaming_with_tool_use(platform):
     assert message.stop_reason == "tool_use"
     uses = [b for b in message.content if b.type == "tool_use"]
     assert [(u.name, u.input) for u in uses] == [("weather", {"city": "Lima"})] * 2
+    wait_for_records_written()  # the job's row comes with its records
     assert CompletionJob.objects.get().user_id == "ant-user"
 
     history = [

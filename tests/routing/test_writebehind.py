@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from rest_framework.test import APIClient
 
-from muse_experiments.models import Exposure
-from routing import writebehind
+from muse_experiments.auth import api_key_create
+from muse_experiments.models import ApiKey, Exposure
+from routing import claims, writebehind
 from routing.catalogue import avocado_id
 from routing.events import redis_client
 from routing.handoff import final_state
@@ -20,6 +22,7 @@ from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.records import records_write
 from routing.router import execute_job
 from routing.selectors import completion_job_current
+from routing.services import completion_job_claim, completion_job_new, job_row, worker_identity
 from routing.transcripts.models import TranscriptTurn
 from tests.factories import make_experiment, seed_catalogue
 from tests.routing.test_router import job
@@ -184,3 +187,80 @@ def test_the_drainer_process_writes_buffered_records_and_stops_on_sigterm(redis_
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+
+
+def deferred_job(api_key=None) -> tuple[CompletionJob, dict]:
+    """A drop-in caller's job as its task message carries it (no row written)."""
+    j = completion_job_new(
+        api_key=api_key, session_id="s-9", user_id="u-9", subagent="coder", attributes={"plan": "pro"},
+        request={"messages": [{"role": "user", "content": "deferred"}], "tools": [], "cancellable": True},
+    )  # fmt: skip
+    return j, job_row(j)
+
+
+def test_a_job_claimed_in_redis_reaches_the_database_with_its_records_and_is_never_run_twice(upstreams):
+    key, _ = api_key_create(name="gone", scopes=["completions"])
+    j, row = deferred_job(api_key=key)
+    assert execute_job(job_id=str(j.id), row=row) == JobStatus.SUCCEEDED
+    assert upstreams.call_count() == 1
+    assert not CompletionJob.objects.filter(pk=j.pk).exists()  # answered before any database write
+    state = final_state(str(j.id))
+    assert state["status"] == "succeeded"
+    [entry] = buffered_entries()
+    assert entry["row"]["request"] is None  # the conversation travels once, in the turn
+    ApiKey.objects.filter(pk=key.pk).delete()  # deleted meanwhile: the row is written without it
+
+    assert execute_job(job_id=str(j.id), row=row) == "missing"  # a redelivery before the drain
+    assert drain_all() == 1
+    assert execute_job(job_id=str(j.id), row=row) == JobStatus.SUCCEEDED  # and after it
+    assert execute_job(job_id=str(j.id)) == JobStatus.SUCCEEDED
+    assert upstreams.call_count() == 1
+
+    stored = CompletionJob.objects.get(pk=j.pk)
+    assert (stored.status, stored.result, stored.api_key_id) == (JobStatus.SUCCEEDED, state["result"], None)
+    assert (stored.session_id, stored.user_id, stored.subagent, stored.attributes) == (
+        "s-9",
+        "u-9",
+        "coder",
+        {"plan": "pro"},
+    )
+    assert stored.request == j.request and stored.created_at == j.created_at
+    assert (stored.deliveries, stored.worker) == (1, worker_identity())
+    assert stored.created_at < stored.started_at < stored.finished_at
+    assert CallRecord.objects.get(job=stored).status == "succeeded"
+    assert TranscriptTurn.objects.get(job_id=j.id).number == 1
+    assert claims.running(str(j.id)) is None
+
+
+def test_a_job_claimed_in_redis_is_visible_to_its_key_before_its_row_is_written(upstreams):
+    key, raw = api_key_create(name="mine", scopes=["completions"])
+    _, other = api_key_create(name="other", scopes=["completions"])
+    j, row = deferred_job(api_key=key)
+    mine, theirs = APIClient(), APIClient()
+    mine.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    theirs.credentials(HTTP_AUTHORIZATION=f"Bearer {other}")
+    url = f"/api/v1/completions/{j.id}"
+    assert mine.get(url).status_code == 404  # not claimed yet: nobody has its id
+
+    completion_job_claim(job_id=str(j.id), row=row)  # running (as if its upstream call were under way)
+    running = mine.get(url)
+    assert (running.status_code, running.json()["status"], running.json()["session_id"]) == (
+        200,
+        "running",
+        "s-9",
+    )
+    assert theirs.get(url).status_code == 404  # a key sees only its own jobs
+
+    redis_client().delete(claims.claim_key(str(j.id)))  # forgotten, so that execute_job can take it
+    assert execute_job(job_id=str(j.id), row=row) == JobStatus.SUCCEEDED
+    assert not CompletionJob.objects.filter(pk=j.pk).exists()
+    answered = mine.get(url).json()
+    assert (answered["status"], answered["result"]["text"]) == (
+        "succeeded",
+        final_state(str(j.id))["result"]["text"],
+    )
+    assert theirs.get(url).status_code == 404
+
+    assert drain_all() == 1
+    assert claims.unwritten(str(j.id)) is None  # the drainer dropped the row its claim kept
+    assert mine.get(url).json() == answered
