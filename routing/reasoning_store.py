@@ -25,7 +25,7 @@ Functions (stable signatures; the router calls them):
   fingerprint (endpoint + credential); states from any other endpoint/credential are dropped
   (counted in one log line, content never logged) and never forwarded.
 * :func:`reasoning_save` -- after a successful call: append the result's state (``None`` only
-  refreshes the TTL). At most :data:`MAX_STATES` states are kept per session (oldest dropped).
+  refreshes the TTL, at most once a minute per session and process: :class:`_Renewals`). At most :data:`MAX_STATES` states are kept per session (oldest dropped).
 * :func:`session_end` -- delete everything of a session (``POST /api/v1/sessions/{id}/end``).
 
 Reasoning follows the endpoint, never the other way round: the assignment (experiment, sticky,
@@ -345,11 +345,53 @@ def reasoning_save(*, session_id: str, state: ReasoningState | None, endpoint_id
     """
     if not session_id:
         return
+    key = _session_hash(session_id)
+    ttl = _ttl_s()
+    if state is None and _renewals.recent(key, ttl):
+        return
     item = state_to_json(state) if state is not None else None
     try:
-        _store().save(_session_hash(session_id), item, _ttl_s())
+        _store().save(key, item, ttl)
     except _store_errors() as exc:
         log.warning("reasoning store unavailable on save (%s); reasoning not kept", type(exc).__name__)
+        return
+    _renewals.note(key)
+
+
+class _Renewals:
+    """When this process last renewed each session's TTL, to skip renewals that change nothing.
+
+    A turn without reasoning (every Avocado turn) only renews the session's TTL: one store round
+    trip before the call is recorded. Renewing again within ``min(RENEW_EVERY_S, 5% of the TTL)``
+    is skipped, so a session's reasoning lives at least ``TTL − 60 s`` after its last turn instead
+    of ``TTL`` (3,540 of 3,600 s by default). Bounded: the :data:`MAX_SESSIONS` most recent
+    sessions are remembered (a forgotten one is simply renewed).
+    """
+
+    RENEW_EVERY_S = 60.0
+    MAX_SESSIONS = 50_000
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def recent(self, key: str, ttl_s: float) -> bool:
+        at = self._at.get(key)
+        return at is not None and time.monotonic() - at < min(self.RENEW_EVERY_S, 0.05 * ttl_s)
+
+    def note(self, key: str) -> None:
+        with self._lock:
+            self._at.pop(key, None)
+            self._at[key] = time.monotonic()  # newest last (dicts keep insertion order)
+            while len(self._at) > self.MAX_SESSIONS:
+                del self._at[next(iter(self._at))]
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._at.pop(key, None)
+
+
+_renewals = _Renewals()
 
 
 class ReasoningStoreUnavailable(Exception):
@@ -361,6 +403,7 @@ def session_end(*, session_id: str) -> int:
 
     Raises :class:`ReasoningStoreUnavailable` when Redis is configured but unreachable.
     """
+    _renewals.forget(_session_hash(session_id))
     try:
         return _store().delete(_session_hash(session_id))
     except _store_errors() as exc:

@@ -166,6 +166,25 @@ def test_redis_store_round_trips_with_a_ttl_and_session_end_leaves_nothing(redis
 
 
 @pytest.mark.redis
+def test_a_turn_without_reasoning_renews_the_ttl_at_most_once_a_minute_a_state_always_saves(
+    redis_store, settings, monkeypatch
+):
+    settings.REASONING_SESSION_TTL_S = 3600
+    ep = endpoint()
+    reasoning_save(session_id="s-renew", state=state(ep, 1), endpoint_id=ep.public_id)
+    [key] = redis_store.scan_iter("muse:reasoning*")
+    redis_store.expire(key, 100)
+    reasoning_save(session_id="s-renew", state=None)  # renewed just now by the save: skipped
+    assert 0 < redis_store.ttl(key) <= 100
+    reasoning_save(session_id="s-renew", state=state(ep, 2), endpoint_id=ep.public_id)  # always stored
+    assert redis_store.ttl(key) > 3500 and redis_store.llen(key) == 2
+    redis_store.expire(key, 100)
+    monkeypatch.setattr(reasoning_store._Renewals, "RENEW_EVERY_S", 0.0)  # as if a minute went by
+    reasoning_save(session_id="s-renew", state=None)
+    assert redis_store.ttl(key) > 3500
+
+
+@pytest.mark.redis
 def test_redis_store_forgets_a_session_after_its_ttl(redis_store, settings):
     settings.REASONING_SESSION_TTL_S = 1
     ep = endpoint()
