@@ -16,6 +16,14 @@ Request mapping (neutral -> chat):
 
 Usage: ``prompt_tokens`` (includes ``prompt_tokens_details.cached_tokens``),
 ``completion_tokens`` (includes ``completion_tokens_details.reasoning_tokens``).
+
+The call goes through the official SDK's client (its HTTP stack, Azure deployment URLs, auth,
+error classes, typed :class:`ChatCompletion` parsing) with ``client.post`` — the SDK's documented
+way to send a body as it is — rather than ``chat.completions.create``, whose parameter transform
+walks every message through the TypedDict annotations: 0.96 ms per call measured here, as long as
+the HTTP exchange with an instant upstream. Our body is plain JSON built below, on which that
+transform is the identity (``tests/routing/test_providers_clients.py`` checks it against the
+installed SDK).
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+
+from openai import Stream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from routing.providers._openai_common import openai_sdk_client
 from routing.providers.base import ProviderClient, _StreamProgress, parse_arguments
@@ -70,6 +81,11 @@ def build_chat_messages(request: CompletionRequest, ids: ToolIdMap | None = None
         else:
             out.append({"role": m.role, "content": m.content})
     return out
+
+
+#: The Chat Completions path, relative to the client's base URL (Azure's client maps it to its
+#: deployment's URL by the body's ``model``, as ``chat.completions.create`` does).
+CHAT_PATH = "/chat/completions"
 
 
 def build_chat_kwargs(
@@ -128,7 +144,9 @@ class OpenAIChatClient(ProviderClient):
     def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
         client = openai_sdk_client(endpoint)
         ids = ToolIdMap("chat_completions")
-        completion = client.chat.completions.create(**build_chat_kwargs(endpoint, request, ids))
+        completion = client.post(
+            CHAT_PATH, body=build_chat_kwargs(endpoint, request, ids), cast_to=ChatCompletion
+        )
         if not completion.choices:
             raise BadResponse(f"{endpoint.public_id}: completion without choices")
         choice = completion.choices[0]
@@ -158,8 +176,16 @@ class OpenAIChatClient(ProviderClient):
     ) -> Iterator[StreamEvent]:
         client = openai_sdk_client(endpoint)
         ids = ToolIdMap("chat_completions")
-        stream = client.chat.completions.create(
-            **build_chat_kwargs(endpoint, request, ids), stream=True, stream_options={"include_usage": True}
+        stream = client.post(
+            CHAT_PATH,
+            body={
+                **build_chat_kwargs(endpoint, request, ids),
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+            cast_to=ChatCompletion,
+            stream=True,
+            stream_cls=Stream[ChatCompletionChunk],
         )
         progress.response_started = True
         progress.request_id = stream.response.headers.get("x-request-id")
