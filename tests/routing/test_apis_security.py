@@ -203,3 +203,21 @@ def test_a_lone_surrogate_is_a_400_naming_its_field_escaped():
     assert response.status_code == 400
     assert list(response.json()["error"]["fields"]) == ["attributes.p\\udfff"]
     assert not CompletionJob.objects.exists()
+
+
+@pytest.mark.redis
+def test_the_redis_counter_counts_this_window_with_a_ttl_and_reads_the_previous_one(redis_url):
+    import redis
+
+    from muse_experiments.throttling import WINDOW_S, _RedisCounter
+
+    client = redis.Redis.from_url(redis_url)
+    current, previous = f"muse:rl:test-{uuid.uuid4().hex}:2", f"muse:rl:test-{uuid.uuid4().hex}:1"
+    counter = _RedisCounter()
+    assert counter.hit(current, previous) == (1, 0)  # no previous window yet
+    client.set(previous, 7)
+    assert counter.hit(current, previous) == (2, 7)
+    assert 0 < client.ttl(current) <= 2 * WINDOW_S + 5
+    counter.undo(current)
+    assert int(client.get(current)) == 1
+    client.delete(current, previous)
