@@ -9,7 +9,7 @@ PostgreSQL commit, 0.8–1.0 ms of the critical path at 1 client). With Redis it
 written by one Lua script (atomic, ~0.1 ms), and the row reaches the database with the call's
 other records through the write-behind drainer (:mod:`routing.writebehind`).
 
-``muse:claim:<job id>`` (a hash, kept :data:`TTL_S`) holds ``st``, the job's state for claims:
+``muse:claim:<job id>`` (a hash, kept :func:`ttl_s`) holds ``st``, the job's state for claims:
 
 * ``running`` — a worker (``w``) took it at ``at`` and holds it until ``lease`` (epoch ms); ``row`` keeps the job's
   row (JSON) so that a lost job can still be written. Its id is in the sorted set
@@ -43,9 +43,17 @@ from .events import redis_client
 KEY_PREFIX = "muse:claim:"
 #: Running claims by the end of their lease (epoch ms): what :func:`reap` scans.
 LEASES = "muse:claims:leases"
-#: How long a claim's hash outlives its job (s): longer than any redelivery (the broker's
-#: visibility timeout, 1 h by default) can come.
-TTL_S = 2 * 24 * 3600
+#: The shortest a claim's hash is kept (s).
+MIN_TTL_S = 3600
+
+
+def ttl_s() -> int:
+    """How long a claim's hash is kept (s): twice the broker's visibility timeout (a redelivery
+    comes within it; RabbitMQ redelivers a dead consumer's messages at once), at least
+    :data:`MIN_TTL_S` — 2 h by default, so about 720,000 small hashes at 100 calls/s (the row of
+    a job is dropped once it is written)."""
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    return max(MIN_TTL_S, 2 * int(options.get("visibility_timeout", MIN_TTL_S)))
 
 CLAIMED, BUSY, DONE, LOST, DB = "claimed", "running", "done", "lost", "db"
 
@@ -128,7 +136,7 @@ def claim(job_id: str, *, worker: str, row: dict[str, Any] | None) -> tuple[str,
     client = redis_client()
     reply = _script(client, _CLAIM)(
         keys=[claim_key(job_id), LEASES],
-        args=[worker, _now_ms(), int(settings.COMPLETION_LEASE_S * 1000), TTL_S,
+        args=[worker, _now_ms(), int(settings.COMPLETION_LEASE_S * 1000), ttl_s(),
               json.dumps(row, separators=(",", ":")) if row is not None else "", job_id],
         client=client,
     )  # fmt: skip
@@ -173,7 +181,7 @@ def queue_done(pipe, job_id: str) -> None:
     written it (:func:`queue_forget_row`): until then ``GET /api/v1/completions/{id}`` reads it here."""
     key = claim_key(job_id)
     pipe.hset(key, "st", DONE)
-    pipe.expire(key, TTL_S)
+    pipe.expire(key, ttl_s())
     pipe.zrem(LEASES, job_id)
 
 

@@ -72,6 +72,9 @@ def test_the_worker_claims_in_redis_without_writing_and_a_redelivery_follows_the
     assert claimed.attributes == {"plan": "pro"} and claimed.request["messages"] == MESSAGES
     assert claimed.created_at == job.created_at < claimed.started_at  # the request's own time
     assert claimed.lease_expires_at == claimed.started_at + timedelta(seconds=settings.COMPLETION_LEASE_S)
+    assert (
+        0 < redis_client().ttl(claims.claim_key(str(job.id))) <= claims.ttl_s() == 2 * 3600
+    )  # 2 × visibility
     worker, started, lease = claims.running(str(job.id))
     assert worker == "w1:1" and lease - started == timedelta(seconds=settings.COMPLETION_LEASE_S)
 
