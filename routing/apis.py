@@ -187,10 +187,12 @@ class CompletionDetailApi(APIView):
     )
     def get(self, request, job_id):
         jobs = CompletionJob.objects.all()
-        if isinstance(request.user, ApiClient):  # a key sees only its own jobs; staff see all
-            jobs = jobs.filter(api_key=request.user.key)
-        job = jobs.filter(pk=job_id).first() or completion_job_unwritten(job_id)  # not drained yet
-        if job is None or (isinstance(request.user, ApiClient) and job.api_key_id != request.user.key.pk):
+        key_id = request.user.key.pk if isinstance(request.user, ApiClient) else None
+        if key_id is not None:  # a key sees only its own jobs; staff see all
+            jobs = jobs.filter(api_key_id=key_id)
+        # a job whose row is not drained yet is found through its claim
+        job = jobs.filter(pk=job_id).first() or completion_job_unwritten(job_id, api_key_id=key_id)
+        if job is None:
             raise Http404("No such job.")
         job = completion_job_current(job)
         return Response(CompletionOutputSerializer(job_payload(job)).data)

@@ -55,6 +55,7 @@ def ttl_s() -> int:
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
     return max(MIN_TTL_S, 2 * int(options.get("visibility_timeout", MIN_TTL_S)))
 
+
 CLAIMED, BUSY, DONE, LOST, DB = "claimed", "running", "done", "lost", "db"
 
 # KEYS: claim hash, lease set. ARGV: worker, now ms, lease ms, ttl s, row JSON ("" = no row), job id.

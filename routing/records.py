@@ -31,7 +31,7 @@ from muse_experiments.storage_text import storable
 from .killswitch import kill_state
 from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
 from .planning import Candidate
-from .services import WORKER_LOST, completion_jobs_insert
+from .services import WORKER_LOST, completion_jobs_insert, job_from_row, job_row
 from .serving import ServeOutcome
 from .transcripts.services import TurnInput, transcript_record_turns
 
@@ -200,45 +200,30 @@ def call_payload(
 
 
 def _claimed_row(job: CompletionJob, turn: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The row of a job claimed without one (:mod:`routing.claims`), else None. Its ``request``
-    is the turn's (the same conversation, carried once) unless the call has no turn."""
+    """The row of a job claimed without one (:mod:`routing.claims`), else None: :func:`job_row`
+    and its claim. The ``request`` is left out when the turn carries it (the same conversation,
+    carried once)."""
     if not job._state.adding:
         return None
     return {
-        "api_key_id": job.api_key_id,
-        "session_id": job.session_id,
-        "user_id": job.user_id,
-        "subagent": job.subagent,
-        "attributes": job.attributes,
-        "request": None if turn is not None else job.request,
-        "created_at": job.created_at.isoformat(),
-        "started_at": job.started_at.isoformat() if job.started_at else None,
+        **job_row(job, request=turn is None),
+        "started_at": job.started_at.isoformat(),
+        "lease_expires_at": job.lease_expires_at.isoformat(),
         "deliveries": job.deliveries,
         "worker": job.worker,
-        "lease_expires_at": job.lease_expires_at.isoformat() if job.lease_expires_at else None,
     }
 
 
 def _claimed_job(payload: Mapping[str, Any]) -> CompletionJob:
     """The ``running`` job of a payload's ``row`` (:func:`_claimed_row`), unsaved."""
     row = payload["row"]
-    times = {
-        k: datetime.fromisoformat(row[k]) if row[k] else None for k in ("started_at", "lease_expires_at")
-    }
-    return CompletionJob(
-        id=payload["job"]["id"],
-        api_key_id=row["api_key_id"],
-        session_id=row["session_id"],
-        user_id=row["user_id"],
-        subagent=row["subagent"],
-        attributes=row["attributes"],
-        request=row["request"] if row["request"] is not None else payload["turn"]["request"],
-        status=JobStatus.RUNNING,
-        created_at=datetime.fromisoformat(row["created_at"]),
-        deliveries=row["deliveries"],
-        worker=row["worker"],
-        **times,
-    )
+    if row["request"] is None:
+        row = {**row, "request": payload["turn"]["request"]}
+    return job_from_row(
+        payload["job"]["id"], row, status=JobStatus.RUNNING, deliveries=row["deliveries"], worker=row["worker"],
+        started_at=datetime.fromisoformat(row["started_at"]),
+        lease_expires_at=datetime.fromisoformat(row["lease_expires_at"]),
+    )  # fmt: skip
 
 
 def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:

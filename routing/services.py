@@ -151,12 +151,13 @@ def completion_job_new(
     )
 
 
-def job_row(job: CompletionJob) -> dict[str, Any]:
+def job_row(job: CompletionJob, *, request: bool = True) -> dict[str, Any]:
     """A job's row as a task-message field (JSON-serialisable; read back by :func:`job_from_row`).
 
     ``attributes`` and ``request`` travel as JSON *text*: the message's own JSON (kombu) turns
     client objects shaped ``{"__type__": …, "__value__": …}`` into Python values, or refuses to
-    decode the message at all.
+    decode the message at all. ``request=False`` leaves the request out (``None``) for a reader
+    that has it from elsewhere.
     """
     return {
         "api_key_id": job.api_key_id,
@@ -164,7 +165,7 @@ def job_row(job: CompletionJob) -> dict[str, Any]:
         "user_id": job.user_id,
         "subagent": job.subagent,
         "attributes": json.dumps(job.attributes, ensure_ascii=False),
-        "request": json.dumps(job.request, ensure_ascii=False),
+        "request": json.dumps(job.request, ensure_ascii=False) if request else None,
         "created_at": job.created_at.isoformat(),
     }
 
@@ -434,7 +435,7 @@ def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
     job_ids = list(job_ids)
     if uses_redis():
         claims.renew(job_ids, worker=worker)
-    return CompletionJob.objects.filter(pk__in=list(job_ids), status=JobStatus.RUNNING, worker=worker).update(
+    return CompletionJob.objects.filter(pk__in=job_ids, status=JobStatus.RUNNING, worker=worker).update(
         lease_expires_at=timezone.now() + timedelta(seconds=settings.COMPLETION_LEASE_S)
     )
 
