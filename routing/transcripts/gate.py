@@ -123,23 +123,35 @@ def _decoded_base64(run: str) -> str | None:
 
     Both alphabets (standard and URL-safe) are accepted, and the run may start up to 3
     characters early (base64 glued to a preceding word). A raw Fernet token (version byte 0x80,
-    >= 73 bytes, 16-byte blocks) is reported as :data:`FERNET_TOKEN`.
+    >= 73 bytes, 16-byte blocks) is reported as :data:`FERNET_TOKEN`. At a shifted start its
+    timestamp must also be below 2**40 s (its three high bytes zero, as every real token's are):
+    one random blob in 256 decodes to a 0x80 byte at a shift, and a clean image must not be
+    rejected for that; the extra rule leaves one in 2**40.
     """
     for offset in range(4):
-        found = _decode_aligned(run[offset:])
+        found = _decode_aligned(run[offset:], shifted=offset > 0)
         if found is not None:
             return found
     return None
 
 
-def _decode_aligned(run: str) -> str | None:
+def _is_fernet_token(raw: bytes, *, shifted: bool = False) -> bool:
+    """Whether bytes have a Fernet token's shape (spec above): version 0x80, 8-byte timestamp,
+    16-byte IV, whole 16-byte ciphertext blocks, 32-byte HMAC; ``shifted`` adds the zero high
+    timestamp bytes."""
+    if len(raw) < 73 or raw[0] != 0x80 or (len(raw) - 57) % 16:
+        return False
+    return not shifted or raw[1:4] == b"\0\0\0"
+
+
+def _decode_aligned(run: str, *, shifted: bool) -> str | None:
     body = run.rstrip("=").replace("-", "+").replace("_", "/")
     body = body[: len(body) - len(body) % 4] if len(body) % 4 == 1 else body
     try:
         raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
-    if len(raw) >= 73 and raw[0] == 0x80 and (len(raw) - 57) % 16 == 0:
+    if _is_fernet_token(raw, shifted=shifted):
         return FERNET_TOKEN
     try:
         decoded = raw.decode("utf-8")
@@ -157,7 +169,7 @@ def _decoded_hex(run: str) -> str | None:
     """The UTF-8 text behind a hex run (even length, either case), or None; a raw Fernet token
     is reported as :data:`FERNET_TOKEN`."""
     raw = bytes.fromhex(run)
-    if len(raw) >= 73 and raw[0] == 0x80 and (len(raw) - 57) % 16 == 0:
+    if _is_fernet_token(raw):
         return FERNET_TOKEN
     try:
         return _text_or_none(raw.decode("utf-8"))

@@ -188,6 +188,27 @@ def test_the_undisguised_forms_of_the_disguises_are_caught_too():
     assert ("/<percent>/<json>", "openai_encrypted_content") in [(f.path, f.kind) for f in pct]
 
 
+def test_a_blob_that_only_looks_like_a_fernet_token_at_a_shifted_start_is_clean():
+    """One random base64 blob in 256 decodes to a 0x80 byte when read from its 2nd-4th
+    character; that alone must not reject a clean record (an image, say). This blob is built so
+    that it does, with a timestamp no real token has (CI caught the random form of this)."""
+    lookalike = b"\x80" + b"\x7f" * 8 + bytes(range(80))  # 89 bytes: a token's length
+    text = "Q" + base64.b64encode(lookalike).decode()  # read from its 2nd character
+    assert find_encrypted_reasoning(text) == []
+    assert gate_check([with_message(1, text)]).verdicts[0].accepted
+
+
+def test_a_raw_fernet_token_glued_to_a_word_is_caught_at_a_shifted_start():
+    """A real token (timestamp's high bytes zero) whose text does not start ``gAAAAA`` (the
+    timestamp's 5th byte is 0xF0), glued to a word so its base64 starts 3 characters late."""
+    token = b"\x80" + struct.pack(">Q", 0xF0_0000_0000) + bytes(range(16)) + bytes(64)
+    text = base64.b64encode(token).decode()
+    assert "gAAAAA" not in text
+    assert [(f.path, f.kind) for f in find_encrypted_reasoning("xyz" + text)] == [
+        ("/<base64>", "fernet_token")
+    ]
+
+
 def test_clean_hex_and_percent_text_is_not_a_finding():
     clean = {
         "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
