@@ -227,9 +227,54 @@ class AtomicFilesystemBackend(FilesystemBackend):
     def as_uri(self, include_password=False):
         return f"file://{os.fsdecode(self.path)}"
 
+    #: How often (s) a process sweeps result files older than ``result_expires`` (Celery's
+    #: ``CELERY_RESULT_EXPIRES``, 1 h here). Celery leaves this to ``celery.backend_cleanup``, a
+    #: beat task; the embedded default runs no beat, so its result folder grew by one file a call.
+    SWEEP_EVERY_S = 300.0
+
+    def __init__(self, *args, **kwargs):
+        self._sweep_lock = threading.Lock()  # before Celery's __init__, which stores a test value
+        self._next_sweep = monotonic() + self.SWEEP_EVERY_S
+        super().__init__(*args, **kwargs)
+
     def set(self, key, value):
         _atomic_write(self._filename(key), ensure_bytes(value))
         doorbell(bells_folder(self.path)).ring("web", ensure_bytes(key)[-120:])
+        if monotonic() >= self._next_sweep and self._sweep_lock.acquire(blocking=False):
+            try:
+                self._next_sweep = monotonic() + self.SWEEP_EVERY_S
+                self.sweep()
+            finally:
+                self._sweep_lock.release()
+
+    def sweep(self, *, now: float | None = None) -> int:
+        """Delete result files (and staging files a killed writer left beside the folders) whose
+        mtime is more than ``result_expires`` seconds before ``now`` (epoch s; default the
+        clock). Returns how many were deleted. Safe with other processes sweeping the same
+        folder (a file gone meanwhile is skipped); never raises on a file it cannot remove.
+        """
+        if not self.expires:
+            return 0
+        cutoff = (time.time() if now is None else now) - self.expires
+        path = os.fsdecode(self.path)
+        deleted = 0
+        for folder, prefixes in (
+            (path, (self.task_keyprefix, self.group_keyprefix, self.chord_keyprefix)),
+            (os.path.dirname(os.path.abspath(path)), (".staging-",)),
+        ):
+            prefixes = tuple(os.fsdecode(p) for p in prefixes)
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                if not entry.name.startswith(prefixes):
+                    continue
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
+                        deleted += 1
+        return deleted
 
     def result_bell(self) -> socket.socket | None:
         """This (web) process's bell, rung with the result key of every stored result."""

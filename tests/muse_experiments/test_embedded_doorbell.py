@@ -82,3 +82,55 @@ def test_storing_a_result_wakes_the_thread_waiting_for_that_task_only(tmp_path):
     assert woken == {"job-a": True, "job-b": False}
     assert backend.get_task_meta("job-a")["result"] == "succeeded"
     assert doorbell(bells_folder(results)).listen("web") is not None
+
+
+def test_results_older_than_result_expires_are_swept_and_fresh_ones_kept():
+    """The embedded default runs no beat (Celery's backend_cleanup), so the backend sweeps."""
+    import time
+
+    results = short_dir() + "/results"
+    os.makedirs(results)
+    app = Celery(set_as_current=False)
+    app.conf.result_expires = 3600
+    backend = AtomicFilesystemBackend(
+        app=app, url=f"muse_experiments.embedded:AtomicFilesystemBackend://{results}"
+    )
+    for task_id in ("old-1", "old-2", "fresh"):
+        backend.store_result(task_id, "ok", "SUCCESS")
+    staging = os.path.join(os.path.dirname(results), ".staging-left-by-a-killed-writer")
+    open(staging, "wb").close()
+    two_hours_ago = time.time() - 7200
+    for path in (
+        backend._filename(backend.get_key_for_task("old-1")),
+        backend._filename(backend.get_key_for_task("old-2")),
+        staging,
+    ):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+
+    assert backend.sweep() == 3
+    assert sorted(os.listdir(results)) == [os.fsdecode(backend.get_key_for_task("fresh"))]
+    assert not os.path.exists(staging)
+    assert backend.get_task_meta("fresh")["result"] == "ok"
+    assert backend.sweep() == 0  # nothing left to sweep; a second sweep is harmless
+
+
+def test_storing_a_result_sweeps_once_the_interval_has_passed(monkeypatch):
+    import time
+
+    results = short_dir() + "/results"
+    os.makedirs(results)
+    app = Celery(set_as_current=False)
+    app.conf.result_expires = 60
+    backend = AtomicFilesystemBackend(
+        app=app, url=f"muse_experiments.embedded:AtomicFilesystemBackend://{results}"
+    )
+    backend.store_result("stale", "ok", "SUCCESS")
+    stale = backend._filename(backend.get_key_for_task("stale"))
+    os.utime(stale, (time.time() - 120, time.time() - 120))
+
+    backend.store_result("next", "ok", "SUCCESS")  # within the interval: no sweep yet
+    assert os.path.exists(stale)
+    backend._next_sweep = 0.0  # the interval has passed
+    backend.store_result("last", "ok", "SUCCESS")
+    assert not os.path.exists(stale)
+    assert len(os.listdir(results)) == 2
