@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from celery import Celery
 
@@ -25,6 +26,17 @@ from muse_experiments.embedded import (
 def short_dir() -> str:
     """A folder with a short path (a Unix socket path must stay under 108 bytes)."""
     return tempfile.mkdtemp(prefix="bells-", dir="/tmp")
+
+
+def result_backend(*, expires_s: int | None = None) -> tuple[AtomicFilesystemBackend, str]:
+    """An embedded result store in a fresh short folder, and that folder."""
+    results = short_dir() + "/results"
+    os.makedirs(results)
+    app = Celery(set_as_current=False)
+    if expires_s is not None:
+        app.conf.result_expires = expires_s
+    url = f"muse_experiments.embedded:AtomicFilesystemBackend://{results}"
+    return AtomicFilesystemBackend(app=app, url=url), results
 
 
 def test_a_ring_reaches_every_bell_of_its_kind_only():
@@ -54,13 +66,8 @@ def test_a_bell_of_a_dead_process_is_removed_when_rung():
     assert not os.path.exists(path)
 
 
-def test_storing_a_result_wakes_the_thread_waiting_for_that_task_only(tmp_path):
-    results = short_dir() + "/results"
-    os.makedirs(results)
-    app = Celery(set_as_current=False)
-    backend = AtomicFilesystemBackend(
-        app=app, url=f"muse_experiments.embedded:AtomicFilesystemBackend://{results}"
-    )
+def test_storing_a_result_wakes_the_thread_waiting_for_that_task_only():
+    backend, results = result_backend()
     assert bells_folder(results) == os.path.join(os.path.dirname(results), "bells")
 
     woken: dict[str, bool] = {}
@@ -86,15 +93,7 @@ def test_storing_a_result_wakes_the_thread_waiting_for_that_task_only(tmp_path):
 
 def test_results_older_than_result_expires_are_swept_and_fresh_ones_kept():
     """The embedded default runs no beat (Celery's backend_cleanup), so the backend sweeps."""
-    import time
-
-    results = short_dir() + "/results"
-    os.makedirs(results)
-    app = Celery(set_as_current=False)
-    app.conf.result_expires = 3600
-    backend = AtomicFilesystemBackend(
-        app=app, url=f"muse_experiments.embedded:AtomicFilesystemBackend://{results}"
-    )
+    backend, results = result_backend(expires_s=3600)
     for task_id in ("old-1", "old-2", "fresh"):
         backend.store_result(task_id, "ok", "SUCCESS")
     staging = os.path.join(os.path.dirname(results), ".staging-left-by-a-killed-writer")
@@ -114,16 +113,8 @@ def test_results_older_than_result_expires_are_swept_and_fresh_ones_kept():
     assert backend.sweep() == 0  # nothing left to sweep; a second sweep is harmless
 
 
-def test_storing_a_result_sweeps_once_the_interval_has_passed(monkeypatch):
-    import time
-
-    results = short_dir() + "/results"
-    os.makedirs(results)
-    app = Celery(set_as_current=False)
-    app.conf.result_expires = 60
-    backend = AtomicFilesystemBackend(
-        app=app, url=f"muse_experiments.embedded:AtomicFilesystemBackend://{results}"
-    )
+def test_storing_a_result_sweeps_once_the_interval_has_passed():
+    backend, results = result_backend(expires_s=60)
     backend.store_result("stale", "ok", "SUCCESS")
     stale = backend._filename(backend.get_key_for_task("stale"))
     os.utime(stale, (time.time() - 120, time.time() - 120))
