@@ -90,6 +90,16 @@ class ContextFormatter(logging.Formatter):
 # --- Celery: carry the request id to the worker, bind the job id while a task runs ------------
 
 
+class NotServiceUnavailable(logging.Filter):
+    """Drops ``django.request``'s ERROR line for a 503, which this platform answers on purpose: a
+    kill switch, an open circuit, a full concurrency limit, a backing-service outage (logged on
+    its own, naming the exception, by :class:`muse_experiments.api_errors.DependencyOutageMiddleware`).
+    Each still has its access line (``muse.access``, with the status). A 500 is still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(record, "status_code", None) != 503
+
+
 def inject_request_id(headers: dict | None = None, **_kwargs) -> None:
     """``before_task_publish``: put the current request id into the message headers."""
     rid = request_id_var.get()

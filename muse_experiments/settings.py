@@ -359,9 +359,12 @@ LOGGING = {
         },
         "json": {"()": "muse_experiments.logs.JsonFormatter"},
     },
+    "filters": {"not_503": {"()": "muse_experiments.logs.NotServiceUnavailable"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
+        # a 503 is an answer (kill switch, circuit, limit, outage), not a server error
+        "django.request": {"filters": ["not_503"]},
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
         # The SDKs log whole request bodies at DEBUG (Anthropic: "Request options", with thinking

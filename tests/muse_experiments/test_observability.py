@@ -31,6 +31,32 @@ def test_every_request_line_carries_the_callers_request_id_and_echoes_it(caplog)
     assert access[0]["level"] == "INFO" and access[0]["ts"].endswith("Z")
 
 
+def test_a_503_answer_is_an_access_line_not_a_django_request_error(caplog, settings):
+    """A 503 is an answer (here: the session store is unreachable), logged once by the access
+    log; django.request would add an ERROR line per request (alert noise under a kill switch)."""
+    from muse_experiments.auth import api_key_create
+
+    settings.REASONING_STORE_URL = "redis://127.0.0.1:1/0"
+    caplog.set_level(logging.INFO)
+    _, key = api_key_create(name="t", scopes=["completions"])
+    response = Client().post("/api/v1/sessions/s1/end", HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert response.status_code == 503
+    assert [r.getMessage() for r in caplog.records if r.name == "django.request"] == []
+    access = [r.getMessage() for r in caplog.records if r.name == "muse.access"]
+    assert len(access) == 1 and access[0].startswith("POST /api/v1/sessions/<str:session_id>/end 503 ")
+
+
+def test_a_500_is_still_a_django_request_error(caplog):
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+    from django.utils.log import log_response
+
+    for status in (503, 500):
+        log_response("%s", "/x", response=HttpResponse(status=status), request=RequestFactory().get("/x"))
+    errors = [(r.levelname, r.status_code) for r in caplog.records if r.name == "django.request"]
+    assert errors == [("ERROR", 500)]
+
+
 def test_an_unsafe_request_id_is_replaced_not_logged():
     assert new_request_id("bad id\n{injected}") != "bad id\n{injected}"
     assert len(new_request_id(None)) == 32
