@@ -16,6 +16,10 @@ Streaming: ``response.output_text.delta`` -> text delta; ``response.output_item.
 is taken from ``response.completed`` (the ``output_item.added`` blob "may be incomplete");
 ``error`` / ``response.failed`` -> failure. Reasoning never appears in any emitted event.
 
+The call goes through the official SDK's client (its HTTP stack, Azure URLs, auth, error classes,
+typed :class:`Response` / :class:`ResponseStreamEvent` parsing) with ``client.post`` rather than
+``responses.create`` (why: :mod:`routing.providers._openai_common`).
+
 Usage: ``input_tokens`` includes ``input_tokens_details.cached_tokens`` (and
 ``cache_write_tokens``); ``output_tokens`` includes ``output_tokens_details.reasoning_tokens``.
 """
@@ -27,7 +31,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from routing.providers._openai_common import openai_sdk_client
+from openai import Stream
+from openai.types.responses import Response, ResponseStreamEvent
+
+from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client
 from routing.providers.base import (
     ProviderClient,
     _StreamProgress,
@@ -50,6 +57,8 @@ from routing.providers.types import (
     compute_cost_usd,
     merge_usage,
 )
+
+RESPONSES_PATH = "/responses"
 
 
 def _dump(item: Any) -> dict[str, Any]:
@@ -252,7 +261,12 @@ class OpenAIResponsesClient(ProviderClient):
     def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
         client = openai_sdk_client(endpoint)
         ids = ToolIdMap("responses")
-        response = client.responses.create(**build_responses_kwargs(endpoint, request, ids))
+        response = client.post(
+            RESPONSES_PATH,
+            body=build_responses_kwargs(endpoint, request, ids),
+            cast_to=Response,
+            options=INFERENCE_OPTIONS,
+        )
         return parse_response(endpoint, response, getattr(response, "_request_id", None), ids=ids)
 
     def _stream(
@@ -260,7 +274,14 @@ class OpenAIResponsesClient(ProviderClient):
     ) -> Iterator[StreamEvent]:
         client = openai_sdk_client(endpoint)
         ids = ToolIdMap("responses")
-        stream = client.responses.create(**build_responses_kwargs(endpoint, request, ids), stream=True)
+        stream = client.post(
+            RESPONSES_PATH,
+            body={**build_responses_kwargs(endpoint, request, ids), "stream": True},
+            cast_to=Response,
+            options=INFERENCE_OPTIONS,
+            stream=True,
+            stream_cls=Stream[ResponseStreamEvent],
+        )
         progress.response_started = True
         progress.request_id = stream.response.headers.get("x-request-id")
         tool_index: dict[str, int] = {}  # output item id -> tool call index

@@ -300,3 +300,56 @@ def test_the_chat_body_posted_as_it_is_equals_what_the_sdks_create_would_send(
     shape = params.CompletionCreateParamsStreaming if stream else params.CompletionCreateParamsNonStreaming
     assert maybe_transform(body, shape) == body
     assert len(body["messages"]) == 4 and body["tools"][0]["function"]["name"] == "weather"
+
+
+@pytest.mark.parametrize("name", ["openai_responses", "azure_dated", "azure_v1"])
+def test_the_responses_body_posted_as_it_is_equals_what_the_sdks_create_would_send(
+    fake, endpoint_factory, name
+):
+    """The Responses client posts its body with ``client.post`` (no parameter transform, 1.6 ms
+    per call with reasoning items): on a second turn replaying real encrypted reasoning, a tool
+    call and its output, the installed SDK's transform leaves the body unchanged, streamed or
+    not, and the upstream receives exactly that body, authenticated with the endpoint's key."""
+    from openai._utils import maybe_transform
+    from openai.types.responses import response_create_params as params
+
+    from routing.providers.openai_responses import build_responses_kwargs
+
+    weather = ToolSpec(
+        "get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}}
+    )
+    endpoint = endpoint_factory(name)
+    fake.set_scenario(MODELS[name], reasoning=True)
+    turn1 = CompletionRequest(messages=(Message("user", "Weather in Bern?"),), tools=(weather,))
+    first = client_for(endpoint).complete(endpoint, turn1)
+    assert first.tool_calls and first.reasoning_state is not None
+    turn2 = CompletionRequest(
+        messages=(
+            Message("system", "Be brief."),
+            Message("user", "Weather in Bern?"),
+            Message("assistant", first.text, tool_calls=first.tool_calls),
+            Message("tool", "25C", tool_call_id=first.tool_calls[0].id),
+        ),
+        tools=(weather,),
+        reasoning_state=(first.reasoning_state,),
+        reasoning_effort="low",
+        temperature=0.2,
+        max_output_tokens=64,
+    )
+    body = build_responses_kwargs(endpoint, turn2)
+    kinds = [item.get("type") for item in body["input"]]
+    assert "reasoning" in kinds and "function_call" in kinds and "function_call_output" in kinds
+    assert maybe_transform(body, params.ResponseCreateParamsNonStreaming) == body
+    streamed = {**body, "stream": True}
+    assert maybe_transform(streamed, params.ResponseCreateParamsStreaming) == streamed
+
+    for stream in (False, True):
+        if stream:
+            list(client_for(endpoint).stream(endpoint, turn2))
+        else:
+            client_for(endpoint).complete(endpoint, turn2)
+        call = fake.calls(model=MODELS[name])[-1]
+        assert call["auth_ok"] and call["api"] == "responses"
+        sent = {k: v for k, v in call["body"].items() if k != "stream"}
+        assert sent == build_responses_kwargs(endpoint, turn2)
+        assert call["stream"] is stream
