@@ -1,0 +1,113 @@
+"""A provider call through the SDK's ``create`` against the same call through ``client.post``.
+
+Run: ``.venv/bin/python bench/bench_sdk_post.py [--calls 1000]``
+
+Starts the simulated upstreams in this process (real HTTP on 127.0.0.1), makes a second-turn
+request per API (Chat Completions on the native endpoint; Responses on OpenAI, Azure dated and
+Azure v1, replaying the encrypted reasoning of a first turn, a tool call and its output), and
+times, alternating over two rounds on the same warm SDK client and the same body:
+
+* ``create``: ``chat.completions.create(**body)`` / ``responses.create(**body)``;
+* ``post``: ``client.post(path, body=body, cast_to=…, options=INFERENCE_OPTIONS)``, what
+  :mod:`routing.providers.openai_chat` and :mod:`routing.providers.openai_responses` do.
+
+Prints wall ms per call (the fake's serving is in it too, the same for both) and the
+post / create ratio. Same-machine, same-run figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from openai.types.chat import ChatCompletion  # noqa: E402
+from openai.types.responses import Response  # noqa: E402
+
+from routing.fake_upstreams import FakeUpstreams  # noqa: E402
+from routing.providers import CompletionRequest, Message, ToolSpec, client_for  # noqa: E402
+from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client  # noqa: E402
+from routing.providers.openai_chat import CHAT_PATH, build_chat_kwargs  # noqa: E402
+from routing.providers.openai_responses import RESPONSES_PATH, build_responses_kwargs  # noqa: E402
+from tests.routing.conftest import MODELS, make_endpoint  # noqa: E402
+
+WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})
+
+
+def second_turn(fake: FakeUpstreams, endpoint, *, reasoning: bool) -> CompletionRequest:
+    """A turn after a tool call (with the first turn's encrypted reasoning where there is one)."""
+    fake.set_scenario(endpoint.upstream_model, reasoning=reasoning)
+    first = client_for(endpoint).complete(
+        endpoint, CompletionRequest(messages=(Message("user", "Weather in Bern?"),), tools=(WEATHER,))
+    )
+    return CompletionRequest(
+        messages=(
+            Message("system", "Be brief."),
+            Message("user", "Weather in Bern?"),
+            Message("assistant", first.text, tool_calls=first.tool_calls),
+            Message("tool", "25C", tool_call_id=first.tool_calls[0].id),
+        ),
+        tools=(WEATHER,),
+        reasoning_state=(first.reasoning_state,) if first.reasoning_state else (),
+        reasoning_effort="low",
+    )
+
+
+def two_ways(endpoint, request: CompletionRequest) -> dict[str, Callable[[], object]]:
+    """``{"create": …, "post": …}``: the same call through the SDK's ``create`` and its ``post``."""
+    client = openai_sdk_client(endpoint)
+    if endpoint.api_style == "chat_completions":
+        body = build_chat_kwargs(endpoint, request)
+        return {
+            "create": lambda: client.chat.completions.create(**body),
+            "post": lambda: client.post(
+                CHAT_PATH, body=body, cast_to=ChatCompletion, options=INFERENCE_OPTIONS
+            ),
+        }
+    body = build_responses_kwargs(endpoint, request)
+    return {
+        "create": lambda: client.responses.create(**body),
+        "post": lambda: client.post(RESPONSES_PATH, body=body, cast_to=Response, options=INFERENCE_OPTIONS),
+    }
+
+
+def ms_per_call(call, n: int) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        call()
+    return (time.perf_counter() - started) / n * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000, help="timed calls per way and round")
+    args = parser.parse_args()
+    fake = FakeUpstreams(models=list(MODELS.values()))
+    fake.start()
+    try:
+        print(f"{'endpoint':<18}{'create ms':>11}{'post ms':>10}{'post/create':>13}")
+        for name in ("native", "openai_responses", "azure_dated", "azure_v1"):
+            endpoint = make_endpoint(fake, name)
+            request = second_turn(fake, endpoint, reasoning=endpoint.api_style == "responses")
+            totals = dict.fromkeys(("create", "post"), 0.0)
+            ways = two_ways(endpoint, request)
+            for call in ways.values():
+                ms_per_call(call, 100)  # warm-up
+            for _ in range(2):
+                for way, call in ways.items():
+                    totals[way] += ms_per_call(call, args.calls) / 2
+            print(
+                f"{name:<18}{totals['create']:>11.2f}{totals['post']:>10.2f}"
+                f"{totals['post'] / totals['create']:>12.2f}×"
+            )
+    finally:
+        fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
