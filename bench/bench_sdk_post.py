@@ -29,32 +29,11 @@ from openai.types.chat import ChatCompletion  # noqa: E402
 from openai.types.responses import Response  # noqa: E402
 
 from routing.fake_upstreams import FakeUpstreams  # noqa: E402
-from routing.providers import CompletionRequest, Message, ToolSpec, client_for  # noqa: E402
+from routing.providers import CompletionRequest  # noqa: E402
 from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client  # noqa: E402
 from routing.providers.openai_chat import CHAT_PATH, build_chat_kwargs  # noqa: E402
 from routing.providers.openai_responses import RESPONSES_PATH, build_responses_kwargs  # noqa: E402
-from tests.routing.conftest import MODELS, make_endpoint  # noqa: E402
-
-WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})
-
-
-def second_turn(fake: FakeUpstreams, endpoint, *, reasoning: bool) -> CompletionRequest:
-    """A turn after a tool call (with the first turn's encrypted reasoning where there is one)."""
-    fake.set_scenario(endpoint.upstream_model, reasoning=reasoning)
-    first = client_for(endpoint).complete(
-        endpoint, CompletionRequest(messages=(Message("user", "Weather in Bern?"),), tools=(WEATHER,))
-    )
-    return CompletionRequest(
-        messages=(
-            Message("system", "Be brief."),
-            Message("user", "Weather in Bern?"),
-            Message("assistant", first.text, tool_calls=first.tool_calls),
-            Message("tool", "25C", tool_call_id=first.tool_calls[0].id),
-        ),
-        tools=(WEATHER,),
-        reasoning_state=(first.reasoning_state,) if first.reasoning_state else (),
-        reasoning_effort="low",
-    )
+from tests.routing.conftest import MODELS, make_endpoint, second_turn  # noqa: E402
 
 
 def two_ways(endpoint, request: CompletionRequest) -> dict[str, Callable[[], object]]:

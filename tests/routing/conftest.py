@@ -11,7 +11,7 @@ import pytest
 
 from routing.fake_upstreams import DEFAULT_API_KEYS, FakeUpstreams
 from routing.providers.base import sdk_clients
-from routing.providers.types import EndpointConfig
+from routing.providers.types import CompletionRequest, EndpointConfig, Message, ToolSpec
 
 #: Azure deployment names keep dots/underscores verbatim.
 AZURE_DEPLOYMENT = "o4-mini.prod_eu"
@@ -141,3 +141,35 @@ def _fresh_routing_protection(request):
     limiter.reset()
     cooling_clear()
     yield
+
+
+WEATHER_TOOL = ToolSpec(
+    "get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}}
+)
+
+
+def second_turn(
+    fake: FakeUpstreams, endpoint: EndpointConfig, *, reasoning: bool, **fields
+) -> CompletionRequest:
+    """The turn after a tool call: a first turn is sent to ``endpoint`` (the fake answers with a
+    tool call, and encrypted reasoning if ``reasoning``), then system + user + that assistant
+    turn + the tool's output, with the first turn's reasoning state, ``reasoning_effort="low"``
+    and any other ``fields``."""
+    from routing.providers import client_for
+
+    fake.set_scenario(endpoint.upstream_model, reasoning=reasoning)
+    first = client_for(endpoint).complete(
+        endpoint, CompletionRequest(messages=(Message("user", "Weather in Bern?"),), tools=(WEATHER_TOOL,))
+    )
+    assert first.tool_calls and (first.reasoning_state is not None) == reasoning
+    return CompletionRequest(
+        messages=(
+            Message("system", "Be brief."),
+            Message("user", "Weather in Bern?"),
+            Message("assistant", first.text, tool_calls=first.tool_calls),
+            Message("tool", "25C", tool_call_id=first.tool_calls[0].id),
+        ),
+        tools=(WEATHER_TOOL,),
+        reasoning_state=(first.reasoning_state,) if reasoning else (),
+        **{"reasoning_effort": "low", **fields},
+    )

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from routing.providers import CompletionRequest, Message, ToolSpec, client_for
-from tests.routing.conftest import ALL_ENDPOINTS, API_VERSION, AZURE_DEPLOYMENT, MODELS
+from tests.routing.conftest import ALL_ENDPOINTS, API_VERSION, AZURE_DEPLOYMENT, MODELS, second_turn
 
 
 @pytest.fixture(autouse=True)
@@ -315,27 +315,8 @@ def test_the_responses_body_posted_as_it_is_equals_what_the_sdks_create_would_se
 
     from routing.providers.openai_responses import build_responses_kwargs
 
-    weather = ToolSpec(
-        "get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}}
-    )
     endpoint = endpoint_factory(name)
-    fake.set_scenario(MODELS[name], reasoning=True)
-    turn1 = CompletionRequest(messages=(Message("user", "Weather in Bern?"),), tools=(weather,))
-    first = client_for(endpoint).complete(endpoint, turn1)
-    assert first.tool_calls and first.reasoning_state is not None
-    turn2 = CompletionRequest(
-        messages=(
-            Message("system", "Be brief."),
-            Message("user", "Weather in Bern?"),
-            Message("assistant", first.text, tool_calls=first.tool_calls),
-            Message("tool", "25C", tool_call_id=first.tool_calls[0].id),
-        ),
-        tools=(weather,),
-        reasoning_state=(first.reasoning_state,),
-        reasoning_effort="low",
-        temperature=0.2,
-        max_output_tokens=64,
-    )
+    turn2 = second_turn(fake, endpoint, reasoning=True, temperature=0.2, max_output_tokens=64)
     body = build_responses_kwargs(endpoint, turn2)
     kinds = [item.get("type") for item in body["input"]]
     assert "reasoning" in kinds and "function_call" in kinds and "function_call_output" in kinds
