@@ -33,7 +33,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import RequestTooLarge
+from muse_experiments.api_base import MAX_JSON_DEPTH, RequestTooLarge, depth_exceeds
 from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.storage_text import nul_path, surrogate_path
 from muse_experiments.validation import unit_id_problem
@@ -107,14 +107,23 @@ def as_str(value: Any, param: str, *, max_len: int = 200_000, allow_empty: bool 
 
 
 def parse_arguments(raw: Any, param: str) -> dict[str, Any]:
-    """Tool-call arguments sent back by a client: a JSON object (string or already decoded)."""
+    """Tool-call arguments sent back by a client: a JSON object (string or already decoded).
+
+    A string is held to the body's own rules: valid JSON, an object, nested at most
+    ``MAX_JSON_DEPTH`` (64) levels (deeper text would exhaust the decoder's recursion), no NUL or
+    lone surrogate. Raises :class:`DropinError` (a 400 naming ``param``) otherwise.
+    """
     if isinstance(raw, dict):
         return raw
     text = as_str(raw, param)
+    deep = f"'{param}' is nested deeper than {MAX_JSON_DEPTH} levels."
     try:
         value = json.loads(text or "{}")
     except ValueError:
         raise DropinError(f"'{param}' is not valid JSON.", param=param) from None
+    except RecursionError:  # deeper than the decoder goes, so deeper than the limit
+        raise DropinError(deep, param=param) from None
+    require(not depth_exceeds(value, MAX_JSON_DEPTH), deep, param)
     require(isinstance(value, dict), f"'{param}' must encode a JSON object.", param)
     where = nul_path(value, param)
     require(where is None, f"'{where}': NUL characters (\\u0000) are not allowed.", where)

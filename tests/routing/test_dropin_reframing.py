@@ -237,3 +237,67 @@ def test_a_field_that_takes_a_string_or_an_array_says_both_when_it_gets_neither(
         parser(body)
     assert str(refused.value) == f"'{param}' must be a string or an array."
     assert refused.value.param == param
+
+
+def _nested(depth: int) -> str:
+    """A JSON object whose one value nests lists ``depth`` levels deep in all."""
+    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+@pytest.mark.parametrize("depth", [65, 980, 90_000])
+@pytest.mark.parametrize("parse", ["chat", "responses", "anthropic"])
+def test_tool_arguments_nested_too_deep_as_text_are_a_400_naming_them_not_a_500(parse, depth):
+    """String-encoded tool arguments are held to the body's 64 levels; 980 and more levels used to
+    exhaust the JSON decoder's recursion (RecursionError, an HTML 500 the SDKs retried)."""
+    from routing.dropin.anthropic_api import messages_in
+    from routing.dropin.common import DropinError
+    from routing.dropin.openai_api import chat_messages, responses_messages
+
+    args = _nested(depth)
+    body, param, parser = {
+        "chat": (
+            [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            ],
+            "messages[1].tool_calls[0].function.arguments",
+            chat_messages,
+        ),
+        "responses": (
+            {"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": args}]},
+            "input[0].arguments",
+            responses_messages,
+        ),
+        "anthropic": (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": args}],
+                    }
+                ]
+            },
+            "messages[0].content[0].input",
+            messages_in,
+        ),
+    }[parse]
+    with pytest.raises(DropinError) as refused:
+        parser(body)
+    assert str(refused.value) == f"'{param}' is nested deeper than 64 levels."
+    assert refused.value.param == param
+
+
+def test_tool_arguments_nested_64_levels_as_text_are_accepted():
+    from routing.dropin.openai_api import responses_messages
+
+    args = _nested(64)
+    messages = responses_messages(
+        {"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": args}]}
+    )
+    assert messages[0]["tool_calls"][0]["arguments"] == json.loads(args)
