@@ -8,7 +8,8 @@ What the reinforcement-learning completion server accepts is decided here:
   ``signature``, ``redacted_thinking`` blocks with ``data`` -- however nested, including inside
   JSON-encoded, base64-encoded, hex-encoded and percent-encoded strings (recursively, up to
   :data:`MAX_DECODE_DEPTH` decodings, at most :data:`MAX_DECODES_PER_VALUE` decodings per
-  scanned value). Keys and marker values match case-insensitively (``Encrypted_Content``,
+  scanned value; a value that would need more is itself a finding, ``decode_depth_exceeded``
+  or ``decode_budget_exceeded``: refused, never let through unscanned). Keys and marker values match case-insensitively (``Encrypted_Content``,
   ``"type": "Redacted_Thinking"``). The walk is iterative, so deep nesting cannot blow the
   stack.
 * :func:`strip_encrypted_reasoning` -- a copy of a value with every finding removed (used by
@@ -93,7 +94,9 @@ class RejectReason(StrEnum):
 class Finding:
     """One piece of encrypted reasoning: ``path`` (JSON-pointer-like, with ``<json>``/``<base64>``
     steps for decodings) and ``kind`` (``openai_encrypted_content``, ``fernet_blob``,
-    ``fernet_token``, ``anthropic_thinking_signature``, ``anthropic_redacted_thinking``).
+    ``fernet_token``, ``anthropic_thinking_signature``, ``anthropic_redacted_thinking``; or
+    ``decode_depth_exceeded`` / ``decode_budget_exceeded`` for a value encoded in more layers,
+    or more decodings, than the detector follows).
     Never holds the content itself."""
 
     path: str
@@ -187,8 +190,6 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
     for kind, pattern in TEXT_MARKERS:
         if pattern.search(norm):
             findings.append(Finding(path, kind))
-    if depth >= MAX_DECODE_DEPTH:
-        return findings, children
     stripped = norm.strip()
     if stripped[:1] in ("{", "[", '"') and len(stripped) > 1:
         with contextlib.suppress(ValueError, RecursionError):
@@ -210,6 +211,9 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
                 children.append((decoded, f"{path}/<hex>", depth + 1))
     if "%" in norm and PERCENT_RE.search(norm):
         children.append((urllib.parse.unquote(norm), f"{path}/<percent>", depth + 1))
+    if children and depth >= MAX_DECODE_DEPTH:
+        # one more layer than the detector follows: refused, never let through unscanned
+        return [*findings, Finding(path, "decode_depth_exceeded")], []
     return findings, children
 
 

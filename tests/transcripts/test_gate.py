@@ -12,6 +12,7 @@ import urllib.parse
 import pytest
 
 from routing.transcripts.gate import (
+    MAX_DECODE_DEPTH,
     MAX_DECODES_PER_VALUE,
     RejectReason,
     find_encrypted_reasoning,
@@ -232,6 +233,38 @@ def test_decoding_work_per_value_is_bounded():
     verdict = gate_check([record(1, notes=encoded)]).verdicts[0]
     assert verdict.reasons == (RejectReason.CONTAINS_ENCRYPTED_REASONING,)
     assert "decode_budget_exceeded" in verdict.detail
+
+
+def _wrapped(text: str, layers: int, how: str) -> str:
+    for _ in range(layers):
+        text = {"base64": b64, "hex": lambda t: t.encode().hex(), "percent": urllib.parse.quote}[how](text)
+    return text
+
+
+@pytest.mark.parametrize("how", ["base64", "hex", "percent"])
+def test_reasoning_wrapped_in_more_layers_than_the_detector_follows_is_refused(how):
+    """Up to MAX_DECODE_DEPTH layers the blob itself is found; one layer more used to be accepted
+    (a new-user walkthrough ingested a thinking block under 7 base64 layers). Now the layer the
+    detector would not open is the finding, and the record is rejected."""
+    thinking = json.dumps(thinking_block("Let me think"))
+    inside = find_encrypted_reasoning(_wrapped(thinking, MAX_DECODE_DEPTH - 1, how))
+    assert "anthropic_thinking_signature" in {f.kind for f in inside}
+    for layers in (MAX_DECODE_DEPTH + 1, MAX_DECODE_DEPTH + 3):
+        kinds = {f.kind for f in find_encrypted_reasoning(_wrapped(thinking, layers, how))}
+        assert "decode_depth_exceeded" in kinds, (how, layers)
+        verdict = gate_check([with_message(1, _wrapped(thinking, layers, how))]).verdicts[0]
+        assert verdict.reasons == (RejectReason.CONTAINS_ENCRYPTED_REASONING,)
+
+
+def test_clean_text_in_many_layers_is_refused_but_in_a_few_is_not():
+    """The price of refusing what cannot be scanned: clean text under more layers than the
+    detector follows is refused too; under a few it passes."""
+    note = "a plain note about the release, nothing hidden"
+    assert find_encrypted_reasoning(_wrapped(note, 3, "base64")) == []
+    assert gate_check([with_message(1, _wrapped(note, 3, "base64"))]).verdicts[0].accepted
+    assert [f.kind for f in find_encrypted_reasoning(_wrapped(note, MAX_DECODE_DEPTH + 2, "base64"))] == [
+        "decode_depth_exceeded"
+    ]
 
 
 BAD_UNIT_IDS = {
