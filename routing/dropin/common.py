@@ -198,21 +198,40 @@ def header_text(request, name: str, *, max_len: int = 200) -> str:
 
 def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, str, bool]:
     """``(session_id, user_id, anonymous)`` from the X-Muse headers, else the body (see module
-    docstring). ``anonymous``: neither was given, so both are a unit id made for this call."""
-    meta = metadata if isinstance(metadata, dict) else {}
-    user_id = header_text(request, "X-Muse-User-Id") or (user if isinstance(user, str) else "") or ""
-    user_id = user_id or (meta.get("user_id") if isinstance(meta.get("user_id"), str) else "")
-    session_id = header_text(request, "X-Muse-Session-Id") or (
-        meta.get("session_id") if isinstance(meta.get("session_id"), str) else ""
+    docstring). ``anonymous``: neither was given, so both are a unit id made for this call.
+
+    Raises :class:`DropinError` (400) naming where a bad id came from: the header, or the body's
+    ``user`` / ``metadata.user_id`` / ``metadata.session_id``; a ``user`` or id that is not a
+    string, or ``metadata`` that is not an object, is refused rather than ignored (ignoring it
+    made the call an anonymous unit of its own).
+    """
+    require(metadata is None or isinstance(metadata, dict), "'metadata' must be an object.", "metadata")
+    meta = metadata or {}
+
+    def first(*sources: tuple[Any, str]) -> tuple[str, str]:
+        for value, param in sources:
+            if value is None:
+                continue
+            require(isinstance(value, str), f"'{param}' must be a string.", param)
+            if value:
+                return value, param
+        return "", ""
+
+    user_id, user_param = first(
+        (header_text(request, "X-Muse-User-Id"), "X-Muse-User-Id"),
+        (user, "user"),
+        (meta.get("user_id"), "metadata.user_id"),
     )
-    for value, param in ((session_id, "X-Muse-Session-Id"), (user_id, "X-Muse-User-Id")):
+    session_id, session_param = first(
+        (header_text(request, "X-Muse-Session-Id"), "X-Muse-Session-Id"),
+        (meta.get("session_id"), "metadata.session_id"),
+    )
+    for value, param in ((session_id, session_param), (user_id, user_param)):
         problem = unit_id_problem(value) if value else None
-        require(problem is None, f"Invalid {param}: {problem}", param)
+        require(problem is None, f"'{param}': {problem}", param)
     anonymous = not (session_id or user_id)
     session_id = session_id or user_id or f"anon-{uuid.uuid4().hex}"
     user_id = user_id or session_id
-    require(len(session_id) <= 200, "The session id is longer than 200 characters.", "X-Muse-Session-Id")
-    require(len(user_id) <= 200, "The user id is longer than 200 characters.", "X-Muse-User-Id")
     return session_id, user_id, anonymous
 
 

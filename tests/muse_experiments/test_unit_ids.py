@@ -98,7 +98,38 @@ def test_the_anthropic_drop_in_refuses_an_ambiguous_metadata_user_id():
     )
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request_error"
-    assert "X-Muse-User-Id" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"] == (
+        "'metadata.user_id': Remove the whitespace at the start or end: ids are used exactly as sent."
+    )
+    assert CompletionJob.objects.count() == 0
+
+
+CHAT = {"model": "muse-default", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "message"),
+    [
+        (
+            {"user": " a"},
+            "user",
+            "'user': Remove the whitespace at the start or end: ids are used exactly as sent.",
+        ),
+        ({"user": 5}, "user", "'user' must be a string."),
+        ({"user": 5.5}, "user", "'user' must be a string."),
+        ({"metadata": "x"}, "metadata", "'metadata' must be an object."),
+        ({"metadata": {"user_id": 5}}, "metadata.user_id", "'metadata.user_id' must be a string."),
+        ({"metadata": {"session_id": "s\u200b"}}, "metadata.session_id", None),
+    ],
+)
+def test_the_openai_drop_in_names_the_body_field_of_a_bad_or_mistyped_id(extra, param, message):
+    """A bad id names the field it came from; a mistyped one is refused, not ignored (ignoring it
+    made the call an anonymous unit of its own)."""
+    response = client_with("completions").post("/v1/chat/completions", {**CHAT, **extra}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["param"] == param
+    if message:
+        assert response.json()["error"]["message"] == message
     assert CompletionJob.objects.count() == 0
 
 
