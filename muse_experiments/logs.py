@@ -90,14 +90,19 @@ class ContextFormatter(logging.Formatter):
 # --- Celery: carry the request id to the worker, bind the job id while a task runs ------------
 
 
-class NotServiceUnavailable(logging.Filter):
-    """Drops ``django.request``'s ERROR line for a 503, which this platform answers on purpose: a
-    kill switch, an open circuit, a full concurrency limit, a backing-service outage (logged on
-    its own, naming the exception, by :class:`muse_experiments.api_errors.DependencyOutageMiddleware`).
-    Each still has its access line (``muse.access``, with the status). A 500 is still logged."""
+class NotGatewayStatus(logging.Filter):
+    """Drops ``django.request``'s ERROR line for a 502, 503 or 504: answers this platform gives on
+    purpose about something behind it (an upstream that failed after every fallback, a kill
+    switch, an open circuit, a full concurrency limit, a backing-service outage, a call that ran
+    out of time or whose caller left). Each still has its access line (``muse.access``, with the
+    status and the request id, which Django's line lacked); the job records why it failed; a
+    backing-service outage has its own ERROR line naming the exception
+    (:class:`muse_experiments.api_errors.DependencyOutageMiddleware`). A 500 is still logged."""
+
+    GATEWAY = frozenset({502, 503, 504})
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return getattr(record, "status_code", None) != 503
+        return getattr(record, "status_code", None) not in self.GATEWAY
 
 
 def inject_request_id(headers: dict | None = None, **_kwargs) -> None:

@@ -359,12 +359,12 @@ LOGGING = {
         },
         "json": {"()": "muse_experiments.logs.JsonFormatter"},
     },
-    "filters": {"not_503": {"()": "muse_experiments.logs.NotServiceUnavailable"}},
+    "filters": {"not_gateway_status": {"()": "muse_experiments.logs.NotGatewayStatus"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
-        # a 503 is an answer (kill switch, circuit, limit, outage), not a server error
-        "django.request": {"filters": ["not_503"]},
+        # a 502/503/504 is an answer about an upstream or a dependency, not a server error
+        "django.request": {"filters": ["not_gateway_status"]},
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
         # The SDKs log whole request bodies at DEBUG (Anthropic: "Request options", with thinking

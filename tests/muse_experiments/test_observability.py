@@ -46,12 +46,12 @@ def test_a_503_answer_is_an_access_line_not_a_django_request_error(caplog, setti
     assert len(access) == 1 and access[0].startswith("POST /api/v1/sessions/<str:session_id>/end 503 ")
 
 
-def test_a_500_is_still_a_django_request_error(caplog):
+def test_gateway_statuses_are_not_django_request_errors_but_a_500_still_is(caplog):
     from django.http import HttpResponse
     from django.test import RequestFactory
     from django.utils.log import log_response
 
-    for status in (503, 500):
+    for status in (502, 503, 504, 500):
         log_response("%s", "/x", response=HttpResponse(status=status), request=RequestFactory().get("/x"))
     errors = [(r.levelname, r.status_code) for r in caplog.records if r.name == "django.request"]
     assert errors == [("ERROR", 500)]
