@@ -292,6 +292,21 @@ class VariantFormSet(BaseInlineFormSet):
         )
 
 
+class UnitIdFormField(forms.CharField):
+    """A session or user id, kept exactly as typed (no trimming) and checked with the one unit id
+    rule (:func:`unit_id_problem`), as the API checks it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=200, strip=False, **kwargs)
+
+    def clean(self, value):
+        value = super().clean(value)
+        problem = unit_id_problem(value) if value else None
+        if problem:
+            raise ValidationError(problem)
+        return value
+
+
 class ForcedAssignmentForm(forms.ModelForm):
     """A QA pin: this unit id always gets this variant (excluded from analysis). The id is kept
     exactly as typed and checked with the one unit id rule (:func:`unit_id_problem`)."""
@@ -302,14 +317,7 @@ class ForcedAssignmentForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["unit_id"].strip = False
-
-    def clean_unit_id(self):
-        value = self.cleaned_data["unit_id"]
-        problem = unit_id_problem(value)
-        if problem:
-            raise forms.ValidationError(problem)
-        return value
+        self.fields["unit_id"] = UnitIdFormField(help_text=self.fields["unit_id"].help_text)
 
 
 class ForcedAssignmentFormSet(BaseInlineFormSet):
@@ -343,8 +351,8 @@ class PlatformConfigForm(forms.ModelForm):
 class PreviewForm(forms.Form):
     """Input of the "preview assignment" page."""
 
-    session_id = forms.CharField(max_length=200, required=False)
-    user_id = forms.CharField(max_length=200, required=False)
+    session_id = UnitIdFormField(required=False)
+    user_id = UnitIdFormField(required=False)
     attributes = BoundedJSONField(
         required=False,
         initial=dict,

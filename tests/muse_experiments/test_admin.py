@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
 from django.urls import reverse
 
 from muse_experiments.models import AuditEntry, Experiment, ExperimentPhase, Layer, PlatformConfig
+from muse_experiments.validation import unit_id_problem
 from routing.models import ModelEndpoint
 from tests.factories import make_experiment
 
@@ -331,6 +333,21 @@ def test_the_preview_page_shows_the_decision_and_why(admin_client, catalogue):
     )
     page = admin_client.get(url, {"session_id": "s-1", "attributes": "[1]"}).content.decode()
     assert "Attributes must be a JSON object" in page
+
+
+@pytest.mark.parametrize("field", ["session_id", "user_id"])
+@pytest.mark.parametrize("bad", [" s-1", "s-1\u200b"])
+def test_the_preview_page_refuses_an_id_the_api_refuses_instead_of_trimming_it(
+    admin_client, catalogue, field, bad
+):
+    """ " s-1" was trimmed to "s-1" and previewed as that unit; ids are used exactly as sent."""
+    experiment = make_experiment(key="pv")
+    url = reverse("admin:muse_experiments_experiment_preview", args=[experiment.pk])
+    valid = {"session_id": "s-1", "user_id": "u-1", "attributes": "{}"}
+    page = admin_client.get(url, {**valid, field: bad}).content.decode()
+    assert html.escape(unit_id_problem(bad)) in page
+    assert "pv:assigned" not in page and "pv:not_" not in page  # no decision shown
+    assert "pv:assigned" in admin_client.get(url, valid).content.decode()
 
 
 def test_the_holdout_is_edited_in_the_admin_with_audit(admin_client, catalogue, admin_user):
