@@ -284,3 +284,26 @@ def unit_id_problem(value: str) -> str | None:
     if not unicodedata.is_normalized("NFC", value):
         return "Send the id in Unicode NFC (composed) form: ids are used exactly as sent."
     return None
+
+
+def tool_parameters_problem(parameters: dict[str, Any]) -> tuple[str, str] | None:
+    """``(path, message)`` of the first thing in a tool's ``parameters`` that no provider accepts
+    as a function's JSON Schema, or ``None``. ``path`` is relative to ``parameters`` ("" for the
+    object itself, else ``.type``, ``.properties``, ``.properties.<name>``, ``.required``).
+
+    The shape OpenAI (function ``parameters``) and Anthropic (``input_schema``) both require: an
+    object schema (``type``, when given, is ``"object"``), ``properties`` an object of schemas,
+    ``required`` a list of names. Anything deeper is the provider's to judge.
+    """
+    if "type" in parameters and parameters["type"] != "object":
+        return ".type", 'A tool\'s parameters must be a JSON Schema of "type": "object".'
+    properties = parameters.get("properties", {})
+    if not isinstance(properties, dict):
+        return ".properties", "properties must be an object mapping each parameter to its schema."
+    for name, schema in properties.items():
+        if not isinstance(schema, dict):
+            return f".properties.{name}", "Each property's schema must be an object."
+    required = parameters.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return ".required", "required must be a list of parameter names."
+    return None

@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api_base import AttributesField, StrictSerializer, UnitIdField
 from muse_experiments.auth import ApiClient, HasScope
+from muse_experiments.validation import tool_parameters_problem
 
 from .dispatch import submit_completion, wait_for_job
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
@@ -50,6 +51,12 @@ class ToolSerializer(StrictSerializer):
     name = serializers.RegexField(r"^[A-Za-z0-9_-]{1,64}$")
     description = serializers.CharField(allow_blank=True, required=False, default="", max_length=4000)
     parameters = serializers.DictField(required=False, default=dict)
+
+    def validate_parameters(self, value):
+        problem = tool_parameters_problem(value)
+        if problem:
+            raise serializers.ValidationError(f"parameters{problem[0]}: {problem[1]}")
+        return value
 
 
 def job_payload(job: CompletionJob) -> dict:

@@ -276,11 +276,15 @@ def _content_to_text(content: Any) -> str:
 
 
 def _tool_arguments(tool_schema: Mapping[str, Any] | None, user_text: str) -> dict[str, Any]:
-    props = (tool_schema or {}).get("properties") or {}
-    required = (tool_schema or {}).get("required") or list(props)[:1]
+    """Arguments fitting a tool's schema; a malformed schema gets string arguments (never a crash
+    of the simulated upstream)."""
+    schema = tool_schema if isinstance(tool_schema, Mapping) else {}
+    props = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
+    required = schema.get("required") if isinstance(schema.get("required"), list) else list(props)[:1]
     args: dict[str, Any] = {}
-    for name in required:
-        kind = (props.get(name) or {}).get("type", "string")
+    for name in (r for r in required if isinstance(r, str)):
+        prop = props.get(name)
+        kind = prop.get("type", "string") if isinstance(prop, Mapping) else "string"
         if kind in ("integer", "number"):
             args[name] = 1
         elif kind == "boolean":

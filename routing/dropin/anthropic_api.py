@@ -204,7 +204,13 @@ def tools_in(raw: Any) -> list[dict[str, Any]]:
         require(
             t.get("type") in (None, "custom"), "Only custom (client) tools are supported.", f"tools[{i}].type"
         )
-        spec = tool_spec(t.get("name"), t.get("description"), t.get("input_schema"), f"tools[{i}]")
+        spec = tool_spec(
+            t.get("name"),
+            t.get("description"),
+            t.get("input_schema"),
+            f"tools[{i}]",
+            schema_field="input_schema",
+        )
         cc = cache_control(t.get("cache_control"), f"tools[{i}].cache_control")
         tools.append(spec | ({"cache_control": cc} if cc else {}))
     return tools

@@ -36,7 +36,7 @@ from rest_framework.views import APIView
 from muse_experiments.api_base import MAX_JSON_DEPTH, RequestTooLarge, depth_exceeds
 from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.storage_text import nul_path, surrogate_path
-from muse_experiments.validation import unit_id_problem
+from muse_experiments.validation import tool_parameters_problem, unit_id_problem
 
 from ..attempts import EndpointRefused
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job
@@ -132,8 +132,11 @@ def parse_arguments(raw: Any, param: str) -> dict[str, Any]:
     return value
 
 
-def tool_spec(name: Any, description: Any, parameters: Any, param: str) -> dict[str, Any]:
-    """Our stored tool shape, validated like ``POST /api/v1/completions`` does."""
+def tool_spec(
+    name: Any, description: Any, parameters: Any, param: str, *, schema_field: str = "parameters"
+) -> dict[str, Any]:
+    """Our stored tool shape, validated like ``POST /api/v1/completions`` does; ``schema_field``
+    names the JSON Schema's field in errors (``input_schema`` on the Anthropic drop-in)."""
     name = as_str(name, f"{param}.name", max_len=64, allow_empty=False)
     require(
         all(c.isalnum() or c in "_-" for c in name) and name.isascii(),
@@ -141,7 +144,11 @@ def tool_spec(name: Any, description: Any, parameters: Any, param: str) -> dict[
         f"{param}.name",
     )
     description = "" if description is None else as_str(description, f"{param}.description", max_len=4000)
-    parameters = {} if parameters is None else as_object(parameters, f"{param}.parameters")
+    parameters = {} if parameters is None else as_object(parameters, f"{param}.{schema_field}")
+    problem = tool_parameters_problem(parameters)
+    if problem:
+        where = f"{param}.{schema_field}{problem[0]}"
+        raise DropinError(f"'{where}': {problem[1]}", param=where)
     return {"name": name, "description": description, "parameters": parameters}
 
 

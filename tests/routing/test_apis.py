@@ -91,6 +91,17 @@ def test_tool_messages_need_a_tool_call_id(client):
     }
 
 
+def test_a_tool_schema_no_provider_accepts_is_a_field_error(client):
+    tool = {"name": "g", "parameters": {"type": "object", "properties": "x"}}
+    response = client.post("/api/v1/completions", {**VALID, "tools": [tool]}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"]["tools"]["0"] == {
+        "parameters": [
+            "parameters.properties: properties must be an object mapping each parameter to its schema."
+        ]
+    }
+
+
 def test_requests_without_a_key_get_401():
     response = APIClient().post("/api/v1/completions", VALID, format="json")
     assert response.status_code == 401

@@ -301,3 +301,45 @@ def test_tool_arguments_nested_64_levels_as_text_are_accepted():
         {"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": args}]}
     )
     assert messages[0]["tool_calls"][0]["arguments"] == json.loads(args)
+
+
+@pytest.mark.parametrize(
+    ("schema", "where", "message"),
+    [
+        ({"type": "object", "properties": "x"}, ".properties", "properties must be an object"),
+        ({"type": "object", "properties": {"city": "string"}}, ".properties.city", "Each property's schema"),
+        ({"type": "string"}, ".type", 'must be a JSON Schema of "type": "object"'),
+        ({"type": "object", "required": "city"}, ".required", "required must be a list"),
+    ],
+)
+@pytest.mark.parametrize("parse", ["chat", "responses", "anthropic"])
+def test_a_tool_schema_no_provider_accepts_is_a_400_naming_its_field(parse, schema, where, message):
+    """A malformed schema used to go upstream (a real provider refuses it; the simulated one
+    crashed, and the caller got a 502)."""
+    from routing.dropin.anthropic_api import tools_in
+    from routing.dropin.common import DropinError
+    from routing.dropin.openai_api import chat_tools, responses_tools
+
+    tools, prefix, parser = {
+        "chat": (
+            [{"type": "function", "function": {"name": "g", "parameters": schema}}],
+            "tools[0].function.parameters",
+            chat_tools,
+        ),
+        "responses": (
+            [{"type": "function", "name": "g", "parameters": schema}],
+            "tools[0].parameters",
+            responses_tools,
+        ),
+        "anthropic": ([{"name": "g", "input_schema": schema}], "tools[0].input_schema", tools_in),
+    }[parse]
+    with pytest.raises(DropinError) as refused:
+        parser(tools)
+    assert refused.value.param == prefix + where
+    assert message in str(refused.value)
+    good = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    key = "input_schema" if parse == "anthropic" else "parameters"
+    ok = (
+        [{**tools[0], "function": {"name": "g", key: good}}] if parse == "chat" else [{**tools[0], key: good}]
+    )
+    assert parser(ok)[0]["parameters"] == good

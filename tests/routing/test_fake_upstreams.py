@@ -690,3 +690,12 @@ def test_responses_refuses_a_reasoning_item_away_from_the_item_it_came_with(fake
             with pytest.raises(openai.BadRequestError) as exc:
                 client.responses.create(model="o4-mini", input=items, tools=tools, store=False)
             assert needle in exc.value.body["message"]
+
+
+def test_the_simulated_upstream_answers_a_malformed_tool_schema_instead_of_crashing():
+    from routing.fake_upstreams import _tool_arguments
+
+    assert _tool_arguments({"type": "object", "properties": "x"}, "hi") == {}
+    assert _tool_arguments({"properties": {"a": "string"}, "required": "a"}, "hi") == {"a": "hi"}
+    assert _tool_arguments({"properties": {"n": {"type": "integer"}}}, "hi") == {"n": 1}
+    assert _tool_arguments(None, "hi") == {}
