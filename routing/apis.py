@@ -24,7 +24,7 @@ from muse_experiments.validation import tool_parameters_problem
 from .dispatch import submit_completion, wait_for_job
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 from .selectors import completion_job_current, completion_job_unwritten
-from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response
+from .streaming import KEEPALIVE_FRAME, STREAM_IN_PROGRESS, job_events, sse, sse_response, stream_taken
 
 
 class ToolCallSerializer(StrictSerializer):
@@ -127,7 +127,12 @@ class CompletionCreateApi(APIView):
                 CompletionOutputSerializer, description="Still running: poll the Location URL."
             ),
             400: OpenApiResponse(description="Field errors"),
+            409: OpenApiResponse(
+                description="stream=true with the idempotency key of a job another request is still "
+                "streaming (embedded default only; retry once it finished to replay the answer)"
+            ),
             413: OpenApiResponse(description="Body too large"),
+            422: OpenApiResponse(description="The idempotency key was used with a different body"),
             429: OpenApiResponse(description="Rate limited; see Retry-After"),
         },
         examples=[
@@ -170,6 +175,11 @@ class CompletionCreateApi(APIView):
             durable=d["async"],  # a job id handed out for later must survive a crash
         )
         if d["stream"]:
+            if stream_taken(job, created=created):
+                return Response(
+                    {"error": {"code": "conflict", "message": STREAM_IN_PROGRESS}},
+                    status=status.HTTP_409_CONFLICT,
+                )
             return sse_response(_api_stream(job, created))
         if not d["async"] and job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
             job = wait_for_job(job, timeout_s=settings.COMPLETION_SYNC_WAIT_S)

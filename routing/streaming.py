@@ -141,6 +141,22 @@ def publish_job_events(*, job_id: str) -> str:
     return status
 
 
+#: What a second streamed request for a job still streaming to another request is told (409).
+STREAM_IN_PROGRESS = (
+    "A request with this idempotency key is still streaming its answer; retry once it has "
+    "finished to read the same answer."
+)
+
+
+def stream_taken(job: CompletionJob, *, created: bool) -> bool:
+    """Whether a streamed request for ``job`` cannot be served because another request is
+    streaming it: without Redis the events exist only in the first request (no stream to relay),
+    so a concurrent retry with the same idempotency key is answered 409 before its stream starts
+    (as Stripe answers concurrent idempotent requests), not 200 and then an error event. With
+    Redis every request relays the job's stream; a finished job is replayed."""
+    return not created and not uses_redis() and job.status not in FINISHED_STATUSES
+
+
 def job_events(
     *, job_id: str, created: bool, start_timeout_s: float | None = None
 ) -> Iterator[dict[str, Any]]:

@@ -61,6 +61,7 @@ ANTHROPIC_ERROR_TYPES = {
     "timeout": "timeout_error",
     "upstream": "api_error",
     "model_unavailable": "model_unavailable",
+    "conflict": "invalid_request_error",  # 409: the SDKs' ConflictError, retried by them
 }
 STOP_REASONS = {
     "stop": "end_turn",

@@ -44,7 +44,7 @@ from ..killswitch import kill_state
 from ..models import CompletionJob, JobStatus
 from ..planning import ROUTING_ALIASES
 from ..selectors import catalogue
-from ..streaming import KEEPALIVE_FRAME, job_events
+from ..streaming import KEEPALIVE_FRAME, STREAM_IN_PROGRESS, job_events, stream_taken
 
 MAX_MESSAGES = 1000
 MAX_TOOLS = 128
@@ -60,6 +60,7 @@ class DropinError(Exception):
         "timeout": 504,
         "upstream": 502,
         "model_unavailable": 503,
+        "conflict": 409,
     }
 
     def __init__(self, message: str, *, kind: str = "invalid_request", param: str | None = None) -> None:
@@ -315,7 +316,18 @@ def muse_headers(job: CompletionJob) -> dict[str, str]:
 def stream_frames(
     job: CompletionJob, created: bool, formatter: Callable[[Iterator[dict]], Iterator[bytes]]
 ) -> Iterator[bytes]:
-    """SSE frames: the job's events through a provider formatter; keepalives become comments."""
+    """SSE frames: the job's events through a provider formatter; keepalives become comments.
+
+    Raises :class:`DropinError` (409) at once, before a response starts, when another request is
+    streaming the job (:func:`routing.streaming.stream_taken`)."""
+    if stream_taken(job, created=created):
+        raise DropinError(STREAM_IN_PROGRESS, kind="conflict")
+    return _frames(job, created, formatter)
+
+
+def _frames(
+    job: CompletionJob, created: bool, formatter: Callable[[Iterator[dict]], Iterator[bytes]]
+) -> Iterator[bytes]:
     keepalive_pending = False
 
     def events() -> Iterator[dict]:

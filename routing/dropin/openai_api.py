@@ -54,6 +54,7 @@ OPENAI_ERROR_TYPES = {
     "timeout": "timeout",
     "upstream": "api_error",
     "model_unavailable": "model_unavailable",
+    "conflict": "invalid_request_error",  # 409: the SDKs' ConflictError, retried by them
 }
 CHAT_FINISH = {
     "stop": "stop",
