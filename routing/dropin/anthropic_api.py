@@ -39,6 +39,7 @@ from .common import (
     as_object,
     as_str,
     check_known,
+    check_sampling,
     contiguous_tool_calls,
     finished_job,
     muse_headers,
@@ -360,6 +361,7 @@ class MessagesApi(DropinView):
     def post(self, request):
         body = self.body(request)
         check_known(body, MESSAGES_PARAMS)
+        check_sampling(body, token_fields=(), temperature_max=1.0, top_k=True)
         model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
         pinned = resolve_model(model_name)
         max_tokens = body.get("max_tokens")

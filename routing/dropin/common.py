@@ -76,6 +76,28 @@ def require(condition: bool, message: str, param: str | None = None) -> None:
         raise DropinError(message, param=param)
 
 
+def check_sampling(
+    body: Mapping[str, Any], *, token_fields: tuple[str, ...], temperature_max: float, top_k: bool = False
+) -> None:
+    """Sampling parameters are ignored (the experiment variant decides them) but held to the
+    provider's own types and ranges, so a client's bug is a 400 here as it would be upstream:
+    ``token_fields`` positive integers, ``temperature`` a number from 0 to ``temperature_max``
+    (OpenAI 2, Anthropic 1), ``top_p`` from 0 to 1, ``top_k`` (``top_k=True``) a positive integer.
+    Raises :class:`DropinError` naming the field."""
+
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    for name in (*token_fields, *(("top_k",) if top_k else ())):
+        value = body.get(name)
+        ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+        require(ok, f"'{name}' must be a positive integer.", name)
+    for name, high in (("temperature", temperature_max), ("top_p", 1.0)):
+        value = body.get(name)
+        ok = value is None or (number(value) and 0 <= value <= high)
+        require(ok, f"'{name}' must be a number from 0 to {high:g}.", name)
+
+
 def check_known(body: Mapping[str, Any], known: frozenset[str]) -> None:
     """400 for parameters this endpoint does not know (as OpenAI answers them)."""
     unknown = sorted(set(body) - known)

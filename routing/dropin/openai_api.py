@@ -31,6 +31,7 @@ from .common import (
     as_object,
     as_str,
     check_known,
+    check_sampling,
     contiguous_tool_calls,
     finished_job,
     muse_headers,
@@ -97,7 +98,9 @@ def _text_of(content: Any, param: str, part_types: frozenset[str]) -> str:
             f"Content part type {part.get('type')!r} is not supported; send text.",
             f"{param}[{i}].type",
         )
-        texts.append(as_str(part.get("text", ""), f"{param}[{i}].text"))
+        field = "refusal" if part.get("type") == "refusal" else "text"
+        require(field in part, f"'{param}[{i}].{field}': Field required.", f"{param}[{i}].{field}")
+        texts.append(as_str(part[field], f"{param}[{i}].{field}"))
     return "".join(texts)
 
 
@@ -280,6 +283,7 @@ class ChatCompletionsApi(OpenAIView):
     def post(self, request):
         body = self.body(request)
         check_known(body, CHAT_PARAMS)
+        check_sampling(body, token_fields=("max_tokens", "max_completion_tokens"), temperature_max=2.0)
         model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
         pinned = resolve_model(model_name)
         require(body.get("n") in (None, 1), "Only n=1 is supported.", "n")
@@ -627,6 +631,7 @@ class ResponsesApi(OpenAIView):
     def post(self, request):
         body = self.body(request)
         check_known(body, RESPONSES_PARAMS)
+        check_sampling(body, token_fields=("max_output_tokens",), temperature_max=2.0)
         model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
         pinned = resolve_model(model_name)
         require(

@@ -187,3 +187,49 @@ def test_a_concurrent_streamed_retry_is_a_409_before_its_stream_without_redis(cl
     assert "still streaming" in json.dumps(retry.json())
     assert CompletionJob.objects.count() == 1
     first.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "param"),
+    [
+        ("/v1/chat/completions", {"max_tokens": -5}, "max_tokens"),
+        ("/v1/chat/completions", {"max_completion_tokens": True}, "max_completion_tokens"),
+        ("/v1/chat/completions", {"temperature": 2.5}, "temperature"),
+        ("/v1/chat/completions", {"top_p": "0.9"}, "top_p"),
+        ("/v1/responses", {"max_output_tokens": 0}, "max_output_tokens"),
+        ("/v1/messages", {"temperature": 1.5}, "temperature"),
+        ("/v1/messages", {"top_k": -1}, "top_k"),
+    ],
+)
+def test_sampling_parameters_the_variant_overrides_are_still_held_to_the_providers_ranges(
+    client, path, extra, param
+):
+    """They are ignored (the experiment variant decides) but a client's bug is a 400 here, as it
+    would be upstream, rather than silently accepted."""
+    from routing.models import CompletionJob
+
+    messages = [{"role": "user", "content": "hello"}]
+    body = {
+        "model": "muse-default",
+        **({"input": "hello"} if path == "/v1/responses" else {"messages": messages}),
+    }
+    if path == "/v1/messages":
+        body["max_tokens"] = 16
+    response = client.post(path, {**body, **extra}, format="json", HTTP_X_MUSE_SESSION_ID="s-1")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error.get("param", param) == param and param in error["message"]
+    assert CompletionJob.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("part", "field"), [({"type": "text"}, "text"), ({"type": "refusal", "text": "no"}, "refusal")]
+)
+def test_a_content_part_without_its_text_is_a_400_naming_it(client, part, field):
+    body = {
+        "model": "muse-default",
+        "messages": [{"role": "assistant", "content": [part]}, {"role": "user", "content": "x"}],
+    }
+    response = client.post("/v1/chat/completions", body, format="json", HTTP_X_MUSE_SESSION_ID="s-1")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["param"] == f"messages[0].content[0].{field}"
