@@ -13,7 +13,8 @@
   kept for it, since no later call can continue it; :func:`routing.planning.is_anonymous`). ``X-Muse-Subagent`` names the subagent;
   ``Idempotency-Key`` makes a retry return the same job.
 * Sampling parameters (temperature, max tokens, tool_choice …) are accepted for compatibility
-  and ignored: the experiment variant decides them. Unknown parameters are a 400.
+  and ignored: the experiment variant decides them. A value the provider would refuse is a 400
+  all the same (:func:`check_sampling`), and so is an unknown parameter.
 * Jobs run through the same job + worker path as ``POST /api/v1/completions``.
 * Responses carry ``x-muse-job-id``, ``x-muse-served-model``, ``x-muse-experiment`` and
   ``x-muse-variant`` headers; failures carry ``x-should-retry: false`` (routing already retried
