@@ -430,6 +430,7 @@ def _response_object(
         id=resp_id,
         object="response",
         created_at=created,
+        completed_at=time.time() if status == "completed" else None,
         model=model,
         status=status,
         output=output,

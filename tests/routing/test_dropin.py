@@ -155,6 +155,7 @@ def test_openai_responses_pinned_to_azure_streams_and_returns_function_calls_wit
     calls = [o for o in response.output if o.type == "function_call"]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("weather", {"city": "Rome"})] * 2
     assert response.usage.output_tokens_details.reasoning_tokens == 12
+    assert response.status == "completed" and response.completed_at >= response.created_at
     wait_for_records_written()
     assert CallRecord.objects.get().reason == "forced"
 
@@ -178,6 +179,7 @@ def test_openai_responses_pinned_to_azure_streams_and_returns_function_calls_wit
     events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["completed_at"] >= events[-1]["response"]["created_at"]
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas.startswith("muse-special reply to: Rome")
 
