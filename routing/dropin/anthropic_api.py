@@ -380,7 +380,7 @@ class MessagesApi(DropinView):
             tools=tools_in(body.get("tools")),
             model=pinned,
             stream=stream,
-            metadata=metadata if isinstance(metadata, dict) else None,
+            metadata=metadata,
         )
         if stream:
             frames = stream_frames(job, created, lambda ev: message_frames(ev, job=job, model=model_name))

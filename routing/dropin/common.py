@@ -227,30 +227,30 @@ def header_text(request, name: str, *, max_len: int = 200) -> str:
     return value
 
 
-def identity(request, *, user: Any = None, metadata: Any = None) -> tuple[str, str, bool]:
+def identity(
+    request, *, user: Any = None, metadata: Any = None, safety_identifier: Any = None
+) -> tuple[str, str, bool]:
     """``(session_id, user_id, anonymous)`` from the X-Muse headers, else the body (see module
     docstring). ``anonymous``: neither was given, so both are a unit id made for this call.
 
-    Raises :class:`DropinError` (400) naming where a bad id came from: the header, or the body's
-    ``user`` / ``metadata.user_id`` / ``metadata.session_id``; a ``user`` or id that is not a
-    string, or ``metadata`` that is not an object, is refused rather than ignored (ignoring it
-    made the call an anonymous unit of its own).
+    The user comes from, in order: the header, the body's ``user``, ``safety_identifier``
+    (OpenAI's successor of ``user``), ``metadata.user_id``. Raises :class:`DropinError` (400)
+    naming where a bad id came from; any of them that is not a string, or ``metadata`` that is not
+    an object, is refused rather than ignored (ignoring it made the call an anonymous unit of its
+    own).
     """
     require(metadata is None or isinstance(metadata, dict), "'metadata' must be an object.", "metadata")
     meta = metadata or {}
 
     def first(*sources: tuple[Any, str]) -> tuple[str, str]:
-        for value, param in sources:
-            if value is None:
-                continue
-            require(isinstance(value, str), f"'{param}' must be a string.", param)
-            if value:
-                return value, param
-        return "", ""
+        for value, param in sources:  # every source is checked, used or not
+            require(value is None or isinstance(value, str), f"'{param}' must be a string.", param)
+        return next(((value, param) for value, param in sources if value), ("", ""))
 
     user_id, user_param = first(
         (header_text(request, "X-Muse-User-Id"), "X-Muse-User-Id"),
         (user, "user"),
+        (safety_identifier, "safety_identifier"),
         (meta.get("user_id"), "metadata.user_id"),
     )
     session_id, session_param = first(
@@ -275,12 +275,15 @@ def submit(
     stream: bool,
     user=None,
     metadata=None,
+    safety_identifier=None,
 ) -> tuple[CompletionJob, bool]:
     """Create and dispatch the job for a drop-in call. Returns ``(job, created)``."""
     require(bool(messages), "At least one message is required.", "messages")
     if stream:
         refuse_unavailable_pinned_stream(model)
-    session_id, user_id, anonymous = identity(request, user=user, metadata=metadata)
+    session_id, user_id, anonymous = identity(
+        request, user=user, metadata=metadata, safety_identifier=safety_identifier
+    )
     # "cancellable": a caller that gives up has its upstream call closed at once (routing.tasks)
     body: dict[str, Any] = {"messages": messages, "tools": tools, "cancellable": True}
     if anonymous:

@@ -297,6 +297,7 @@ class ChatCompletionsApi(OpenAIView):
             model=pinned,
             stream=stream,
             user=body.get("user"),
+            safety_identifier=body.get("safety_identifier"),
             metadata=body.get("metadata"),
         )
         if stream:
@@ -649,7 +650,8 @@ class ResponsesApi(OpenAIView):
             tools=responses_tools(body.get("tools")),
             model=pinned,
             stream=stream,
-            user=body.get("user") or body.get("safety_identifier"),
+            user=body.get("user"),
+            safety_identifier=body.get("safety_identifier"),
             metadata=body.get("metadata"),
         )
         if stream:

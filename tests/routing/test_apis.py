@@ -233,3 +233,53 @@ def test_a_content_part_without_its_text_is_a_400_naming_it(client, part, field)
     response = client.post("/v1/chat/completions", body, format="json", HTTP_X_MUSE_SESSION_ID="s-1")
     assert response.status_code == 400, response.content
     assert response.json()["error"]["param"] == f"messages[0].content[0].{field}"
+
+
+def test_an_anonymous_call_retried_with_its_idempotency_key_gets_its_first_job():
+    """An anonymous call's unit id is made fresh per request, so it is not part of what a retry
+    must match: the retry returns the first job (it was a 422 every time)."""
+    from routing.models import CompletionJob
+    from routing.services import IdempotencyConflict, completion_job_create
+
+    request = {"messages": [{"role": "user", "content": "hi"}], "tools": [], "anonymous": True}
+    first, created = completion_job_create(
+        api_key=None, session_id="anon-1", user_id="anon-1", subagent="", attributes={},
+        request=request, idempotency_key="k1",
+    )  # fmt: skip
+    again, created_again = completion_job_create(
+        api_key=None, session_id="anon-2", user_id="anon-2", subagent="", attributes={},
+        request=request, idempotency_key="k1",
+    )  # fmt: skip
+    assert (created, created_again, again.pk, again.session_id) == (True, False, first.pk, "anon-1")
+    named = {**request, "anonymous": False}
+    with pytest.raises(IdempotencyConflict):  # a named unit is still part of the request
+        completion_job_create(
+            api_key=None, session_id="s-2", user_id="u-2", subagent="", attributes={},
+            request=named, idempotency_key="k1",
+        )  # fmt: skip
+    assert CompletionJob.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "param"),
+    [
+        ("/v1/messages", {"metadata": "alice"}, "metadata"),
+        ("/v1/messages", {"metadata": ["alice"]}, "metadata"),
+        ("/v1/chat/completions", {"user": "bob", "metadata": {"user_id": 5}}, "metadata.user_id"),
+        ("/v1/chat/completions", {"safety_identifier": 5}, "safety_identifier"),
+        ("/v1/responses", {"safety_identifier": 5}, "safety_identifier"),
+    ],
+)
+def test_every_identity_field_is_checked_on_every_drop_in(client, path, extra, param):
+    from routing.models import CompletionJob
+
+    body = {
+        "model": "muse-default",
+        **({"input": "hi"} if path == "/v1/responses" else {"messages": [{"role": "user", "content": "hi"}]}),
+    }
+    if path == "/v1/messages":
+        body["max_tokens"] = 16
+    response = client.post(path, {**body, **extra}, format="json")
+    assert response.status_code == 400, response.content
+    assert param in json.dumps(response.json())
+    assert CompletionJob.objects.count() == 0
