@@ -292,17 +292,19 @@ def tool_parameters_problem(parameters: dict[str, Any]) -> tuple[str, str] | Non
     object itself, else ``.type``, ``.properties``, ``.properties.<name>``, ``.required``).
 
     The shape OpenAI (function ``parameters``) and Anthropic (``input_schema``) both require: an
-    object schema (``type``, when given, is ``"object"``), ``properties`` an object of schemas,
+    object schema (``type``, when given, is ``"object"`` or a list naming it), ``properties`` an
+    object of schemas (a schema is an object or a boolean, JSON Schema 2020-12 §4.3.2),
     ``required`` a list of names. Anything deeper is the provider's to judge.
     """
-    if "type" in parameters and parameters["type"] != "object":
+    kind = parameters.get("type", "object")
+    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
         return ".type", 'A tool\'s parameters must be a JSON Schema of "type": "object".'
     properties = parameters.get("properties", {})
     if not isinstance(properties, dict):
         return ".properties", "properties must be an object mapping each parameter to its schema."
     for name, schema in properties.items():
-        if not isinstance(schema, dict):
-            return f".properties.{name}", "Each property's schema must be an object."
+        if not isinstance(schema, dict | bool):
+            return f".properties.{name}", "Each property's schema must be an object (or true/false)."
     required = parameters.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
         return ".required", "required must be a list of parameter names."

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import json
 import re
 import unicodedata
@@ -192,8 +191,12 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
             findings.append(Finding(path, kind))
     stripped = norm.strip()
     if stripped[:1] in ("{", "[", '"') and len(stripped) > 1:
-        with contextlib.suppress(ValueError, RecursionError):
+        try:
             children.append((json.loads(stripped), f"{path}/<json>", depth + 1))
+        except ValueError:
+            pass
+        except RecursionError:  # JSON nested past the decoder's recursion: cannot be scanned
+            findings.append(Finding(path, "decode_depth_exceeded"))
     for match in BASE64_RUN_RE.finditer(norm):
         run = match.group(0)
         decoded = _decoded_base64(run)

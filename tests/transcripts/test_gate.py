@@ -431,3 +431,11 @@ def test_strip_removes_every_carrier_and_leaves_clean_values_alone():
 
 def test_record_json_is_the_canonical_compact_form():
     assert record_json({"b": 1, "a": "é"}) == '{"b":1,"a":"é"}'
+
+
+def test_json_in_a_string_nested_past_the_decoders_recursion_is_refused_not_skipped():
+    """A thinking block inside 1,200 levels of JSON text: json.loads gives up (RecursionError),
+    which used to be swallowed, leaving the value unscanned and the record accepted."""
+    text = "[" * 1200 + json.dumps(thinking_block("x")) + "]" * 1200
+    assert "decode_depth_exceeded" in {f.kind for f in find_encrypted_reasoning(text)}
+    assert not gate_check([with_message(1, text)]).verdicts[0].accepted
