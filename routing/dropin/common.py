@@ -45,6 +45,7 @@ from ..killswitch import kill_state
 from ..models import CompletionJob, JobStatus
 from ..planning import ROUTING_ALIASES
 from ..selectors import catalogue
+from ..services import IdempotencyConflict
 from ..streaming import KEEPALIVE_FRAME, STREAM_IN_PROGRESS, job_events, stream_taken
 
 MAX_MESSAGES = 1000
@@ -502,6 +503,10 @@ class DropinView(APIView):
         if isinstance(exc, (RequestTooLarge, RequestDataTooBig)):
             return self.error_response(
                 status=413, kind="request_too_large", message="Request body too large."
+            )
+        if isinstance(exc, IdempotencyConflict):
+            return self.error_response(
+                status=422, kind="invalid_request", message=str(exc.detail), param="Idempotency-Key"
             )
         if isinstance(exc, exceptions.ValidationError) and isinstance(exc.detail, dict) and exc.detail:
             param, messages = next(iter(exc.detail.items()))

@@ -283,3 +283,26 @@ def test_every_identity_field_is_checked_on_every_drop_in(client, path, extra, p
     assert response.status_code == 400, response.content
     assert param in json.dumps(response.json())
     assert CompletionJob.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "shape"),
+    [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")],
+)
+def test_a_drop_in_idempotency_conflict_is_in_the_providers_error_shape(client, path, shape, settings):
+    settings.REDIS_URL = ""  # the first, streamed request is left unread: no worker needed
+    body = {"model": "muse-default", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
+    if path == "/v1/messages":
+        body["max_tokens"] = 16
+    headers = {"HTTP_IDEMPOTENCY_KEY": "idem-2", "HTTP_X_MUSE_SESSION_ID": "s-1"}
+    assert client.post(path, body, format="json", **headers).status_code == 200
+    other = {**body, "messages": [{"role": "user", "content": "something else"}]}
+    response = client.post(path, other, format="json", **headers)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "already used with a different request" in error["message"]
+    if shape == "anthropic":
+        assert response.json()["type"] == "error"
+    else:
+        assert error["param"] == "Idempotency-Key"
