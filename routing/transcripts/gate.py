@@ -59,6 +59,8 @@ MAX_DECODES_PER_VALUE = 1024
 
 FERNET_RE = re.compile(r"gAAAAA[A-Za-z0-9_\-+/=]{16,}")
 BASE64_RUN_RE = re.compile(rf"[A-Za-z0-9+/_-]{{{MIN_BASE64_RUN},}}={{0,2}}")
+# A whole string of base64 lines (RFC 2045 wraps at 76 characters; any line length accepted).
+WRAPPED_BASE64_RE = re.compile(r"\s*(?:[A-Za-z0-9+/_-]+={0,2}[ \t]*\r?\n\s*)+[A-Za-z0-9+/_-]*={0,2}\s*")
 # Hex of text: 16+ byte pairs (shorter runs cannot hold a marker + blob); either case.
 HEX_RUN_RE = re.compile(r"(?:[0-9A-Fa-f]{2}){16,}")
 PERCENT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -197,8 +199,12 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
             pass
         except RecursionError:  # JSON nested past the decoder's recursion: cannot be scanned
             findings.append(Finding(path, "decode_depth_exceeded"))
-    for match in BASE64_RUN_RE.finditer(norm):
-        run = match.group(0)
+    runs = [m.group(0) for m in BASE64_RUN_RE.finditer(norm)]
+    if len(runs) > 1 and WRAPPED_BASE64_RE.fullmatch(norm):
+        # MIME-style base64 wrapped in lines (base64.encodebytes, the base64 CLI): the lines are
+        # one encoding, so they are decoded joined as well as one by one
+        runs.append("".join(runs))
+    for run in runs:
         decoded = _decoded_base64(run)
         if decoded is not None:
             if decoded is FERNET_TOKEN:

@@ -439,3 +439,17 @@ def test_json_in_a_string_nested_past_the_decoders_recursion_is_refused_not_skip
     text = "[" * 1200 + json.dumps(thinking_block("x")) + "]" * 1200
     assert "decode_depth_exceeded" in {f.kind for f in find_encrypted_reasoning(text)}
     assert not gate_check([with_message(1, text)]).verdicts[0].accepted
+
+
+def test_base64_wrapped_in_lines_is_decoded_as_one_encoding():
+    """base64.encodebytes (and the base64 CLI) wrap at 76 characters; decoded line by line the
+    marker is split and was missed (found by a helper's second walkthrough)."""
+    wrapped = base64.encodebytes(
+        json.dumps({"content": [thinking_block("I should check")]}).encode()
+    ).decode()
+    assert wrapped.count("\n") > 1
+    assert "anthropic_thinking_signature" in {f.kind for f in find_encrypted_reasoning(wrapped)}
+    assert not gate_check([with_message(1, wrapped)]).verdicts[0].accepted
+    clean = base64.encodebytes(("a plain note about the release, nothing hidden. " * 5).encode()).decode()
+    assert find_encrypted_reasoning(clean) == []
+    assert gate_check([with_message(2, clean)]).verdicts[0].accepted
