@@ -297,7 +297,7 @@ def _fingerprint(session_id, user_id, subagent, attributes, request, stream) -> 
     """What must match for an idempotency key's retry to be the same request. An anonymous call's
     unit id is made fresh for each request (``request["anonymous"]``), so it is left out: the
     retry gets the first request's job, unit id included."""
-    if isinstance(request, Mapping) and request.get("anonymous"):
+    if request.get("anonymous"):
         session_id = user_id = ""
     return json.dumps(
         [session_id, user_id, subagent, attributes, request, bool(stream)], sort_keys=True, default=str
