@@ -34,6 +34,8 @@ from django.conf import settings
 
 from muse_experiments.config_version import redis_client
 
+from . import roundtrip
+
 log = logging.getLogger(__name__)
 
 #: ``allow`` results.
@@ -115,20 +117,49 @@ class RedisCircuitBreaker:
         try:
             return int(self._script(client, name, source)(keys=keys, args=args, client=client))
         except Exception as exc:  # noqa: BLE001 - any Redis failure: fail open
-            self._skip_until = time.monotonic() + REDIS_RETRY_S
-            log.warning("circuit breaker: Redis unavailable (%s); allowing calls", type(exc).__name__)
+            self._failed(exc)
             return None
 
     def allow(self, endpoint_id: str, *, probe_lease_s: float = 65.0) -> str:
         """:data:`CLOSED` (call), :data:`PROBE` (call; you are the half-open probe) or :data:`OPEN`."""
+        pipe = roundtrip.pipeline(redis_client())
+        [permission] = roundtrip.run(pipe, [self.allow_check(pipe, endpoint_id, probe_lease_s=probe_lease_s)])
+        return permission
+
+    def allow_check(self, pipe, endpoint_id: str, *, probe_lease_s: float = 65.0) -> roundtrip.Pending[str]:
+        """:meth:`allow` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open."""
+        if pipe is None or time.monotonic() < self._skip_until:
+            return roundtrip.Pending(lambda _: CLOSED, queued=False)
         cfg = BreakerSettings.from_settings()
-        code = self._run(
-            "allow",
+        pipe.eval(
             _ALLOW,
-            [KEY_PREFIX + endpoint_id + ":state"],
-            [_now_ms(), cfg.cooldown_s * 1000.0, probe_lease_s * 1000.0],
+            1,
+            KEY_PREFIX + endpoint_id + ":state",
+            _now_ms(),
+            cfg.cooldown_s * 1000.0,
+            probe_lease_s * 1000.0,
         )
-        return {None: CLOSED, 0: CLOSED, 1: OPEN, 2: PROBE}[code]
+
+        def read(code) -> str:
+            if isinstance(code, Exception):
+                self._failed(code)
+                return CLOSED
+            return {0: CLOSED, 1: OPEN, 2: PROBE}[int(code)]
+
+        return roundtrip.Pending(read)
+
+    def release_probe(self, endpoint_id: str) -> None:
+        """Give back a :data:`PROBE` permission that made no call (another guard refused it), so
+        the next caller may probe at once instead of after the probe's lease."""
+        client = redis_client()
+        try:
+            client.hdel(KEY_PREFIX + endpoint_id + ":state", "probe_until")
+        except Exception as exc:  # noqa: BLE001 - the probe's lease ends on its own
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        self._skip_until = time.monotonic() + REDIS_RETRY_S
+        log.warning("circuit breaker: Redis unavailable (%s); allowing calls", type(exc).__name__)
 
     def record_failure(self, endpoint_id: str, *, probe: bool = False) -> bool:
         """Count a failure; returns True when this failure opened (or re-opened) the circuit."""
@@ -199,6 +230,17 @@ class InProcessCircuitBreaker:
                 return OPEN
             st.probe_until = now + probe_lease_s
             return PROBE
+
+    def allow_check(self, pipe, endpoint_id: str, *, probe_lease_s: float = 65.0) -> roundtrip.Pending[str]:
+        """:meth:`allow`, answered in this process when read (no Redis command)."""
+        return roundtrip.Pending(lambda _: self.allow(endpoint_id, probe_lease_s=probe_lease_s), queued=False)
+
+    def release_probe(self, endpoint_id: str) -> None:
+        """Give back a :data:`PROBE` permission that made no call."""
+        with self._lock:
+            st = self._states.get(endpoint_id)
+            if st is not None:
+                st.probe_until = None
 
     def record_failure(self, endpoint_id: str, *, probe: bool = False) -> bool:
         cfg = BreakerSettings.from_settings()

@@ -22,6 +22,8 @@ from django.conf import settings
 
 from muse_experiments.config_version import redis_client
 
+from . import roundtrip
+
 log = logging.getLogger(__name__)
 KEY_PREFIX = "muse:conc:"
 REDIS_RETRY_S = 5.0
@@ -57,33 +59,41 @@ class ConcurrencyLimiter:
         self._lock = threading.Lock()
         self._local: dict[str, int] = {}
         self._skip_redis_until = 0.0
-        self._script = None
 
     def acquire(self, endpoint_id: str, limit: int) -> Slot | None:
-        client = redis_client()
-        if client is None:
-            return self._acquire_local(endpoint_id, limit)
+        pipe = roundtrip.pipeline(redis_client())
+        [slot] = roundtrip.run(pipe, [self.acquire_check(pipe, endpoint_id, limit)])
+        return slot
+
+    def acquire_check(self, pipe, endpoint_id: str, limit: int) -> roundtrip.Pending[Slot | None]:
+        """:meth:`acquire` as a check queued on ``pipe`` (:mod:`routing.roundtrip`; None without
+        Redis: this process's counter). Fails open: a Redis error grants the slot and Redis is
+        skipped for :data:`REDIS_RETRY_S`."""
+        if pipe is None:
+            return roundtrip.Pending(lambda _: self._acquire_local(endpoint_id, limit), queued=False)
         if time.monotonic() < self._skip_redis_until:
-            return Slot(None)
+            return roundtrip.Pending(lambda _: Slot(None), queued=False)
         key = KEY_PREFIX + endpoint_id
         token = uuid.uuid4().hex
         lease_ms = float(settings.ROUTING_CONCURRENCY_LEASE_S) * 1000.0
-        try:
-            if self._script is None:
-                self._script = client.register_script(_ACQUIRE)
-            granted = int(
-                self._script(keys=[key], args=[time.time() * 1000.0, lease_ms, limit, token], client=client)
-            )
-        except Exception as exc:  # noqa: BLE001 - fail open
-            self._skip_redis_until = time.monotonic() + REDIS_RETRY_S
-            log.warning("concurrency limiter: Redis unavailable (%s); not limiting", type(exc).__name__)
-            return Slot(None)
-        if not granted:
-            return None
+        pipe.eval(_ACQUIRE, 1, key, time.time() * 1000.0, lease_ms, limit, token)
 
+        def read(granted) -> Slot | None:
+            if isinstance(granted, Exception):
+                self._skip_redis_until = time.monotonic() + REDIS_RETRY_S
+                log.warning(
+                    "concurrency limiter: Redis unavailable (%s); not limiting", type(granted).__name__
+                )
+                return Slot(None)
+            return self._redis_slot(key, token, endpoint_id) if int(granted) else None
+
+        return roundtrip.Pending(read)
+
+    @staticmethod
+    def _redis_slot(key: str, token: str, endpoint_id: str) -> Slot:
         def release() -> None:
             try:
-                client.zrem(key, token)
+                redis_client().zrem(key, token)
             except Exception:  # noqa: BLE001 - the lease expires on its own
                 log.warning("concurrency limiter: could not release a slot of %s", endpoint_id)
 

@@ -21,6 +21,8 @@ import time
 
 from muse_experiments.config_version import redis_client
 
+from . import roundtrip
+
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "muse:cool:"
@@ -70,25 +72,39 @@ def cool(endpoint_id: str, seconds: float) -> float:
 
 def cooling_until(endpoint_id: str) -> float | None:
     """The deadline (epoch seconds) until which ``endpoint_id`` must not be called, or ``None``."""
-    now = time.time()
-    with _lock:
-        local = _local.get(endpoint_id)
-        if local is not None and local <= now:
-            del _local[endpoint_id]
-            local = None
-    client = redis_client()
-    if client is None:
-        return local
-    try:
-        value = client.get(KEY_PREFIX + endpoint_id)
-    except Exception as exc:  # noqa: BLE001 - fail open
-        log.warning(
-            "cooling store unavailable (%s); treating %s as not cooling", type(exc).__name__, endpoint_id
-        )
-        return local
-    shared = float(value) if value else None
-    deadline = max(d for d in (local, shared) if d is not None) if (local or shared) else None
-    return deadline if deadline is not None and deadline > now else None
+    pipe = roundtrip.pipeline(redis_client())
+    [deadline] = roundtrip.run(pipe, [cooling_check(pipe, endpoint_id)])
+    return deadline
+
+
+def cooling_check(pipe, endpoint_id: str) -> roundtrip.Pending[float | None]:
+    """:func:`cooling_until` as a check queued on ``pipe`` (:mod:`routing.roundtrip`; None without
+    Redis: this process's deadline only). Fails open: a Redis error reads as this process's
+    deadline alone."""
+    if pipe is not None:
+        pipe.get(KEY_PREFIX + endpoint_id)
+
+    def read(value) -> float | None:
+        now = time.time()
+        with _lock:
+            local = _local.get(endpoint_id)
+            if local is not None and local <= now:
+                del _local[endpoint_id]
+                local = None
+        if pipe is None:
+            return local
+        if isinstance(value, Exception):
+            log.warning(
+                "cooling store unavailable (%s); treating %s as not cooling",
+                type(value).__name__,
+                endpoint_id,
+            )
+            return local
+        shared = float(value) if value else None
+        deadline = max(d for d in (local, shared) if d is not None) if (local or shared) else None
+        return deadline if deadline is not None and deadline > now else None
+
+    return roundtrip.Pending(read, queued=pipe is not None)
 
 
 def cooling_local_forget() -> None:

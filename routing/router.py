@@ -52,6 +52,7 @@ only ``CompletionResult.to_public_dict()`` is stored.
 
 from __future__ import annotations
 
+from .attempts import answer_first
 from .models import CompletionJob
 from .planning import build_request, job_plan, state_session
 from .recording import record_call
@@ -67,11 +68,13 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
     Each upstream call is non-streamed; with Redis, a caller that goes away (the job's cancel flag,
     :func:`routing.events.job_cancel_request`) has it cut off within ~0.2 s and the job ends
     ``cancelled`` / ``client_disconnected`` (:data:`routing.events.cancel_watcher`)."""
+
     job = completion_job_claim(job_id=job_id, row=row)
     if job is None:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     decision, chain, reason = job_plan(job)
     request = build_request(job, {})
-    outcome = serve(request, chain, reason, session_id=state_session(job), job_id=job_id)
-    record_call(job, decision, chain, outcome)
+    with answer_first():
+        outcome = serve(request, chain, reason, session_id=state_session(job), job_id=job_id)
+        record_call(job, decision, chain, outcome)
     return job.status

@@ -30,11 +30,7 @@ MESSAGES = [{"role": "user", "content": "deferred"}]
 def published(redis_url, monkeypatch) -> list[dict]:
     """The task messages the web process publishes (``args`` and ``kwargs``), kept instead of sent."""
     sent: list[dict] = []
-    monkeypatch.setattr(
-        dispatch.run_completion,
-        "apply_async",
-        lambda args, kwargs, **options: sent.append({"args": args, **kwargs}),
-    )
+    monkeypatch.setattr(dispatch, "_send", lambda job_id, kwargs: sent.append({"args": [job_id], **kwargs}))
     return sent
 
 
@@ -147,7 +143,7 @@ def test_a_deferred_job_the_broker_refuses_is_written_failed(redis_url, monkeypa
     def refuse(*args, **kwargs):
         raise BrokerError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(dispatch.run_completion, "apply_async", refuse)
+    monkeypatch.setattr(dispatch, "_send", refuse)
     with pytest.raises(BrokerError):
         submit()
     [stored] = CompletionJob.objects.all()
@@ -194,7 +190,7 @@ def test_a_broker_refusing_the_waiters_republish_does_not_fail_a_running_job(
     def refuse(*args, **kwargs):
         raise BrokerError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(dispatch.run_completion, "apply_async", refuse)
+    monkeypatch.setattr(dispatch, "_send", refuse)
     waited = dispatch.wait_for_job(job, timeout_s=1.5)
     assert waited.status == JobStatus.RUNNING
     assert CompletionJob.objects.get(pk=job.pk).status == JobStatus.RUNNING

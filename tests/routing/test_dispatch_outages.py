@@ -68,7 +68,7 @@ def test_a_publish_the_broker_refuses_fails_the_job_instead_of_leaving_it_queued
     def refuse(*args, **kwargs):
         raise BrokerError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(dispatch.run_completion, "apply_async", refuse)
+    monkeypatch.setattr(dispatch, "_send", refuse)
     with pytest.raises(BrokerError):
         dispatch.publish_completion(str(job.id))
     job.refresh_from_db()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from muse_experiments.config_version import invalidate_all
-from routing.attempts import EndpointRefused, attempt, attempt_stream
-from routing.circuit import breaker
+from routing.attempts import EndpointRefused, _guard, answer_first, attempt, attempt_stream
+from routing.circuit import PROBE, breaker
 from routing.concurrency import limiter
+from routing.cooling import cool
 from routing.ops_services import kill_switch_set
 from routing.planning import Candidate
-from routing.providers.errors import StreamFailed
+from routing.providers.errors import ProviderError, StreamFailed
 from routing.providers.types import CompletionRequest, Message
 from routing.selectors import catalogue
 from tests.factories import seed_catalogue
@@ -71,3 +74,86 @@ def test_the_guards_refuse_before_anything_is_sent(candidate, upstreams):
     with pytest.raises(EndpointRefused):
         attempt_stream(candidate, REQUEST)  # refused eagerly, not on first next()
     assert upstreams.call_count() == 0
+
+
+@pytest.fixture
+def shared_stores(candidate, redis_url, monkeypatch):
+    """``candidate`` with the guards' stores in Redis; returns the round trips the process makes to
+    them (per single command or pipeline execute, its ``(command, key)`` pairs; round trips that
+    touch no cooling, slot or breaker key, such as the configuration's version check, are left out)."""
+    import redis
+
+    trips: list[list[str]] = []
+    execute, command = redis.client.Pipeline.execute, redis.Redis.execute_command
+
+    def note(commands) -> None:
+        pairs = [(str(c[0]), str(c[2] if c[0] in ("EVAL", "EVALSHA") else c[1])) for c in commands]
+        if any(key.startswith(("muse:cool:", "muse:conc:", "muse:cb:")) for _, key in pairs):
+            trips.append([name for name, _ in pairs])
+
+    def spy_execute(self, *args, **kwargs):
+        note([c[0] for c in self.command_stack])
+        return execute(self, *args, **kwargs)
+
+    def spy_command(self, *args, **options):
+        if not isinstance(self, redis.client.Pipeline) and len(args) > 1:
+            note([args])
+        return command(self, *args, **options)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", spy_execute)
+    monkeypatch.setattr(redis.Redis, "execute_command", spy_command)
+    return trips
+
+
+def half_open(endpoint: str) -> None:
+    """Open ``endpoint``'s circuit (one failure opens it here) and let its cooldown pass."""
+    from muse_experiments.config_version import redis_client
+    from routing.circuit import KEY_PREFIX
+
+    breaker().record_failure(endpoint)
+    redis_client().hset(KEY_PREFIX + endpoint + ":state", "opened_at", 0)
+
+
+def test_the_guards_ask_the_shared_stores_in_one_round_trip(candidate, shared_stores):
+    permit = _guard(candidate)
+    assert shared_stores == [["GET", "EVAL", "EVAL"]]  # cooling, concurrency slot, circuit breaker
+    assert limiter.in_flight(AZURE) == 1
+    permit.finish(None)
+    assert limiter.in_flight(AZURE) == 0
+
+
+def test_a_cooling_refusal_gives_back_the_slot_and_the_half_open_probe(candidate, shared_stores):
+    half_open(AZURE)
+    cool(AZURE, 30)
+    with pytest.raises(EndpointRefused) as exc:
+        _guard(candidate)
+    assert exc.value.outcome == "cooling"
+    assert limiter.in_flight(AZURE) == 0
+    assert breaker().allow(AZURE) == PROBE  # the next caller probes at once, not after the lease
+
+
+def test_a_full_endpoint_gives_back_the_half_open_probe(candidate, shared_stores):
+    half_open(AZURE)
+    held = limiter.acquire(AZURE, 1)
+    with pytest.raises(EndpointRefused) as exc:
+        _guard(Candidate(dataclasses.replace(candidate.endpoint, max_concurrency=1), "assigned"))
+    assert exc.value.outcome == "concurrency_limited"
+    assert limiter.in_flight(AZURE) == 1  # only the slot held above
+    held.release()
+    assert breaker().allow(AZURE) == PROBE
+
+
+def test_a_successful_attempt_frees_its_slot_once_the_answer_is_out(candidate, upstreams, redis_url):
+    with answer_first():
+        attempt(candidate, REQUEST)
+        assert limiter.in_flight(AZURE) == 1  # still held while the job's answer is handed back
+    assert limiter.in_flight(AZURE) == 0
+
+
+def test_a_failed_attempt_is_reported_at_once_even_before_the_answer(candidate, upstreams, redis_url):
+    upstreams.set_scenario("muse-special", failure="server_error")
+    with answer_first():
+        with pytest.raises(ProviderError):
+            attempt(candidate, REQUEST)
+        assert limiter.in_flight(AZURE) == 0
+        assert breaker().state(AZURE) == "open"  # the next attempt's guards see it

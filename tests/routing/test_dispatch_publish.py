@@ -1,0 +1,89 @@
+"""The web process's publish of a completion task (``routing.dispatch._send``) on a Redis broker:
+the message it pushes is the one ``Task.apply_async`` would push, so every Celery worker reads
+it the same way."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+from django.conf import settings
+
+from muse_experiments.celery import app
+from muse_experiments.logs import request_id_var
+from muse_experiments.queues import Queue
+from routing import dispatch
+
+#: What differs between two messages by construction (ids, clocks, the publishing host/thread).
+PER_MESSAGE = {"id", "root_id", "muse_published_at", "muse_request_id", "argsrepr", "origin"}
+
+
+@pytest.fixture
+def queue(redis_url):
+    """The completions queue's Redis list, emptied before and after (no worker runs here)."""
+    if not str(settings.CELERY_BROKER_URL or "").startswith("redis"):
+        pytest.skip("the broker is not Redis")
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete(Queue.COMPLETIONS)
+    yield client
+    client.delete(Queue.COMPLETIONS)
+
+
+def pushed(client) -> dict:
+    [raw] = client.lrange(Queue.COMPLETIONS, 0, -1)
+    client.delete(Queue.COMPLETIONS)
+    return json.loads(raw)
+
+
+def test_the_lean_publish_pushes_what_apply_async_would(queue):
+    kwargs = {"stream": False, "pinned": True, "row": {"session_id": "s-1", "request": '{"messages": []}'}}
+    lean_id, reference_id = str(uuid.uuid4()), str(uuid.uuid4())
+    token = request_id_var.set("req-1")
+    try:
+        dispatch._send(lean_id, kwargs)
+    finally:
+        request_id_var.reset(token)
+    lean = pushed(queue)
+    dispatch.run_completion.apply_async(
+        args=[reference_id], kwargs=kwargs, task_id=reference_id, queue=Queue.COMPLETIONS,
+        ignore_result=True, argsrepr=repr([reference_id]), kwargsrepr=repr({**kwargs, "row": "…"}),
+    )  # fmt: skip
+    reference = pushed(queue)
+
+    body = json.loads(base64.b64decode(lean["body"]))
+    assert body[0] == [lean_id] and body[1] == kwargs
+    assert json.loads(base64.b64decode(reference["body"]))[1] == kwargs
+    assert lean["headers"]["id"] == lean_id and lean["headers"]["task"] == "routing.run_completion"
+    assert lean["headers"]["timelimit"] == [330, 300]  # the task's own limits, as apply_async sets them
+    assert lean["headers"]["ignore_result"] is True
+    assert lean["headers"]["kwargsrepr"] == "{'stream': False, 'pinned': True, 'row': '…'}"
+    assert lean["headers"]["muse_request_id"] == "req-1"  # the before_task_publish signal ran
+    assert isinstance(lean["headers"]["muse_published_at"], float)
+
+    def same(message: dict) -> dict:
+        headers = {k: v for k, v in message["headers"].items() if k not in PER_MESSAGE}
+        properties = {
+            k: v for k, v in message["properties"].items()
+            if k not in ("correlation_id", "delivery_tag", "reply_to", "argsrepr", "kwargsrepr")
+        }  # fmt: skip
+        return {**{k: v for k, v in message.items() if k not in ("body", "headers", "properties")},
+                "headers": headers, "properties": properties}  # fmt: skip
+
+    assert same(lean) == same(reference)
+    assert lean["properties"]["correlation_id"] == lean_id
+    assert lean["properties"]["delivery_info"] == {"exchange": "", "routing_key": Queue.COMPLETIONS}
+
+
+def test_without_redis_or_in_eager_mode_the_publish_is_apply_async(monkeypatch):
+    calls = []
+    monkeypatch.setattr(dispatch.run_completion, "apply_async", lambda **kw: calls.append(kw))
+    app.conf.task_always_eager = True
+    try:
+        dispatch._send("job-1", {"stream": False})
+    finally:
+        app.conf.task_always_eager = False
+    assert [c["task_id"] for c in calls] == ["job-1"]
