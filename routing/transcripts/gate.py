@@ -4,14 +4,20 @@ What the reinforcement-learning completion server accepts is decided here:
 
 * :func:`find_encrypted_reasoning` -- every place in a JSON value that carries provider
   reasoning we must never train on or let out: OpenAI ``encrypted_content`` (Responses
-  ``reasoning`` items), Fernet-like ``gAAAAA…`` blobs, Anthropic ``thinking`` blocks with a
-  ``signature``, ``redacted_thinking`` blocks with ``data`` -- however nested, including inside
-  JSON-encoded, base64-encoded, hex-encoded and percent-encoded strings (recursively, up to
+  ``reasoning`` items, also inside recorded ``response.output_item.*`` stream events), Fernet-like
+  ``gAAAAA…`` blobs, Anthropic ``thinking`` blocks with a ``signature``, ``redacted_thinking``
+  blocks with ``data``, recorded Anthropic stream events (``signature_delta`` and
+  ``thinking_delta`` deltas, a ``content_block_start`` opening a thinking block) -- however
+  nested, as JSON objects, in JSON text, in server-sent-event or JSON-lines text, or as marker
+  text (a JSON fragment, a Python/SDK repr such as ``ThinkingBlock(signature='…', …)``; the
+  signature or ``data`` counts wherever it stands in a string that names thinking, before or
+  after, at any distance), including inside JSON-encoded, base64-encoded, hex-encoded and
+  percent-encoded strings (recursively, up to
   :data:`MAX_DECODE_DEPTH` decodings, at most :data:`MAX_DECODES_PER_VALUE` decodings per
   scanned value; a value that would need more is itself a finding, ``decode_depth_exceeded``
   or ``decode_budget_exceeded``: refused, never let through unscanned). Keys and marker values match case-insensitively (``Encrypted_Content``,
   ``"type": "Redacted_Thinking"``). The walk is iterative, so deep nesting cannot blow the
-  stack.
+  stack, and every text search is linear in the text's length.
 * :func:`strip_encrypted_reasoning` -- a copy of a value with every finding removed (used by
   the transcript writer, which must never store reasoning).
 * :func:`gate_check` -- validate a batch of training records: per record, accepted or rejected
@@ -66,18 +72,55 @@ HEX_RUN_RE = re.compile(r"(?:[0-9A-Fa-f]{2}){16,}")
 PERCENT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 FERNET_TOKEN = "<fernet token>"
 BLOB = r"[A-Za-z0-9+/_=\-]{16,}"
-# Marker text in strings that are not (or not entirely) parseable JSON: a key followed by a blob.
-TEXT_MARKERS = (
-    ("openai_encrypted_content", re.compile(r"encrypted_content[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB, re.I)),
-    (
-        "anthropic_thinking_signature",
-        re.compile(r"thinking[\s\S]{0,2000}?signature[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB, re.I),
-    ),
-    (
-        "anthropic_redacted_thinking",
-        re.compile(r"redacted_thinking[\s\S]{0,200}?data[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB, re.I),
-    ),
-)
+# Marker text in strings that are not (or not entirely) parseable JSON: a key, then a blob. Each
+# is one linear search; the Anthropic ones count when the string names thinking anywhere, before
+# or after, at any distance (JSON key order, Python/SDK reprs such as
+# ``ThinkingBlock(signature='…', thinking='…')`` or ``RedactedThinkingBlock(data='…', …)``).
+_KEY_THEN_BLOB = r"[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB
+ENCRYPTED_CONTENT_TEXT_RE = re.compile(r"encrypted_?content" + _KEY_THEN_BLOB, re.I)
+SIGNATURE_TEXT_RE = re.compile(r"signature" + _KEY_THEN_BLOB, re.I)
+DATA_TEXT_RE = re.compile(r"data" + _KEY_THEN_BLOB, re.I)
+REDACTED_THINKING_TEXT_RE = re.compile(r"redacted_?thinking", re.I)
+THINKING_TYPE_TEXT_RE = re.compile(r"type[\"'\\]*\s*[:=]\s*[\"'\\]*thinking(?:_delta)?\b", re.I)
+# Lines of server-sent events (``data: {...}``) or JSON lines: parsed together as one JSON list.
+JSON_LINE_RE = re.compile(r"^[ \t]*(?:data:[ \t]*)?([{\[].*?)[ \t]*\r?$", re.M)
+
+
+def _text_markers(norm: str) -> list[str]:
+    """Kinds of reasoning marker text in one (normalised) string: ``encrypted_content: <blob>``;
+    ``signature: <blob>`` in a string that mentions ``thinking`` or ``signature_delta``;
+    ``data: <blob>`` in one that mentions ``redacted_thinking`` (or ``RedactedThinking``)."""
+    low = norm.lower()
+    kinds = []
+    if "encrypted" in low and ENCRYPTED_CONTENT_TEXT_RE.search(norm):
+        kinds.append("openai_encrypted_content")
+    if (
+        "signature" in low
+        and ("thinking" in low or "signature_delta" in low)
+        and SIGNATURE_TEXT_RE.search(norm)
+    ):
+        kinds.append("anthropic_thinking_signature")
+    if "redacted" in low and REDACTED_THINKING_TEXT_RE.search(norm) and DATA_TEXT_RE.search(norm):
+        kinds.append("anthropic_redacted_thinking")
+    if "thinking" in low and THINKING_TYPE_TEXT_RE.search(norm):
+        kinds.append("anthropic_thinking_block")
+    return kinds
+
+
+def _json_lines(norm: str) -> tuple[list[Any], bool]:
+    """The JSON values of a multi-line text's ``data: {...}`` (server-sent events) and ``{...}``
+    lines (JSON lines), and whether a line was nested past the decoder's recursion."""
+    values: list[Any] = []
+    too_deep = False
+    if "\n" in norm:
+        for match in JSON_LINE_RE.finditer(norm):
+            try:
+                values.append(json.loads(match.group(1)))
+            except ValueError:
+                continue
+            except RecursionError:
+                too_deep = True
+    return values, too_deep
 
 
 class RejectReason(StrEnum):
@@ -95,7 +138,8 @@ class RejectReason(StrEnum):
 class Finding:
     """One piece of encrypted reasoning: ``path`` (JSON-pointer-like, with ``<json>``/``<base64>``
     steps for decodings) and ``kind`` (``openai_encrypted_content``, ``fernet_blob``,
-    ``fernet_token``, ``anthropic_thinking_signature``, ``anthropic_redacted_thinking``; or
+    ``fernet_token``, ``anthropic_thinking_signature``, ``anthropic_thinking_block``,
+    ``anthropic_redacted_thinking``; or
     ``decode_depth_exceeded`` / ``decode_budget_exceeded`` for a value encoded in more layers,
     or more decodings, than the detector follows).
     Never holds the content itself."""
@@ -106,17 +150,28 @@ class Finding:
 
 def _structural(node: Mapping[str, Any]) -> str | None:
     """Marker kind when a JSON object is itself a reasoning carrier (keys and the ``type`` value
-    compared case-insensitively)."""
+    compared case-insensitively): a Responses item with ``encrypted_content``; an Anthropic
+    ``redacted_thinking`` block; a ``thinking`` block or ``signature_delta`` stream delta with a
+    ``signature`` (``anthropic_thinking_signature``); a ``thinking`` block or ``thinking_delta``
+    without one (``anthropic_thinking_block``: a recorded stream's ``content_block_start``, whose
+    signature follows in a later delta)."""
     keys = "\0".join(map(str, node)).lower()
-    if "data" not in keys and "signature" not in keys and "encrypted_content" not in keys:
+    if (
+        "data" not in keys
+        and "signature" not in keys
+        and "encrypted_content" not in keys
+        and "thinking" not in keys
+    ):
         return None  # fast path: no carrier key in any case
     node = {str(k).lower(): v for k, v in node.items()}
     ntype = node.get("type")
     ntype = ntype.lower() if isinstance(ntype, str) else ntype
     if ntype == "redacted_thinking" and "data" in node:
         return "anthropic_redacted_thinking"
-    if "signature" in node and (ntype == "thinking" or "thinking" in node):
+    if "signature" in node and (ntype in ("thinking", "signature_delta") or "thinking" in node):
         return "anthropic_thinking_signature"
+    if ntype in ("thinking", "thinking_delta") and "thinking" in node:
+        return "anthropic_thinking_block"
     if node.get("encrypted_content"):
         return "openai_encrypted_content"
     return None
@@ -188,16 +243,23 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
     norm = unicodedata.normalize("NFKC", text)
     if "gAAAAA" in norm and FERNET_RE.search(norm):
         findings.append(Finding(path, "fernet_blob"))
-    for kind, pattern in TEXT_MARKERS:
-        if pattern.search(norm):
-            findings.append(Finding(path, kind))
+    findings += [Finding(path, kind) for kind in _text_markers(norm)]
     stripped = norm.strip()
+    parsed = False
     if stripped[:1] in ("{", "[", '"') and len(stripped) > 1:
         try:
             children.append((json.loads(stripped), f"{path}/<json>", depth + 1))
+            parsed = True
         except ValueError:
             pass
         except RecursionError:  # JSON nested past the decoder's recursion: cannot be scanned
+            findings.append(Finding(path, "decode_depth_exceeded"))
+            parsed = True
+    if not parsed:
+        lines, too_deep = _json_lines(norm)
+        if lines:
+            children.append((lines, f"{path}/<json-lines>", depth + 1))
+        if too_deep:
             findings.append(Finding(path, "decode_depth_exceeded"))
     runs = [m.group(0) for m in BASE64_RUN_RE.finditer(norm)]
     if len(runs) > 1 and WRAPPED_BASE64_RE.fullmatch(norm):
