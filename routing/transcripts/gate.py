@@ -11,13 +11,31 @@ What the reinforcement-learning completion server accepts is decided here:
   nested, as JSON objects, in JSON text, in server-sent-event or JSON-lines text, or as marker
   text (a JSON fragment, a Python/SDK repr such as ``ThinkingBlock(signature='…', …)``; the
   signature or ``data`` counts wherever it stands in a string that names thinking, before or
-  after, at any distance), including inside JSON-encoded, base64-encoded, hex-encoded and
-  percent-encoded strings (recursively, up to
-  :data:`MAX_DECODE_DEPTH` decodings, at most :data:`MAX_DECODES_PER_VALUE` decodings per
-  scanned value; a value that would need more is itself a finding, ``decode_depth_exceeded``
-  or ``decode_budget_exceeded``: refused, never let through unscanned). Keys and marker values match case-insensitively (``Encrypted_Content``,
-  ``"type": "Redacted_Thinking"``). The walk is iterative, so deep nesting cannot blow the
-  stack, and every text search is linear in the text's length.
+  after, at any distance). Keys and marker values match case-insensitively
+  (``Encrypted_Content``, ``"type": "Redacted_Thinking"``).
+
+  Every string is read normalised (:func:`_normalised`: NFKD, tag characters as the ASCII they
+  spell, everything else outside ASCII and every control character dropped), so zero-width,
+  format or combining characters inside a blob do not split it. The detector looks through
+  these layers, recursively (up to :data:`MAX_DECODE_DEPTH` decodings deep, at most
+  :data:`MAX_DECODES_PER_VALUE` decodings per scanned value; a value that would need more is
+  itself a finding, ``decode_depth_exceeded`` or ``decode_budget_exceeded``: refused, never let
+  through unscanned):
+
+  - JSON text, server-sent events and JSON lines;
+  - base64 (standard and URL-safe, glued to a word, wrapped in lines), base32, base85 (ascii85,
+    RFC 1924, Z85; runs of at least :data:`MIN_BASE85_RUN` characters), hex (plain, or pairs
+    split by a repeated mark: ``67:41:…``, ``67 41 …``, ``0x67, 0x41``), whose bytes may be
+    UTF-8, UTF-16/32 or gzip/zlib-compressed text;
+  - ``\\xHH``/octal, ``\\uHHHH``/``%uHHHH`` escapes, HTML character references, percent and
+    quoted-printable encoding;
+  - rot13 and reversed text (when transformed marker words or the Fernet prefix show);
+  - runs split into equal chunks by whitespace or one repeated punctuation mark, and runs
+    split across adjacent strings of a list, or the ``content``/``text`` of adjacent objects in
+    a list (messages, message parts): read joined.
+
+  The walk is iterative, so deep nesting cannot blow the stack, and every text search is
+  linear in the text's length.
 * :func:`strip_encrypted_reasoning` -- a copy of a value with every finding removed (used by
   the transcript writer, which must never store reasoning).
 * :func:`gate_check` -- validate a batch of training records: per record, accepted or rejected
@@ -41,10 +59,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import html
 import json
+import math
+import quopri
 import re
 import unicodedata
 import urllib.parse
+import zlib
 from collections import Counter
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,7 +87,9 @@ MIN_BASE64_RUN = 24
 MAX_DECODES_PER_VALUE = 1024
 
 FERNET_RE = re.compile(r"gAAAAA[A-Za-z0-9_\-+/=]{16,}")
-BASE64_RUN_RE = re.compile(rf"[A-Za-z0-9+/_-]{{{MIN_BASE64_RUN},}}={{0,2}}")
+#: Shortest (normalised) string that can carry a marker or a blob: a Fernet prefix and 16 characters.
+_MIN_CARRIER = 22
+BASE64_RUN_RE = re.compile(rf"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{{{MIN_BASE64_RUN},}}={{0,2}}")
 # A whole string of base64 lines (RFC 2045 wraps at 76 characters; any line length accepted).
 WRAPPED_BASE64_RE = re.compile(r"\s*(?:[A-Za-z0-9+/_-]+={0,2}[ \t]*\r?\n\s*)+[A-Za-z0-9+/_-]*={0,2}\s*")
 # Hex of text: 16+ byte pairs (shorter runs cannot hold a marker + blob); either case.
@@ -81,9 +106,8 @@ ENCRYPTED_CONTENT_TEXT_RE = re.compile(r"encrypted_?content" + _KEY_THEN_BLOB, r
 SIGNATURE_TEXT_RE = re.compile(r"signature" + _KEY_THEN_BLOB, re.I)
 DATA_TEXT_RE = re.compile(r"data" + _KEY_THEN_BLOB, re.I)
 REDACTED_THINKING_TEXT_RE = re.compile(r"redacted_?thinking", re.I)
-THINKING_TYPE_TEXT_RE = re.compile(r"type[\"'\\]*\s*[:=]\s*[\"'\\]*thinking(?:_delta)?\b", re.I)
 # Lines of server-sent events (``data: {...}``) or JSON lines: parsed together as one JSON list.
-JSON_LINE_RE = re.compile(r"^[ \t]*(?:data:[ \t]*)?([{\[].*?)[ \t]*\r?$", re.M)
+JSON_LINE_RE = re.compile(r"^[ \t]*+(?:data:[ \t]*+)?([{\[][^\n]*)", re.M)
 
 
 def _text_markers(norm: str) -> list[str]:
@@ -102,8 +126,6 @@ def _text_markers(norm: str) -> list[str]:
         kinds.append("anthropic_thinking_signature")
     if "redacted" in low and REDACTED_THINKING_TEXT_RE.search(norm) and DATA_TEXT_RE.search(norm):
         kinds.append("anthropic_redacted_thinking")
-    if "thinking" in low and THINKING_TYPE_TEXT_RE.search(norm):
-        kinds.append("anthropic_thinking_block")
     return kinds
 
 
@@ -115,7 +137,7 @@ def _json_lines(norm: str) -> tuple[list[Any], bool]:
     if "\n" in norm:
         for match in JSON_LINE_RE.finditer(norm):
             try:
-                values.append(json.loads(match.group(1)))
+                values.append(json.loads(match.group(1).rstrip()))
             except ValueError:
                 continue
             except RecursionError:
@@ -177,21 +199,101 @@ def _structural(node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _decoded_base64(run: str) -> str | None:
-    """The UTF-8 text behind a base64 run, or None if it is not base64 of text.
+# --------------------------------------------------------------------------------------------
+# Normalisation: what every string is read as
+# --------------------------------------------------------------------------------------------
 
-    Both alphabets (standard and URL-safe) are accepted, and the run may start up to 3
-    characters early (base64 glued to a preceding word). A raw Fernet token (version byte 0x80,
-    >= 73 bytes, 16-byte blocks) is reported as :data:`FERNET_TOKEN`. At a shifted start its
-    timestamp must also be below 2**40 s (its three high bytes zero, as every real token's are):
-    one random blob in 256 decodes to a 0x80 byte at a shift, and a clean image must not be
-    rejected for that; the extra rule leaves one in 2**40.
-    """
-    for offset in range(4):
-        found = _decode_aligned(run[offset:], shifted=offset > 0)
-        if found is not None:
-            return found
+_ASCII_CONTROLS_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_TAG_CHARACTERS_RE = re.compile("[\U000e0020-\U000e007e]")
+
+
+def _normalised(text: str) -> str:
+    """``text`` as the detector reads it: NFKD (full-width and other compatibility forms become
+    ASCII), Unicode tag characters (U+E0020..U+E007E, invisible) read as the ASCII they spell,
+    then every other character outside ASCII dropped -- zero-width and other format characters
+    (category Cf), combining marks, symbols, letters of other scripts -- and ASCII control
+    characters but tab, line feed and carriage return. So no invisible or foreign character
+    splits a blob, and every marker is ASCII."""
+    if not text.isascii():
+        if _TAG_CHARACTERS_RE.search(text):
+            text = _TAG_CHARACTERS_RE.sub(lambda m: chr(ord(m.group()) - 0xE0000), text)
+        text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return _ASCII_CONTROLS_RE.sub("", text) if _ASCII_CONTROLS_RE.search(text) else text
+
+
+# --------------------------------------------------------------------------------------------
+# Bytes behind an encoding
+# --------------------------------------------------------------------------------------------
+
+#: Most bytes inflated from one gzip/zlib stream; a larger one stays unread (and opaque).
+MAX_INFLATED_BYTES = 1024 * 1024
+
+
+_LINE_BREAKS = str.maketrans("", "", "\r\n\t")
+_ASCII_UNPRINTABLE_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _text_or_none(decoded: str) -> str | None:
+    """``decoded`` when more than 90% of its characters are printable (or line breaks, tabs)."""
+    if not decoded:
+        return None
+    if decoded.isascii():
+        unprintable = len(_ASCII_UNPRINTABLE_RE.findall(decoded))
+    elif decoded.translate(_LINE_BREAKS).isprintable():
+        unprintable = 0
+    else:
+        unprintable = sum(1 for ch in decoded if not (ch.isprintable() or ch in "\r\n\t"))
+    return decoded if unprintable < 0.1 * len(decoded) else None
+
+
+def _bytes_text(raw: bytes, *, inflate: bool = True) -> str | None:
+    """The text behind decoded bytes, or None when they are binary: UTF-8; UTF-16 or UTF-32
+    (a byte-order mark, or NUL bytes in the high half of most code units); gzip- or
+    zlib-compressed text (at most :data:`MAX_INFLATED_BYTES` inflated)."""
+    try:
+        text = _text_or_none(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        text = None
+    if text is not None:
+        return text
+    if len(raw) >= 4 and (raw.count(0) * 3 >= len(raw) or raw[:2] in (b"\xff\xfe", b"\xfe\xff")):
+        for codec in _wide_codecs(raw):
+            try:
+                text = _text_or_none(raw.decode(codec))
+            except UnicodeDecodeError:
+                continue
+            if text is not None:
+                return text
+    if inflate and (inflated := _inflated(raw)) is not None:
+        return _bytes_text(inflated, inflate=False)
     return None
+
+
+def _wide_codecs(raw: bytes) -> tuple[str, ...]:
+    """UTF-16/32 codecs worth trying on ``raw``, by its byte-order mark or where its NULs are."""
+    if raw[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        return ("utf-32",)
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return ("utf-16",)
+    if raw[1::4].count(0) + raw[2::4].count(0) + raw[3::4].count(0) > len(raw) // 2:
+        return ("utf-32-le", "utf-16-le")
+    if raw[0::4].count(0) + raw[1::4].count(0) + raw[2::4].count(0) > len(raw) // 2:
+        return ("utf-32-be", "utf-16-be")
+    return ("utf-16-le",) if raw[1::2].count(0) >= raw[0::2].count(0) else ("utf-16-be",)
+
+
+def _inflated(raw: bytes) -> bytes | None:
+    """The inflated bytes of a gzip or zlib stream (possibly truncated), or None."""
+    if not (
+        raw[:2] == b"\x1f\x8b" or (len(raw) > 1 and raw[0] & 0x0F == 8 and int.from_bytes(raw[:2]) % 31 == 0)
+    ):
+        return None
+    stream = zlib.decompressobj(zlib.MAX_WBITS | 32)  # either header
+    try:
+        out = stream.decompress(raw, MAX_INFLATED_BYTES)
+    except zlib.error:
+        return None
+    return None if stream.unconsumed_tail else out
 
 
 def _is_fernet_token(raw: bytes, *, shifted: bool = False) -> bool:
@@ -203,6 +305,24 @@ def _is_fernet_token(raw: bytes, *, shifted: bool = False) -> bool:
     return not shifted or raw[1:4] == b"\0\0\0"
 
 
+def _decoded_base64(run: str) -> str | None:
+    """The text behind a base64 run, or None if it is not base64 of text.
+
+    Both alphabets (standard and URL-safe) are accepted, and the run may start up to 3
+    characters early (base64 glued to a preceding word). The bytes may be UTF-8, UTF-16/32 or
+    compressed text (:func:`_bytes_text`). A raw Fernet token (version byte 0x80, >= 73 bytes,
+    16-byte blocks) is reported as :data:`FERNET_TOKEN`. At a shifted start its timestamp must
+    also be below 2**40 s (its three high bytes zero, as every real token's are): one random
+    blob in 256 decodes to a 0x80 byte at a shift, and a clean image must not be rejected for
+    that; the extra rule leaves one in 2**40.
+    """
+    for offset in range(4):
+        found = _decode_aligned(run[offset:], shifted=offset > 0)
+        if found is not None:
+            return found
+    return None
+
+
 def _decode_aligned(run: str, *, shifted: bool) -> str | None:
     body = run.rstrip("=").replace("-", "+").replace("_", "/")
     body = body[: len(body) - len(body) % 4] if len(body) % 4 == 1 else body
@@ -212,35 +332,393 @@ def _decode_aligned(run: str, *, shifted: bool) -> str | None:
         return None
     if _is_fernet_token(raw, shifted=shifted):
         return FERNET_TOKEN
-    try:
-        decoded = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return _text_or_none(decoded)
-
-
-def _text_or_none(decoded: str) -> str | None:
-    printable = sum(1 for ch in decoded if ch.isprintable() or ch in "\r\n\t")
-    return decoded if decoded and printable / len(decoded) > 0.9 else None
+    return _bytes_text(raw)
 
 
 def _decoded_hex(run: str) -> str | None:
-    """The UTF-8 text behind a hex run (even length, either case), or None; a raw Fernet token
-    is reported as :data:`FERNET_TOKEN`."""
+    """The text behind a hex run (even length, either case; :func:`_bytes_text`), or None; a
+    raw Fernet token is reported as :data:`FERNET_TOKEN`."""
     raw = bytes.fromhex(run)
     if _is_fernet_token(raw):
         return FERNET_TOKEN
+    return _bytes_text(raw)
+
+
+_BASE32_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+#: How many characters of a base32/base85 run are decoded first: when they are not text, the
+#: rest is not decoded (those decoders are pure Python, and binary is judged as such anyway).
+_PREFIX_CHARS = 1600
+
+
+def _decoded_base32(run: str) -> str | None:
+    """The text behind a base32 run (RFC 4648, either case, padding optional, up to 7
+    characters glued in front), or None."""
+    body = run.rstrip("=").upper()
+    for offset in range(8):
+        text = _base32_text(body[offset : offset + _PREFIX_CHARS])
+        if text is not None:
+            return text if len(body) - offset <= _PREFIX_CHARS else _base32_text(body[offset:])
+    return None
+
+
+def _base32_text(body: str) -> str | None:
+    body = body[: len(body) - (1 if len(body) % 8 in (1, 3, 6) else 0)]
+    if len(body) < 8:
+        return None
     try:
-        return _text_or_none(raw.decode("utf-8"))
-    except UnicodeDecodeError:
+        return _bytes_text(base64.b32decode(body + "=" * (-len(body) % 8)))
+    except (binascii.Error, ValueError):
         return None
 
 
+_Z85_TO_BASE85 = str.maketrans(
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#",
+    "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~",
+)
+#: The base85 alphabets: Adobe ascii85 (``!``..``u``; ``base64.a85encode``), RFC 1924 /
+#: git / ``base64.b85encode``, and ZeroMQ Z85; with each, its decoder and the shares of
+#: (upper-case, lower-case, digit, other) characters a random string in it shows.
+_BASE85_ALPHABETS = (
+    (re.compile(r"(?<![!-u])[!-u]{100,}"), base64.a85decode, (26 / 85, 21 / 85, 10 / 85, 28 / 85)),
+    (
+        re.compile(r"(?<![0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~])[0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]{100,}"),
+        base64.b85decode,
+        (26 / 85, 26 / 85, 10 / 85, 23 / 85),
+    ),
+    (
+        re.compile(r"(?<![0-9a-zA-Z.\-:+=^!/*?&<>()\[\]{}@%$#])[0-9a-zA-Z.\-:+=^!/*?&<>()\[\]{}@%$#]{100,}"),
+        lambda text: base64.b85decode(text.translate(_Z85_TO_BASE85)),
+        (26 / 85, 26 / 85, 10 / 85, 23 / 85),
+    ),
+)
+
+
+def _decoded_base85(run: str, decode) -> str | None:
+    """The text behind a base85 run (by ``decode``; up to 4 characters glued in front), or None."""
+    for offset in range(5):
+        body = run[offset:]
+        for text in (body[:_PREFIX_CHARS], body) if len(body) > _PREFIX_CHARS else (body,):
+            try:
+                found = _bytes_text(decode(text[: len(text) - len(text) % 5]))
+            except (ValueError, binascii.Error):
+                found = None
+            if found is None:
+                break
+        else:
+            return found
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Text layers: escapes, quoted-printable, rot13, reversal
+# --------------------------------------------------------------------------------------------
+
+_BYTE_ESCAPES_RE = re.compile(r"(?:\\x[0-9A-Fa-f]{2}|\\[0-3][0-7]{2})+")
+_CHAR_ESCAPES_RE = re.compile(r"\\u[0-9A-Fa-f]{4}|%u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8}")
+_ESCAPE_MARKS = ("\\x", "\\u", "\\U", "%u", "\\0", "\\1", "\\2", "\\3")
+_QUOTED_PRINTABLE_RE = re.compile(r"=[0-9A-F]{2}")
+_SOFT_LINE_BREAK_RE = re.compile(r"=\r?\n")
+_ENTITY_RE = re.compile(r"&#(?:[xX][0-9A-Fa-f]+|[0-9]+);?")
+_ROT13 = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+    "NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm",
+)
+_MARKER_WORDS = ("encrypted_content", "signature", "thinking", "redacted")
+#: Seen in a text, these say it is rot13'd, reversed, or both: the marker words (lower-case) and
+#: the Fernet prefix (case kept) transformed so.
+_TRANSFORMS = (
+    ("rot13", lambda t: t.translate(_ROT13)),
+    ("reversed", lambda t: t[::-1]),
+    ("rot13-reversed", lambda t: t[::-1].translate(_ROT13)),
+)
+_TRANSFORM_SIGNS = {
+    name: (transform("gAAAAA"), tuple(transform(word) for word in _MARKER_WORDS))
+    for name, transform in _TRANSFORMS
+}
+
+
+def _unescaped(text: str) -> str:
+    """``text`` with ``\\xHH``/octal byte escapes (a run of them as UTF-8 text, or as hex when
+    they are binary), ``\\uHHHH``, ``%uHHHH`` and ``\\UHHHHHHHH`` escapes decoded."""
+
+    def byte_run(match: re.Match[str]) -> str:
+        codes = re.findall(r"\\x([0-9A-Fa-f]{2})|\\([0-7]{3})", match.group())
+        raw = bytes(int(h, 16) if h else int(o, 8) for h, o in codes)
+        return _bytes_text(raw, inflate=False) or raw.hex()
+
+    text = _BYTE_ESCAPES_RE.sub(byte_run, text)
+    return _CHAR_ESCAPES_RE.sub(lambda m: chr(int(m.group()[2:], 16)), text)
+
+
+def _soft_line_breaks(norm: str) -> bool:
+    """Whether a text has quoted-printable soft line breaks: ``=`` ending a line of at least 60
+    characters (the encoding wraps at 76)."""
+    for match in _SOFT_LINE_BREAK_RE.finditer(norm):
+        if match.start() - (norm.rfind("\n", 0, match.start()) + 1) >= 60:
+            return True
+    return False
+
+
+def _text_layers(norm: str, path: str) -> list[tuple[str, str]]:
+    """``(layer, text)`` for each textual encoding ``norm`` shows: backslash/``%u`` escapes,
+    HTML character references, quoted-printable (soft line breaks after long lines, or at least
+    5% of the text in ``=XX`` escapes: not ``x=10`` in code), and rot13/reversal (only when the
+    transformed marker words or Fernet prefix appear, and not twice in a row)."""
+    layers = []
+    if any(mark in norm for mark in _ESCAPE_MARKS) and (
+        _BYTE_ESCAPES_RE.search(norm) or _CHAR_ESCAPES_RE.search(norm)
+    ):
+        layers.append(("escapes", _unescaped(norm)))
+    if "&#" in norm and _ENTITY_RE.search(norm):
+        layers.append(("entities", html.unescape(norm)))
+    if "=" in norm:
+        escapes = len(_QUOTED_PRINTABLE_RE.findall(norm))
+        dense = escapes >= 4 and escapes * 3 * 20 >= len(norm)  # at least 5% of the text escaped
+        if dense or (escapes and _soft_line_breaks(norm)):
+            raw = quopri.decodestring(norm.encode())
+            text = _bytes_text(raw)
+            if text is not None or escapes * 3 * 2 >= len(norm):  # binary: as hex when mostly escapes
+                layers.append(("quoted-printable", text if text is not None else raw.hex()))
+    low = norm.lower()
+    last = path.rsplit("/", 1)[-1]
+    for name, transform in _TRANSFORMS:
+        prefix, words = _TRANSFORM_SIGNS[name]
+        if last != f"<{name}>" and (prefix in norm or any(word in low for word in words)):
+            layers.append((name, transform(norm)))
+    return layers
+
+
+# --------------------------------------------------------------------------------------------
+# Runs: base64-alphabet characters, also where a text splits them
+# --------------------------------------------------------------------------------------------
+
+_RUN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-="
+#: Fewest characters a chunked or joined run must have to be looked at.
+_MIN_JOINED = 48
+# Tokens split by whitespace: equal-length chunks (base64 wrapped at 64 or 76, hex dumps). This
+# and the next pattern are possessive and cannot start inside a token: linear on any input.
+_SPACED_RE = re.compile(r"(?<![A-Za-z0-9+/_=\-])[A-Za-z0-9+/_\-]++={0,2}(?:\s++[A-Za-z0-9+/_\-]++={0,2}){2,}")
+# Tokens split by one repeated punctuation mark, whitespace allowed after it: 67:41:41,
+# 0x67, 0x41, ..., %67%41 (not + / _ - =, which are base64 characters).
+_PUNCTUATED_RE = re.compile(
+    r"(?<![A-Za-z0-9])(?:0[xX])?[A-Za-z0-9]++(?P<sep>[^A-Za-z0-9\s+/=_\-])\s*+"
+    r"(?:0[xX])?[A-Za-z0-9]++(?:(?P=sep)\s*+(?:0[xX])?[A-Za-z0-9]++){2,}+"
+)
+_PUNCTUATED_TOKEN_RE = re.compile(r"(?:0[xX])?([A-Za-z0-9]+)")
+# Identifiers that end a join: UUIDs, hex digests (abbreviated git SHA, MD5, SHA-1, SHA-256,
+# SHA-512) and labelled hashes (sha512-..., sha256=...).
+_IDENTIFIER_RE = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|[0-9a-fA-F]{7,12}|[0-9a-fA-F]{32}|[0-9a-fA-F]{40}|[0-9a-fA-F]{64}|[0-9a-fA-F]{128}"
+    r"|(?:sha(?:1|224|256|384|512)|md5)[-=:][A-Za-z0-9+/_=\-]+",
+    re.I,
+)
+
+
+_SAME_LENGTH_RE = re.compile(r"(.)\1+", re.S)
+
+
+def _equal_chunks(tokens: list[str]) -> list[tuple[str, bool]]:
+    """Stretches of at least two tokens of one length, plus a shorter last one, joined (with
+    whether the stretch is all of ``tokens``), at least :data:`_MIN_JOINED` characters long.
+    (Found by a regex over the tokens' lengths written as characters: no Python loop per token.)"""
+    lengths = "".join(map(chr, map(len, tokens)))
+    out = []
+    for match in _SAME_LENGTH_RE.finditer(lengths):
+        i, j = match.span()
+        size = len(tokens[i])
+        end = j + 1 if j < len(tokens) and len(tokens[j]) < size else j
+        if end - i >= 3 and size * (j - i) >= _MIN_JOINED:
+            out.append(("".join(tokens[i:end]), i == 0 and end == len(tokens)))
+    return out
+
+
+def _chunked_runs(norm: str) -> list[tuple[str, tuple[int, int] | None]]:
+    """Runs a text splits into chunks, joined: equal chunks split by whitespace (wrapped base64,
+    spaced hex) and chunks split by one repeated punctuation mark (``67:41:…``, ``0x67, 0x41``),
+    a longer first chunk cut to the others' length (a word glued to the first). Each with the
+    span of the text it is all of (whitespace-split chunks only), else None."""
+    runs: list[tuple[str, tuple[int, int] | None]] = []
+    for match in _SPACED_RE.finditer(norm):
+        if match.end() - match.start() >= _MIN_JOINED:
+            runs += [
+                (joined, match.span() if whole else None)
+                for joined, whole in _equal_chunks(match.group().split())
+            ]
+    for match in _PUNCTUATED_RE.finditer(norm):
+        if match.end() - match.start() >= _MIN_JOINED:
+            tokens = _PUNCTUATED_TOKEN_RE.findall(match.group())
+            size = sorted(map(len, tokens))[len(tokens) // 2]
+            tokens[0] = tokens[0][-size:]
+            runs.append(("".join(tokens), None))
+    return runs
+
+
+# Where a list is read joined: its strings, and these keys of its objects (message ``content``,
+# message part ``text``).
+_JOINED_KEYS = ("content", "text")
+
+
+def _list_runs(items: list[Any] | tuple[Any, ...]) -> list[tuple[str, list[tuple[int, Any]]]]:
+    """Runs that continue from one item of a list into the next, joined, with the ``(index,
+    key)`` of each item they take from (key None for a string item): in the list's strings, and
+    in the ``content``/``text`` strings of its objects (a blob split over messages or parts).
+    An item that is a whole run carries the run on; an empty one is skipped; an identifier
+    (UUID, hex digest, labelled hash) or ``=`` padding ends it."""
+    columns: dict[Any, list[tuple[int, str]]] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            columns.setdefault(None, []).append((i, item))
+        elif isinstance(item, Mapping):
+            for key in _JOINED_KEYS:
+                if isinstance(value := item.get(key), str):
+                    columns.setdefault(key, []).append((i, value))
+    return [run for key, column in columns.items() if len(column) > 1 for run in _column_runs(key, column)]
+
+
+def _column_runs(key: Any, column: list[tuple[int, str]]) -> list[tuple[str, list[tuple[int, Any]]]]:
+    """:func:`_list_runs` for one column: the ``(index, string)`` items of a list under ``key``."""
+    out: list[tuple[str, list[tuple[int, Any]]]] = []
+    parts: list[str] = []
+    members: list[tuple[int, Any]] = []
+    for i, value in [*column, (-1, "\0")]:  # a last item that ends every run
+        text = _normalised(value).strip() if i >= 0 else "."
+        if not text:
+            continue
+        lead = len(text) - len(text.lstrip(_RUN_CHARS))
+        trail = len(text) - len(text.rstrip(_RUN_CHARS))
+        identifier = bool(lead or trail) and _IDENTIFIER_RE.fullmatch(text) is not None
+        carried = bool(parts) and not identifier
+        if carried and lead:
+            parts.append(text[:lead])
+            members.append((i, key))
+        if carried and lead == len(text) and not text.endswith("="):
+            continue
+        if len(members) > 1 and sum(map(len, parts)) >= MIN_BASE64_RUN:
+            out.append(("".join(parts), members))
+        parts, members = [], []
+        if trail and not text.endswith("=") and not identifier:
+            parts.append(text[len(text) - trail :])
+            members.append((i, key))
+    return out
+
+
+def _scan_run(
+    run: str,
+    path: str,
+    depth: int,
+    findings: list[Finding],
+    children: list[tuple[Any, str, int]],
+    *,
+    joined: bool = False,
+) -> bool:
+    """Decode one run of base64-alphabet characters: base64 (either alphabet), hex runs inside
+    it, base32. Text found is queued in ``children``; a Fernet token is a finding, and so is a
+    Fernet blob in a ``joined`` run (one the string-level search did not see whole). Returns
+    whether something readable (text or a token) was behind the whole run."""
+    readable = False
+    if joined and "gAAAAA" in run and FERNET_RE.search(run):
+        findings.append(Finding(path, "fernet_blob"))
+    if len(run) >= MIN_BASE64_RUN:
+        decoded = _decoded_base64(run)
+        if decoded is FERNET_TOKEN:
+            findings.append(Finding(f"{path}/<base64>", "fernet_token"))
+        elif decoded is not None:
+            children.append((decoded, f"{path}/<base64>", depth + 1))
+        readable = decoded is not None
+        body = run.rstrip("=")
+        if not readable and set(body.upper()) <= _BASE32_CHARS:
+            decoded = _decoded_base32(body)
+            if decoded is not None:
+                children.append((decoded, f"{path}/<base32>", depth + 1))
+                readable = True
+    # Hex digits are base64 characters, so every hex run lies inside a base64 run.
+    for hex_match in HEX_RUN_RE.finditer(run) if len(run) >= 32 else ():
+        hex_run = hex_match.group(0)
+        decoded = _decoded_hex(hex_run)
+        if decoded is None and len(hex_run) > 32:  # glued to a word ending in a hex letter
+            decoded = _decoded_hex(hex_run[1:-1])
+        if decoded is FERNET_TOKEN:
+            findings.append(Finding(f"{path}/<hex>", "fernet_token"))
+        elif decoded is not None:
+            children.append((decoded, f"{path}/<hex>", depth + 1))
+        readable = readable or (decoded is not None and len(hex_run) >= len(run.rstrip("=")) - 1)
+    return readable
+
+
+#: Shortest base85 run decoded (80 bytes): shorter ones are too often code to be worth it.
+MIN_BASE85_RUN = 100
+
+
+def _scan_base85(
+    norm: str, path: str, depth: int, findings: list[Finding], children: list[tuple[Any, str, int]]
+) -> None:
+    """Decode the runs of base85 alphabets (ascii85, RFC 1924, Z85) of at least
+    :data:`MIN_BASE85_RUN` characters that hold a character outside base64, have an entropy
+    within 1 bit of a random string's and at least 12% punctuation (base85 of text has ~20%;
+    in 65 MB of Python, JavaScript and docs 137 runs in 3,020 qualify, none is text): text found
+    is queued in ``children``."""
+    tokens = [token for token in norm.split() if len(token) >= MIN_BASE85_RUN]
+    for pattern, decode, _ in _BASE85_ALPHABETS if tokens else ():
+        for match in (m for token in tokens for m in pattern.finditer(token)):
+            run = match.group()
+            if len(run) < MIN_BASE85_RUN or not run.strip(_RUN_CHARS):
+                continue
+            classes = Counter(run.translate(_CHAR_CLASSES))
+            if (
+                len(run) - classes["U"] - classes["L"] - classes["D"] >= 0.12 * len(run)
+                and _entropy(run) >= _random_entropy(min(len(run), 4096), 85) - 1.0
+                and (decoded := _decoded_base85(run, decode)) is not None
+            ):
+                children.append((decoded, f"{path}/<base85>", depth + 1))
+
+
+# --------------------------------------------------------------------------------------------
+# Character statistics
+# --------------------------------------------------------------------------------------------
+
+_CHAR_CLASSES = str.maketrans(
+    {
+        **dict.fromkeys("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "U"),
+        **dict.fromkeys("abcdefghijklmnopqrstuvwxyz", "L"),
+        **dict.fromkeys("0123456789", "D"),
+    }
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _random_entropy(n: int, k: int) -> float:
+    """Expected Shannon entropy (bits per character, of the character counts) of ``n``
+    characters drawn uniformly from ``k``: exact (a sum over the binomial distribution of one
+    character's count) up to 4,096 characters, then the Miller-Madow approximation."""
+    if n > 4096:
+        return math.log2(k) - (k - 1) / (2 * n * math.log(2))
+    p = 1.0 / k
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    total = 0.0
+    for count in range(1, n + 1):
+        log_pmf = (
+            log_n - math.lgamma(count + 1) - math.lgamma(n - count + 1) + count * log_p + (n - count) * log_q
+        )
+        if log_pmf < -40 and count > n * p:
+            break
+        total += math.exp(log_pmf) * (count / n) * math.log2(count / n)
+    return -k * total
+
+
+def _entropy(text: str) -> float:
+    """Shannon entropy of ``text``'s character counts, bits per character."""
+    n = len(text)
+    return math.log2(n) - sum(c * math.log2(c) for c in Counter(text).values()) / n
+
+
 def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], list[tuple[Any, str, int]]]:
-    """Findings in one string and the decoded values to scan next (JSON, base64)."""
+    """Findings in one string and the decoded values to scan next (JSON, base64, ...)."""
     findings: list[Finding] = []
     children: list[tuple[Any, str, int]] = []
-    norm = unicodedata.normalize("NFKC", text)
+    norm = _normalised(text)
+    if len(norm) < _MIN_CARRIER:
+        return findings, children
     if "gAAAAA" in norm and FERNET_RE.search(norm):
         findings.append(Finding(path, "fernet_blob"))
     findings += [Finding(path, kind) for kind in _text_markers(norm)]
@@ -261,29 +739,42 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
             children.append((lines, f"{path}/<json-lines>", depth + 1))
         if too_deep:
             findings.append(Finding(path, "decode_depth_exceeded"))
-    runs = [m.group(0) for m in BASE64_RUN_RE.finditer(norm)]
-    if len(runs) > 1 and WRAPPED_BASE64_RE.fullmatch(norm):
-        # MIME-style base64 wrapped in lines (base64.encodebytes, the base64 CLI): the lines are
-        # one encoding, so they are decoded joined as well as one by one
-        runs.append("".join(runs))
-    for run in runs:
-        decoded = _decoded_base64(run)
-        if decoded is not None:
-            if decoded is FERNET_TOKEN:
-                findings.append(Finding(f"{path}/<base64>", "fernet_token"))
-            else:
-                children.append((decoded, f"{path}/<base64>", depth + 1))
-        # Hex digits are base64 characters, so every hex run lies inside a base64 run.
-        for hex_match in HEX_RUN_RE.finditer(run) if len(run) >= 32 else ():
-            decoded = _decoded_hex(hex_match.group(0))
-            if decoded is FERNET_TOKEN:
-                findings.append(Finding(f"{path}/<hex>", "fernet_token"))
-            elif decoded is not None:
-                children.append((decoded, f"{path}/<hex>", depth + 1))
+    children += [(decoded, f"{path}/<{layer}>", depth + 1) for layer, decoded in _text_layers(norm, path)]
+    # Runs split into chunks are read joined; when such a run is one readable encoding, its
+    # chunks are not decoded one by one as well.
+    covered: list[tuple[int, int]] = []
+    for joined, span in _chunked_runs(norm) if len(norm) >= _MIN_JOINED else ():
+        if _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True) and span:
+            covered.append(span)
+    runs = list(BASE64_RUN_RE.finditer(norm))
+    if not covered and len(runs) > 1 and WRAPPED_BASE64_RE.fullmatch(norm):
+        # base64 wrapped in lines of any length (base64.encodebytes, the base64 CLI)
+        joined = "".join(m.group() for m in runs)
+        if _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True):
+            covered.append((0, len(norm)))
+    for match in runs:
+        if not any(start <= match.start() and match.end() <= end for start, end in covered):
+            _scan_run(match.group(), path, depth, findings, children)
+    if len(norm) >= MIN_BASE85_RUN:
+        _scan_base85(norm, path, depth, findings, children)
     if "%" in norm and PERCENT_RE.search(norm):
         children.append((urllib.parse.unquote(norm), f"{path}/<percent>", depth + 1))
     if children and depth >= MAX_DECODE_DEPTH:
         # one more layer than the detector follows: refused, never let through unscanned
+        return [*findings, Finding(path, "decode_depth_exceeded")], []
+    return findings, children
+
+
+def _list_children(
+    items: list[Any] | tuple[Any, ...], path: str, depth: int
+) -> tuple[list[Finding], list[tuple[Any, str, int]]]:
+    """Findings in the runs that continue across a list's items (:func:`_list_runs`), and the
+    decoded values to scan next."""
+    findings: list[Finding] = []
+    children: list[tuple[Any, str, int]] = []
+    for joined, _ in _list_runs(items):
+        _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True)
+    if children and depth >= MAX_DECODE_DEPTH:
         return [*findings, Finding(path, "decode_depth_exceeded")], []
     return findings, children
 
@@ -310,7 +801,7 @@ def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
                 findings.append(Finding(where, kind))
             for key, child in node.items():
                 key_text = str(key)
-                if len(key_text) >= MIN_BASE64_RUN or "gAAAAA" in key_text:
+                if len(key_text) >= MIN_BASE64_RUN or "gAAAAA" in key_text or not key_text.isascii():
                     found, decoded = _string_children(key_text, f"{where}/<key>", depth)
                     findings += found
                     stack += decoded
@@ -318,12 +809,17 @@ def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
                 stack.append((child, f"{where}/{key_text}", depth))
         elif isinstance(node, list | tuple):
             stack.extend((child, f"{where}/{i}", depth) for i, child in enumerate(node))
+            if len(node) > 1:
+                found, decoded = _list_children(node, where, depth)
+                findings += found
+                stack += decoded
+                decodes += len(decoded)
         elif isinstance(node, str):
             found, decoded = _string_children(node, where, depth)
             findings += found
             stack += decoded
             decodes += len(decoded)
-    return findings
+    return list(dict.fromkeys(findings))
 
 
 REMOVED = "[removed: encrypted reasoning]"
@@ -358,7 +854,24 @@ def strip_encrypted_reasoning(value: Any) -> tuple[Any, int]:
                 out[key] = clean(child, depth + 1)
             return out
         if isinstance(node, list | tuple):
-            return [clean(child, depth + 1) for child in node]
+            split = {
+                member
+                for joined, members in _list_runs(node)
+                if find_encrypted_reasoning(joined)
+                for member in members
+            }
+            out = []
+            for i, child in enumerate(node):
+                if (i, None) in split:
+                    removed += 1
+                    out.append(REMOVED)
+                    continue
+                keys = {key for index, key in split if index == i}
+                if keys:  # an object whose content/text holds part of a split blob
+                    removed += len(keys)
+                    child = {k: REMOVED if k in keys else v for k, v in child.items()}
+                out.append(clean(child, depth + 1))
+            return out
         if isinstance(node, str) and find_encrypted_reasoning(node):
             removed += 1
             return REMOVED
