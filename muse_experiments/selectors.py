@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -38,6 +39,20 @@ class AssignmentState:
     snapshot: ConfigSnapshot
     sticky_namespace: str
     sticky_scopes: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+
+    @cached_property
+    def sticky_experiment_ids(self) -> frozenset[int]:
+        """Running experiments whose sticky entries can change a decision: those whose sticky
+        scope (:func:`sticky_scope`) spans more than one phase.
+
+        Weight, coverage, layer-slice and variant changes open a new phase, so within one phase
+        every unit's bucket maps to the same variant it was exposed to; targeting, layer and
+        holdout are evaluated before sticky entries. A unit's exposure in the only phase of its
+        seed run therefore names the variant its hash gives anyway, and routing skips the sticky
+        lookup (a Redis round trip and, for a unit not cached, a database query) for such
+        experiments; its decision then reads ``assigned`` where a lookup would have said ``sticky``.
+        """
+        return frozenset(e for e, (first, current) in self.sticky_scopes.items() if first < current)
 
 
 def sticky_scope(exp: Experiment) -> tuple[int, int]:

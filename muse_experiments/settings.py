@@ -341,6 +341,9 @@ MUSE_ENROLMENT_KILL_LOOKUP = "routing.killswitch.enrolment_kill_info"
 
 # --- Observability (muse_experiments/logs.py, metrics.py, health.py) -------------------------
 # json: one JSON object per line with request_id / job_id (production default); plain: for a terminal.
+# Garbage collection thresholds applied after start-up, with start-up's objects frozen
+# (muse_experiments.runtime.tune_gc); empty = the interpreter's defaults.
+GC_THRESHOLD = env.list("GC_THRESHOLD", cast=int, default=[] if TESTING else [50_000, 50, 100])
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain" if DEBUG or TESTING else "json")
 # /metrics requires "Authorization: Bearer <token>" when set (else expose it on an internal network only).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")

@@ -6,3 +6,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
 application = get_wsgi_application()
+
+from muse_experiments.runtime import tune_gc  # noqa: E402 - needs the settings configured above
+
+tune_gc()

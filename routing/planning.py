@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muse_experiments.assignment.engine import Decision, route
-from muse_experiments.selectors import assignment_snapshot, sticky_variants
+from muse_experiments.selectors import assignment_snapshot, assignment_state, sticky_variants
 
 from .killswitch import KillState, kill_state
 from .models import CompletionJob, RoutingReason
@@ -76,9 +76,12 @@ def state_session(job: CompletionJob) -> str:
 def decide(job: CompletionJob) -> Decision:
     """Assignment for a job's unit (pure engine + sticky lookup). No provider is called.
 
-    An anonymous call (:func:`is_anonymous`) skips the sticky lookup: a unit id made for this call
-    has no exposures yet."""
-    snapshot = assignment_snapshot()
+    The sticky lookup covers only the experiments whose sticky entries can change a decision
+    (:attr:`~muse_experiments.selectors.AssignmentState.sticky_experiment_ids`: a phase change
+    since the seed run began), and none for an anonymous call (:func:`is_anonymous`): a unit id
+    made for this call has no exposures yet."""
+    state = assignment_state()
+    snapshot = state.snapshot
     attributes = {
         **job.attributes,
         "subagent": job.subagent,
@@ -86,10 +89,10 @@ def decide(job: CompletionJob) -> Decision:
         "user_id": job.user_id,
     }
     sticky = None
-    if snapshot.experiments and not is_anonymous(job):
+    if state.sticky_experiment_ids and not is_anonymous(job):
         sticky = (
             sticky_variants(
-                experiment_ids=[e.id for e in snapshot.experiments],
+                experiment_ids=state.sticky_experiment_ids,
                 session_id=job.session_id,
                 user_id=job.user_id,
             )

@@ -25,6 +25,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from muse_experiments.queues import Queue
+from muse_experiments.runtime import tune_gc
 
 from .events import uses_redis
 from .leases import keeper
@@ -147,7 +148,9 @@ def drain_call_records() -> int:
 @worker_ready.connect
 def _start_background_threads(**_kwargs) -> None:
     """Every worker renews its leases and reaps expired jobs, with or without ``celery beat``,
-    and (with Redis) drains the write-behind buffer of call records."""
+    and (with Redis) drains the write-behind buffer of call records. Start-up's objects are then
+    frozen out of garbage collection (:func:`muse_experiments.runtime.tune_gc`)."""
     keeper.start(reap=True)
     if uses_redis() and settings.RECORDS_DRAINER:
         drainer.start()
+    tune_gc()

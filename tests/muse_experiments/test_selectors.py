@@ -1,8 +1,9 @@
 """Selectors: the routing snapshot, stickiness across phases, previews and the audit history.
 
-Routing's ``decide()`` is ``route(assignment_snapshot(), ..., sticky=sticky_variants(...))`` and
-records with ``exposure_record``; these tests drive exactly those calls (database path: the
-sticky cache is off here, see test_sticky.py for Redis).
+Routing's ``decide()`` (:func:`routing.planning.decide`) is ``route(assignment_snapshot(), ...,
+sticky=sticky_variants(...))``, and routing records with ``exposure_record``; these tests drive
+``decide`` itself on an unsaved job, then record (database path: the sticky cache is off here, see
+test_sticky.py for Redis).
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 from muse_experiments import selectors, services
-from muse_experiments.assignment.engine import route
 from muse_experiments.config_version import invalidate_all
 from muse_experiments.models import Exposure, Layer
+from routing import planning
+from routing.models import CompletionJob
 from tests.factories import make_experiment, variant_inputs
 
 from .conftest import V14, V15
@@ -26,14 +28,9 @@ def _no_redis(settings):
 
 
 def decide(session_id: str, user_id: str = "", attributes=None):
-    """What routing.planning.decide does, then records the exposure as routing does."""
-    snapshot = selectors.assignment_snapshot()
-    sticky = selectors.sticky_variants(
-        experiment_ids=[e.id for e in snapshot.experiments], session_id=session_id, user_id=user_id
-    )
-    decision = route(
-        snapshot, session_id=session_id, user_id=user_id, attributes=attributes or {}, sticky=sticky or None
-    )
+    """routing.planning.decide for this unit, then records the exposure as routing does."""
+    job = CompletionJob(session_id=session_id, user_id=user_id, attributes=attributes or {}, request={})
+    decision = planning.decide(job)
     if decision.in_experiment:
         services.exposure_record(
             experiment_id=decision.experiment_id,
@@ -82,6 +79,31 @@ def test_an_exposed_unit_keeps_its_variant_after_a_weight_change(catalogue):
     # the new phase has its own exposure rows (analysis reads one phase); newcomers get the new weights
     assert Exposure.objects.filter(experiment=experiment, phase=2).count() == 60
     assert {decide(f"new-{i}").variant_key for i in range(20)} == {"treatment"}
+
+
+def test_in_the_first_phase_of_a_seed_run_a_returning_unit_is_decided_without_a_sticky_lookup(
+    catalogue, django_assert_num_queries
+):
+    experiment = make_experiment(key="one-phase")
+    invalidate_all()
+    first = {f"s-{i}": decide(f"s-{i}").variant_key for i in range(60)}
+    assert set(first.values()) == {"control", "treatment"}
+    assert Exposure.objects.filter(experiment=experiment, phase=1).count() == 60
+    assert selectors.assignment_state().sticky_experiment_ids == frozenset()
+    # the hash gives every exposed unit its exposed variant again: no exposure query per call
+    with django_assert_num_queries(0):
+        again = {u: planning.decide(CompletionJob(session_id=u, user_id="", request={})) for u in first}
+    assert {u: d.variant_key for u, d in again.items()} == first
+    assert {d.reason for d in again.values()} == {"assigned"}
+    # after a weight change the earlier phase's exposures matter, and are looked up
+    services.experiment_update(
+        experiment=experiment,
+        actor="pm",
+        variants=variant_inputs([("control", V14, 0.0), ("treatment", V15, 1.0)]),
+    )
+    invalidate_all()
+    assert selectors.assignment_state().sticky_experiment_ids == frozenset({experiment.id})
+    assert {u: decide(u).variant_key for u in first} == first
 
 
 def test_a_user_id_equal_to_another_units_session_id_does_not_inherit_its_sticky_variant(catalogue):

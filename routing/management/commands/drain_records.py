@@ -12,6 +12,7 @@ import threading
 
 from django.core.management.base import BaseCommand
 
+from muse_experiments.runtime import tune_gc
 from routing.events import uses_redis
 from routing.writebehind import drain_forever
 
@@ -28,4 +29,5 @@ class Command(BaseCommand):
             stop.wait()
             return
         self.stderr.write("draining buffered call records until stopped")
+        tune_gc()
         drain_forever(stop)
