@@ -312,10 +312,23 @@ def attempt(
             raise AttemptCancelled(permit.config.public_id, usage) from None
     after_answer(permit.finish, None)
     if session_id:
-        reasoning_save(
-            session_id=session_id, state=result.reasoning_state, endpoint_id=permit.config.public_id
-        )
+        _keep_reasoning(session_id, result.reasoning_state)
     return result
+
+
+def _keep_reasoning(session_id: str, state: Any) -> None:
+    """Keep a successful turn's reasoning state for the session's next turn: at once when there is
+    state (the caller may send its next turn the moment it has this answer), after the answer
+    (:func:`after_answer`) when the turn only renews the session's TTL (``state`` None: every
+    Avocado turn; one Redis round trip less before the answer)."""
+    if state is None:
+        after_answer(_renew_reasoning, session_id)
+    else:
+        reasoning_save(session_id=session_id, state=state)
+
+
+def _renew_reasoning(session_id: str) -> None:
+    reasoning_save(session_id=session_id, state=None)
 
 
 def _with_session_reasoning(

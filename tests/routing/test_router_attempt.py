@@ -18,6 +18,8 @@ from routing.providers.types import CompletionRequest, Message
 from routing.selectors import catalogue
 from tests.factories import seed_catalogue
 
+from .conftest import WEATHER_TOOL
+
 pytestmark = pytest.mark.django_db
 
 AZURE = "azure/muse-special"
@@ -157,3 +159,49 @@ def test_a_failed_attempt_is_reported_at_once_even_before_the_answer(candidate, 
             attempt(candidate, REQUEST)
         assert limiter.in_flight(AZURE) == 0
         assert breaker().state(AZURE) == "open"  # the next attempt's guards see it
+
+
+@pytest.mark.redis
+def test_a_turn_without_reasoning_renews_the_sessions_reasoning_after_the_answer(
+    upstreams, settings, redis_url, monkeypatch
+):
+    import redis
+
+    from routing import reasoning_store
+    from routing.catalogue import avocado_id
+
+    settings.REASONING_STORE_URL = redis_url
+    settings.REASONING_SESSION_TTL_S = 3600
+    seed_catalogue(upstreams.url)
+    client = redis.Redis.from_url(redis_url)
+    key = f"muse:reasoning:{reasoning_store._session_hash('s-renewed')}"
+    client.delete(key)
+    client.rpush(key, "{}")  # the session kept reasoning from an earlier external turn
+    client.expire(key, 100)
+    monkeypatch.setattr(reasoning_store._Renewals, "RENEW_EVERY_S", 0.0)
+    avocado = Candidate(catalogue().get(avocado_id(14)), "assigned")
+    with answer_first():
+        result = attempt(avocado, REQUEST, session_id="s-renewed")
+        assert result.reasoning_state is None
+        assert 0 < client.ttl(key) <= 100  # not yet: the answer does not wait for it
+    assert client.ttl(key) > 3500
+    client.delete(key)
+
+
+@pytest.mark.redis
+def test_a_turn_with_reasoning_keeps_it_before_the_answer(candidate, upstreams, settings, redis_url):
+    import redis
+
+    from routing import reasoning_store
+
+    upstreams.set_scenario("muse-special", reasoning=True)
+
+    settings.REASONING_STORE_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    key = f"muse:reasoning:{reasoning_store._session_hash('s-kept')}"
+    client.delete(key)
+    with answer_first():
+        result = attempt(candidate, dataclasses.replace(REQUEST, tools=(WEATHER_TOOL,)), session_id="s-kept")
+        assert result.reasoning_state is not None
+        assert client.llen(key) == 1  # the next turn may come the moment this answer is out
+    client.delete(key)
