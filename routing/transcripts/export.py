@@ -12,7 +12,8 @@ matches ``model_version`` (the catalogue version label or the endpoint public id
 and is eligible *at export time*: served natively, its user not opted out now, and free of
 encrypted reasoning (re-checked with the gate's detector). Everything else in the range is
 counted in the manifest's ``excluded`` by reason (``external_provider``, ``opted_out``,
-``contains_encrypted_reasoning``; a turn counts under its first reason in that order).
+``contains_encrypted_reasoning``, ``contains_opaque_blob``: the gate's opaque-blob rule; a turn
+counts under its first reason in that order).
 
 Usage::
 
@@ -38,14 +39,14 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from .gate import check_record
+from .gate import RejectReason, check_record
 from .models import Provenance, TrainingOptOut, TranscriptTurn
 from .selectors import turn_input_messages
 
 log = logging.getLogger(__name__)
 
 FORMAT = "muse-training-jsonl/1"
-EXCLUSION_REASONS = ("external_provider", "opted_out", "contains_encrypted_reasoning")
+EXCLUSION_REASONS = ("external_provider", "opted_out", "contains_encrypted_reasoning", "contains_opaque_blob")
 CHUNK = 500
 
 
@@ -151,7 +152,10 @@ class TrainingExport:
             text = None
             if reason is None:
                 verdict, text = check_record(0, turn_record(turn, self._histories.input_of(turn)))
-                if not verdict.accepted:  # defence in depth: the writer should have stripped it
+                if verdict.reasons == (RejectReason.CONTAINS_OPAQUE_BLOB,):  # user content the gate refuses
+                    reason = "contains_opaque_blob"
+                    log.warning("transcript turn %s holds an opaque blob: %s", turn.id, verdict.detail)
+                elif not verdict.accepted:  # defence in depth: the writer should have stripped it
                     reason = "contains_encrypted_reasoning"
                     log.error("transcript turn %s failed the export gate: %s", turn.id, verdict.detail)
             if reason is not None:

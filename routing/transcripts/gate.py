@@ -41,6 +41,29 @@ What the reinforcement-learning completion server accepts is decided here:
 * :func:`gate_check` -- validate a batch of training records: per record, accepted or rejected
   with reasons (:class:`RejectReason`), and counts per reason.
 
+  The gate (only the gate: not :func:`strip_encrypted_reasoning`, not the transcript writer,
+  which keep user content as is) also refuses a record holding an *opaque blob*
+  (``contains_opaque_blob``; finding kind ``opaque_blob``): a run of an encoding the detector
+  reads (base64 standard or URL-safe, wrapped in lines, hex, base32, base85; at any decoding
+  depth) whose bytes are not text -- not UTF-8/16/32, not gzip/zlib of text, which are decoded
+  and scanned instead -- are at least :data:`MIN_OPAQUE_BYTES` (96) long and look random (byte
+  entropy near a random sample's of the same length, the encoded characters spread evenly
+  over the encoding's alphabet: :func:`opaque_blob`). A bare Anthropic ``signature`` or
+  ``redacted_thinking`` ``data`` with no marker word near it is one. An opaque blob cannot be
+  scanned, so it is refused, as a value too deeply encoded already is. Deliberately refused as
+  well: base64 images (a PNG icon is compressed binary), RS256/PS256 JWTs and signed URLs
+  (their 256-byte signatures), long random API keys or secrets. Not blobs: hex digests (SHA-1,
+  SHA-256, SHA-512: at most 64 bytes), UUIDs, HS256/ES256 JWTs, lists of digests or UUIDs one a
+  line (equal chunks that are each an identifier are not joined into a blob), long numbers,
+  DNA sequences, words and code (their characters are not spread over the alphabet), tables of
+  numbers (``0x0, 0x1, …``: chunks of unequal widths). Limits: a list of equal-length unpadded
+  base64 digests one a line (SHA-384) reads as one wrapped blob and is refused; so is any
+  random string of 128+ base64 characters, a random test fixture included. A record whose
+  encrypted reasoning is found by its markers is reported under that reason only.
+  Calibration (100% detection at 96-4,096 bytes in all seven encodings, 0 false positives in
+  the legit corpus and 1 file in 15,113 of a site-packages tree; timing):
+  ``bench/gate_calibration.py``.
+
 A training record (one line of the training export) is a JSON object with at least
 ``record_id`` (non-empty string, at most 200 characters), ``user_id`` (a unit id: the one
 rule of :func:`muse_experiments.validation.unit_id_problem`, refused rather than normalised, so
@@ -151,6 +174,7 @@ class RejectReason(StrEnum):
     INVALID_RECORD = "invalid_record"
     RECORD_TOO_LARGE = "record_too_large"
     CONTAINS_ENCRYPTED_REASONING = "contains_encrypted_reasoning"
+    CONTAINS_OPAQUE_BLOB = "contains_opaque_blob"
     EXTERNAL_PROVIDER = "external_provider"
     OPTED_OUT = "opted_out"
     DUPLICATE_IN_BATCH = "duplicate_in_batch"
@@ -163,7 +187,8 @@ class Finding:
     ``fernet_token``, ``anthropic_thinking_signature``, ``anthropic_thinking_block``,
     ``anthropic_redacted_thinking``; or
     ``decode_depth_exceeded`` / ``decode_budget_exceeded`` for a value encoded in more layers,
-    or more decodings, than the detector follows).
+    or more decodings, than the detector follows; or, for the training gate only,
+    ``opaque_blob``: random-looking encoded binary that cannot be scanned, :func:`opaque_blob`).
     Never holds the content itself."""
 
     path: str
@@ -518,9 +543,10 @@ _IDENTIFIER_RE = re.compile(
 _SAME_LENGTH_RE = re.compile(r"(.)\1+", re.S)
 
 
-def _equal_chunks(tokens: list[str]) -> list[tuple[str, bool]]:
+def _equal_chunks(tokens: list[str]) -> list[tuple[str, bool, bool]]:
     """Stretches of at least two tokens of one length, plus a shorter last one, joined (with
-    whether the stretch is all of ``tokens``), at least :data:`_MIN_JOINED` characters long.
+    whether the stretch is all of ``tokens``, and whether it is a list of identifiers:
+    :func:`_identifier_list`), at least :data:`_MIN_JOINED` characters long.
     (Found by a regex over the tokens' lengths written as characters: no Python loop per token.)"""
     lengths = "".join(map(chr, map(len, tokens)))
     out = []
@@ -529,28 +555,35 @@ def _equal_chunks(tokens: list[str]) -> list[tuple[str, bool]]:
         size = len(tokens[i])
         end = j + 1 if j < len(tokens) and len(tokens[j]) < size else j
         if end - i >= 3 and size * (j - i) >= _MIN_JOINED:
-            out.append(("".join(tokens[i:end]), i == 0 and end == len(tokens)))
+            listed = size >= _MIN_IDENTIFIER and _identifier_list(tokens[i:end])
+            out.append(("".join(tokens[i:end]), i == 0 and end == len(tokens), listed))
     return out
 
 
-def _chunked_runs(norm: str) -> list[tuple[str, tuple[int, int] | None]]:
+def _chunked_runs(norm: str) -> list[tuple[str, tuple[int, int] | None, bool]]:
     """Runs a text splits into chunks, joined: equal chunks split by whitespace (wrapped base64,
     spaced hex) and chunks split by one repeated punctuation mark (``67:41:…``, ``0x67, 0x41``),
     a longer first chunk cut to the others' length (a word glued to the first). Each with the
-    span of the text it is all of (whitespace-split chunks only), else None."""
-    runs: list[tuple[str, tuple[int, int] | None]] = []
+    span of the text it is all of (whitespace-split chunks only), else None, and whether its
+    chunks cannot be one opaque blob: a list of identifiers (:func:`_identifier_list`), or
+    punctuated tokens of unequal lengths (``0x0, 0x1, …, 0x10``: a table of numbers, while a
+    dump has one width, ``0x67, 0x41``)."""
+    runs: list[tuple[str, tuple[int, int] | None, bool]] = []
     for match in _SPACED_RE.finditer(norm):
         if match.end() - match.start() >= _MIN_JOINED:
             runs += [
-                (joined, match.span() if whole else None)
-                for joined, whole in _equal_chunks(match.group().split())
+                (joined, match.span() if whole else None, not_blob)
+                for joined, whole, not_blob in _equal_chunks(match.group().split())
             ]
     for match in _PUNCTUATED_RE.finditer(norm):
         if match.end() - match.start() >= _MIN_JOINED:
             tokens = _PUNCTUATED_TOKEN_RE.findall(match.group())
             size = sorted(map(len, tokens))[len(tokens) // 2]
             tokens[0] = tokens[0][-size:]
-            runs.append(("".join(tokens), None))
+            unequal = len(tokens[-1]) > size or any(len(t) != size for t in tokens[1:-1])
+            runs.append(
+                ("".join(tokens), None, unequal or (size >= _MIN_IDENTIFIER and _identifier_list(tokens)))
+            )
     return runs
 
 
@@ -611,11 +644,14 @@ def _scan_run(
     children: list[tuple[Any, str, int]],
     *,
     joined: bool = False,
+    opaque: bool = False,
 ) -> bool:
     """Decode one run of base64-alphabet characters: base64 (either alphabet), hex runs inside
     it, base32. Text found is queued in ``children``; a Fernet token is a finding, and so is a
-    Fernet blob in a ``joined`` run (one the string-level search did not see whole). Returns
-    whether something readable (text or a token) was behind the whole run."""
+    Fernet blob in a ``joined`` run (one the string-level search did not see whole). With
+    ``opaque``, an encoding whose bytes are not text and look random (:func:`opaque_blob`) is an
+    ``opaque_blob`` finding. Returns whether something readable (text or a token) was behind
+    the whole run."""
     readable = False
     if joined and "gAAAAA" in run and FERNET_RE.search(run):
         findings.append(Finding(path, "fernet_blob"))
@@ -627,11 +663,17 @@ def _scan_run(
             children.append((decoded, f"{path}/<base64>", depth + 1))
         readable = decoded is not None
         body = run.rstrip("=")
-        if not readable and set(body.upper()) <= _BASE32_CHARS:
+        base32 = not readable and set(body.upper()) <= _BASE32_CHARS
+        if base32:
             decoded = _decoded_base32(body)
             if decoded is not None:
                 children.append((decoded, f"{path}/<base32>", depth + 1))
                 readable = True
+        if opaque and not readable and len(body) >= _MIN_OPAQUE_CHARS["base64"]:
+            for encoding in ("base64", "base32") if base32 else ("base64",):
+                if _opaque_run(body, encoding):
+                    findings.append(Finding(f"{path}/<{encoding}>", "opaque_blob"))
+                    break
     # Hex digits are base64 characters, so every hex run lies inside a base64 run.
     for hex_match in HEX_RUN_RE.finditer(run) if len(run) >= 32 else ():
         hex_run = hex_match.group(0)
@@ -642,6 +684,8 @@ def _scan_run(
             findings.append(Finding(f"{path}/<hex>", "fernet_token"))
         elif decoded is not None:
             children.append((decoded, f"{path}/<hex>", depth + 1))
+        elif opaque and len(hex_run) >= _MIN_OPAQUE_CHARS["hex"] and _opaque_run(hex_run, "hex"):
+            findings.append(Finding(f"{path}/<hex>", "opaque_blob"))
         readable = readable or (decoded is not None and len(hex_run) >= len(run.rstrip("=")) - 1)
     return readable
 
@@ -651,13 +695,22 @@ MIN_BASE85_RUN = 100
 
 
 def _scan_base85(
-    norm: str, path: str, depth: int, findings: list[Finding], children: list[tuple[Any, str, int]]
-) -> None:
+    norm: str,
+    path: str,
+    depth: int,
+    findings: list[Finding],
+    children: list[tuple[Any, str, int]],
+    *,
+    opaque: bool = False,
+) -> bool:
     """Decode the runs of base85 alphabets (ascii85, RFC 1924, Z85) of at least
     :data:`MIN_BASE85_RUN` characters that hold a character outside base64, have an entropy
     within 1 bit of a random string's and at least 12% punctuation (base85 of text has ~20%;
     in 65 MB of Python, JavaScript and docs 137 runs in 3,020 qualify, none is text): text found
-    is queued in ``children``."""
+    is queued in ``children``; with ``opaque``, a run of random-looking bytes
+    (:func:`opaque_blob`) is an ``opaque_blob`` finding. Returns whether a run holding ``%``
+    was read (text or a blob): then the text's percent layer is base85 mangled, not a URL."""
+    percent = False
     tokens = [token for token in norm.split() if len(token) >= MIN_BASE85_RUN]
     for pattern, decode, _ in _BASE85_ALPHABETS if tokens else ():
         for match in (m for token in tokens for m in pattern.finditer(token)):
@@ -668,9 +721,14 @@ def _scan_base85(
             if (
                 len(run) - classes["U"] - classes["L"] - classes["D"] >= 0.12 * len(run)
                 and _entropy(run) >= _random_entropy(min(len(run), 4096), 85) - 1.0
-                and (decoded := _decoded_base85(run, decode)) is not None
             ):
-                children.append((decoded, f"{path}/<base85>", depth + 1))
+                if (decoded := _decoded_base85(run, decode)) is not None:
+                    children.append((decoded, f"{path}/<base85>", depth + 1))
+                    percent = percent or "%" in run
+                elif opaque and _opaque_base85(run, decode):
+                    findings.append(Finding(f"{path}/<base85>", "opaque_blob"))
+                    percent = percent or "%" in run
+    return percent
 
 
 # --------------------------------------------------------------------------------------------
@@ -712,8 +770,170 @@ def _entropy(text: str) -> float:
     return math.log2(n) - sum(c * math.log2(c) for c in Counter(text).values()) / n
 
 
-def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], list[tuple[Any, str, int]]]:
-    """Findings in one string and the decoded values to scan next (JSON, base64, ...)."""
+# --------------------------------------------------------------------------------------------
+# Opaque blobs: encoded binary that is not text and looks random (the training gate only)
+# --------------------------------------------------------------------------------------------
+
+#: Fewest bytes an encoded run must decode to before it can be an opaque blob (calibrated in
+#: ``bench/gate_calibration.py``: the shortest Anthropic signatures seen are longer; SHA-512
+#: digests, 64 bytes, and HS256/ES256 JWT signatures, 32/64 bytes, are shorter).
+MIN_OPAQUE_BYTES = 96
+#: Most decoded bytes of one run whose statistics are computed (a prefix: bounded work per run).
+OPAQUE_SAMPLE_BYTES = 4096
+#: How far (bits per byte) below a random string's expected byte entropy, at the same length
+#: (:func:`_random_entropy`, which is biased low for short samples), an opaque blob may be.
+#: Lenient: it only excludes plainly structured binary (the characters' test below is the
+#: sharp one); a 96-byte blob repeating a 32-byte digest, the fake upstream's canary, is ~1.3
+#: bits below.
+OPAQUE_BYTE_MARGIN = 2.0
+#: How many standard deviations of a random string's character entropy the encoded run may be
+#: below its expected value (excludes runs of words, digits, DNA, URLs, ...). The standard
+#: deviation is ``sqrt((k - 1) / 2) / (n ln 2)`` bits for ``n`` characters of a ``k``-letter
+#: alphabet (checked by simulation: 0.067 for 128 base64 characters, 0.021 for 192 hex ones).
+OPAQUE_CHAR_SIGMAS = 6.0
+#: ... but at least this many bits per character (a long blob with a short structured header,
+#: a PNG's or a protobuf's, sits a little below; runs of words, digits or DNA sit 0.5+ below).
+OPAQUE_CHAR_MIN_MARGIN = 0.15
+#: The alphabet size of each encoding and the run length (characters) of MIN_OPAQUE_BYTES.
+_ALPHABET_SIZES = {"base64": 64, "hex": 16, "base32": 32, "base85": 85}
+_MIN_OPAQUE_CHARS = {
+    "base64": -(-MIN_OPAQUE_BYTES * 4 // 3),
+    "hex": 2 * MIN_OPAQUE_BYTES,
+    "base32": -(-MIN_OPAQUE_BYTES * 8 // 5),
+    "base85": -(-MIN_OPAQUE_BYTES * 5 // 4),
+}
+#: Shortest token that counts as an identifier in a list (:func:`_identifier_list`).
+_MIN_IDENTIFIER = 24
+
+
+def _byte_entropy(raw: bytes) -> float:
+    """Shannon entropy of ``raw``'s byte counts, bits per byte."""
+    n = len(raw)
+    return math.log2(n) - sum(c * math.log2(c) for c in Counter(raw).values()) / n
+
+
+def opaque_blob(raw: bytes, chars: str, alphabet: int) -> bool:
+    """Whether decoded bytes are an opaque blob: binary that cannot be scanned and looks random.
+
+    ``raw``: the decoded bytes (at most :data:`OPAQUE_SAMPLE_BYTES` are looked at); ``chars``:
+    the encoded characters they came from (the same prefix; padding and line breaks removed);
+    ``alphabet``: the encoding's alphabet size (64 base64, 16 hex, 32 base32, 85 base85).
+    True when all of: at least :data:`MIN_OPAQUE_BYTES` bytes; not text (:func:`_bytes_text`:
+    UTF-8, UTF-16/32, gzip/zlib of text -- those the detector decodes and scans instead); the
+    byte entropy (bits per byte) at least :func:`_random_entropy` ``(n, 256)`` minus
+    :data:`OPAQUE_BYTE_MARGIN` (6.24 expected at 96 bytes, 7.94 at 4,096); and the characters'
+    entropy at least ``_random_entropy(len(chars), alphabet)`` minus
+    :data:`OPAQUE_CHAR_SIGMAS` standard deviations (0.40 bits for 128 base64 characters, 0.12
+    for 192 hex ones), or :data:`OPAQUE_CHAR_MIN_MARGIN` if more; and the entropy of the
+    differences between successive bytes as high as the bytes' own must be (not a counter).
+    Linear in the sample's length."""
+    raw, chars = raw[:OPAQUE_SAMPLE_BYTES], chars[: OPAQUE_SAMPLE_BYTES * 2]
+    n = len(chars)
+    if len(raw) < MIN_OPAQUE_BYTES or not n:
+        return False
+    if _byte_entropy(raw) < _random_entropy(len(raw), 256) - OPAQUE_BYTE_MARGIN:
+        return False
+    sigma = math.sqrt((alphabet - 1) / 2) / (n * math.log(2))
+    margin = max(OPAQUE_CHAR_SIGMAS * sigma, OPAQUE_CHAR_MIN_MARGIN)
+    if _entropy(chars) < _random_entropy(n, alphabet) - margin:
+        return False
+    if _bytes_text(raw) is not None:
+        return False
+    # Counts cannot see order: a table of counting numbers (0x10, 0x11, ...) has every byte value
+    # once. Random bytes differ from one to the next by random amounts too.
+    deltas = bytes((b - a) & 0xFF for a, b in zip(raw, raw[1:], strict=False))
+    return _byte_entropy(deltas) >= _random_entropy(len(deltas), 256) - OPAQUE_BYTE_MARGIN
+
+
+def _opaque_run(body: str, encoding: str) -> bool:
+    """Whether a run (base64 of either alphabet, hex or base32; padding stripped) decodes to an
+    opaque blob (:func:`opaque_blob`); only a prefix of :data:`OPAQUE_SAMPLE_BYTES` is decoded."""
+    if encoding == "base64":
+        chars = body[: OPAQUE_SAMPLE_BYTES // 3 * 4].replace("-", "+").replace("_", "/")
+        chars = chars[: len(chars) - 1] if len(chars) % 4 == 1 else chars
+        try:
+            raw = base64.b64decode(chars + "=" * (-len(chars) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            return False
+    elif encoding == "hex":
+        chars = body[: 2 * OPAQUE_SAMPLE_BYTES]
+        chars = chars[: len(chars) - len(chars) % 2]
+        raw = bytes.fromhex(chars)
+    else:  # base32 (pure-Python decoder: a shorter prefix)
+        chars = body[:_PREFIX_CHARS].upper()
+        chars = chars[: len(chars) - 1] if len(chars) % 8 in (1, 3, 6) else chars
+        try:
+            raw = base64.b32decode(chars + "=" * (-len(chars) % 8))
+        except (binascii.Error, ValueError):
+            return False
+    return opaque_blob(raw, chars, _ALPHABET_SIZES[encoding])
+
+
+def _opaque_base85(run: str, decode) -> bool:
+    """Whether a base85 run (decoded by ``decode``, up to 4 characters glued in front; a prefix of
+    :data:`_PREFIX_CHARS` characters) is an opaque blob (:func:`opaque_blob`)."""
+    for offset in range(5):
+        chars = run[offset : offset + _PREFIX_CHARS]
+        chars = chars[: len(chars) - len(chars) % 5]
+        try:
+            raw = decode(chars)
+        except (ValueError, binascii.Error):
+            continue
+        return opaque_blob(raw, chars, _ALPHABET_SIZES["base85"])
+    return False
+
+
+#: Shortest line of a wrapped blob (:func:`_wrapped_lines`); encoders wrap at 60, 64 or 76.
+_MIN_WRAP = 60
+
+
+def _wrapped_lines(norm: str, runs: list[re.Match[str]]) -> list[str]:
+    """Base64 wrapped in lines inside other text, joined: consecutive runs (``runs``: the
+    :data:`BASE64_RUN_RE` matches of ``norm``) each alone on its line, separated by one line
+    break, all but the last of one length of at least :data:`_MIN_WRAP` characters, unpadded,
+    and the last no longer, at least :data:`MIN_OPAQUE_BYTES` decoded bytes in all (two lines
+    included, which :func:`_chunked_runs` needs three of), not a list of identifiers
+    (:func:`_identifier_list`). Linear in the number of runs."""
+    out: list[str] = []
+    group: list[re.Match[str]] = []
+    for match in [*runs, None]:
+        if match is not None and group:
+            prev = group[-1]
+            gap = norm[prev.end() : match.start()]
+            width = len(group[0].group())
+            if (
+                gap.strip(" \t") in ("\n", "\r\n")
+                and len(prev.group()) == width
+                and not prev.group().endswith("=")
+                and len(match.group()) <= width
+                and norm[match.end() : match.end() + 1] in ("", "\n", "\r", " ")
+            ):
+                group.append(match)
+                continue
+        tokens = [m.group() for m in group]
+        if (
+            len(tokens) > 1
+            and sum(map(len, tokens)) >= _MIN_OPAQUE_CHARS["base64"]
+            and not _identifier_list(tokens)
+        ):
+            out.append("".join(tokens))
+        group = [match] if match is not None and len(match.group()) >= _MIN_WRAP else []
+    return out
+
+
+def _identifier_list(tokens: list[str]) -> bool:
+    """Whether every token is an identifier of at least :data:`_MIN_IDENTIFIER` characters (a
+    UUID, a hex digest, a labelled hash: :data:`_IDENTIFIER_RE`): a list of SHA-256 digests or
+    UUIDs, one a line, is random-looking but is no blob."""
+    return all(len(t) >= _MIN_IDENTIFIER and _IDENTIFIER_RE.fullmatch(t) for t in tokens)
+
+
+def _string_children(
+    text: str, path: str, depth: int, opaque: bool = False, quiet: list[str] | None = None
+) -> tuple[list[Finding], list[tuple[Any, str, int]]]:
+    """Findings in one string and the decoded values to scan next (JSON, base64, ...); with
+    ``opaque``, also its opaque blobs (:func:`opaque_blob`), and the paths of decoded values
+    not to look for opaque blobs in appended to ``quiet`` (a percent layer over base85: garbage)."""
     findings: list[Finding] = []
     children: list[tuple[Any, str, int]] = []
     norm = _normalised(text)
@@ -743,22 +963,39 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
     # Runs split into chunks are read joined; when such a run is one readable encoding, its
     # chunks are not decoded one by one as well.
     covered: list[tuple[int, int]] = []
-    for joined, span in _chunked_runs(norm) if len(norm) >= _MIN_JOINED else ():
-        if _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True) and span:
+    for joined, span, not_blob in _chunked_runs(norm) if len(norm) >= _MIN_JOINED else ():
+        scanned = _scan_run(
+            joined, f"{path}/<joined>", depth, findings, children, joined=True, opaque=opaque and not not_blob
+        )
+        if scanned and span:
             covered.append(span)
     runs = list(BASE64_RUN_RE.finditer(norm))
     if not covered and len(runs) > 1 and WRAPPED_BASE64_RE.fullmatch(norm):
         # base64 wrapped in lines of any length (base64.encodebytes, the base64 CLI)
-        joined = "".join(m.group() for m in runs)
-        if _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True):
+        tokens = [m.group() for m in runs]
+        not_blob = _identifier_list(tokens)
+        joined = "".join(tokens)
+        if _scan_run(
+            joined, f"{path}/<joined>", depth, findings, children, joined=True, opaque=opaque and not not_blob
+        ):
             covered.append((0, len(norm)))
     for match in runs:
         if not any(start <= match.start() and match.end() <= end for start, end in covered):
-            _scan_run(match.group(), path, depth, findings, children)
-    if len(norm) >= MIN_BASE85_RUN:
-        _scan_base85(norm, path, depth, findings, children)
+            before = len(findings)
+            _scan_run(match.group(), path, depth, findings, children, opaque=opaque)
+            if opaque and any(f.kind == "opaque_blob" for f in findings[before:]):
+                opaque = False  # one opaque blob refuses the record: the others need no statistics
+    if opaque and len(runs) > 1:
+        for joined in _wrapped_lines(norm, runs):
+            if _opaque_run(joined.rstrip("="), "base64"):
+                findings.append(Finding(f"{path}/<joined>/<base64>", "opaque_blob"))
+    base85_percent = len(norm) >= MIN_BASE85_RUN and _scan_base85(
+        norm, path, depth, findings, children, opaque=opaque
+    )
     if "%" in norm and PERCENT_RE.search(norm):
         children.append((urllib.parse.unquote(norm), f"{path}/<percent>", depth + 1))
+        if base85_percent and quiet is not None:
+            quiet.append(f"{path}/<percent>")
     if children and depth >= MAX_DECODE_DEPTH:
         # one more layer than the detector follows: refused, never let through unscanned
         return [*findings, Finding(path, "decode_depth_exceeded")], []
@@ -766,35 +1003,42 @@ def _string_children(text: str, path: str, depth: int) -> tuple[list[Finding], l
 
 
 def _list_children(
-    items: list[Any] | tuple[Any, ...], path: str, depth: int
+    items: list[Any] | tuple[Any, ...], path: str, depth: int, opaque: bool = False
 ) -> tuple[list[Finding], list[tuple[Any, str, int]]]:
     """Findings in the runs that continue across a list's items (:func:`_list_runs`), and the
     decoded values to scan next."""
     findings: list[Finding] = []
     children: list[tuple[Any, str, int]] = []
     for joined, _ in _list_runs(items):
-        _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True)
+        _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True, opaque=opaque)
     if children and depth >= MAX_DECODE_DEPTH:
         return [*findings, Finding(path, "decode_depth_exceeded")], []
     return findings, children
 
 
-def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
+def find_encrypted_reasoning(value: Any, *, path: str = "", opaque_blobs: bool = False) -> list[Finding]:
     """Every place in a JSON value (dict/list/str/number/bool/None) that carries encrypted reasoning.
 
     Returns ``[]`` for a clean value. Iterative; follows JSON-, base64-, hex- and
     percent-encoded strings up to :data:`MAX_DECODE_DEPTH` levels and at most
     :data:`MAX_DECODES_PER_VALUE` decodings in all (beyond that one ``decode_budget_exceeded``
     finding: refused, not guessed). Object keys are scanned like strings.
+
+    ``opaque_blobs`` (the training gate's setting; off for :func:`strip_encrypted_reasoning`,
+    which keeps user content as is): also report every run of an encoding whose bytes are not
+    text but random-looking binary of at least :data:`MIN_OPAQUE_BYTES` bytes, at any decoding
+    depth, as an ``opaque_blob`` finding (:func:`opaque_blob`). Costs no decode budget.
     """
     findings: list[Finding] = []
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     decodes = 0
+    quiet: list[str] = []  # decoded values (and below) not to look for opaque blobs in
     while stack:
         if decodes > MAX_DECODES_PER_VALUE:
             findings.append(Finding(path, "decode_budget_exceeded"))
             break
         node, where, depth = stack.pop()
+        opaque = opaque_blobs and not (quiet and where.startswith(tuple(quiet)))
         if isinstance(node, Mapping):
             kind = _structural(node)
             if kind:
@@ -802,7 +1046,7 @@ def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
             for key, child in node.items():
                 key_text = str(key)
                 if len(key_text) >= MIN_BASE64_RUN or "gAAAAA" in key_text or not key_text.isascii():
-                    found, decoded = _string_children(key_text, f"{where}/<key>", depth)
+                    found, decoded = _string_children(key_text, f"{where}/<key>", depth, opaque, quiet)
                     findings += found
                     stack += decoded
                     decodes += len(decoded)
@@ -810,12 +1054,12 @@ def find_encrypted_reasoning(value: Any, *, path: str = "") -> list[Finding]:
         elif isinstance(node, list | tuple):
             stack.extend((child, f"{where}/{i}", depth) for i, child in enumerate(node))
             if len(node) > 1:
-                found, decoded = _list_children(node, where, depth)
+                found, decoded = _list_children(node, where, depth, opaque)
                 findings += found
                 stack += decoded
                 decodes += len(decoded)
         elif isinstance(node, str):
-            found, decoded = _string_children(node, where, depth)
+            found, decoded = _string_children(node, where, depth, opaque, quiet)
             findings += found
             stack += decoded
             decodes += len(decoded)
@@ -935,7 +1179,8 @@ def check_record(
     opted_out_users: Container[str] = frozenset(),
     max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> tuple[RecordVerdict, str | None]:
-    """Verdict for one record, and its canonical JSON when it could be serialised."""
+    """Verdict for one record, and its canonical JSON when it could be serialised (the rules of
+    :func:`gate_check` but the in-batch duplicate check)."""
     if not isinstance(record, Mapping):
         return RecordVerdict(
             index,
@@ -975,13 +1220,18 @@ def check_record(
         reasons.append(RejectReason.INVALID_RECORD)
         details += problems
     try:
-        findings = find_encrypted_reasoning(record)
+        findings = find_encrypted_reasoning(record, opaque_blobs=True)
     except RecursionError:  # json.loads of a pathological string; refuse rather than guess
         findings = [Finding("", "undecodable")]
+    opaque = [f for f in findings if f.kind == "opaque_blob"]
+    findings = [f for f in findings if f.kind != "opaque_blob"]
     if findings:
         reasons.append(RejectReason.CONTAINS_ENCRYPTED_REASONING)
         kinds = sorted({f.kind for f in findings})
         details.append(f"encrypted reasoning at {len(findings)} place(s): {', '.join(kinds)}")
+    if opaque and not findings:  # the blob of a marked reasoning carrier is opaque too: one reason
+        reasons.append(RejectReason.CONTAINS_OPAQUE_BLOB)
+        details.append(f"opaque encoded blob (unscannable binary) at {len(opaque)} place(s)")
     provenance = record.get("provenance")
     provider_kind = record.get("provider_kind", "native")
     if isinstance(provenance, str) and (provenance != "native" or provider_kind != "native"):
@@ -1005,9 +1255,15 @@ def gate_check(
     ``opted_out_users``: user ids whose records are refused (the caller looks them up).
     A record is rejected when it is not a valid record object (:attr:`RejectReason.INVALID_RECORD`),
     is larger than ``max_record_bytes`` (compact JSON, bytes), carries encrypted reasoning
-    anywhere, came from an external provider (``provenance != "native"`` or a non-native
-    ``provider_kind``), belongs to an opted-out user, or repeats a ``record_id`` seen earlier
-    in the same batch. Never raises for bad records; each gets its own verdict.
+    anywhere, contains an opaque blob (:attr:`RejectReason.CONTAINS_OPAQUE_BLOB`: a run of
+    base64, base64url, wrapped base64, hex, base32 or base85 that decodes to at least
+    :data:`MIN_OPAQUE_BYTES` bytes of random-looking binary, not text: :func:`opaque_blob`; such
+    as a bare Anthropic signature with no marker near it -- an opaque blob cannot be scanned,
+    so it is refused, as a value too deeply encoded already is; reported only when the record
+    has no encrypted-reasoning finding, whose blobs are opaque too), came from an external provider
+    (``provenance != "native"`` or a non-native ``provider_kind``), belongs to an opted-out
+    user, or repeats a ``record_id`` seen earlier in the same batch. Never raises for bad
+    records; each gets its own verdict.
     """
     verdicts: list[RecordVerdict] = []
     accepted: list[tuple[RecordVerdict, Mapping[str, Any], str]] = []

@@ -55,7 +55,12 @@ def test_opt_out_before_and_after_transcripts_were_written_and_export_counts_mat
     assert sorted(r["user_id"] for r in records) == ["u1", "u1", "u1", "u4"]
     m = export.manifest
     assert m["considered"] == 9 and m["records"] == 4 and m["marked_exported"] == 4
-    assert m["excluded"] == {"external_provider": 2, "opted_out": 3, "contains_encrypted_reasoning": 0}
+    assert m["excluded"] == {
+        "external_provider": 2,
+        "opted_out": 3,
+        "contains_encrypted_reasoning": 0,
+        "contains_opaque_blob": 0,
+    }
     assert gate_check(records).counts["accepted"] == 4  # what we export, the gate accepts unchanged
     # Exported turns are not exported again; u2 opting back in makes their unexported turns eligible.
     assert training_opt_in(user_id="u2", actor="test") == 2
@@ -65,6 +70,7 @@ def test_opt_out_before_and_after_transcripts_were_written_and_export_counts_mat
         "external_provider": 2,
         "opted_out": 1,
         "contains_encrypted_reasoning": 0,
+        "contains_opaque_blob": 0,
     }
 
 
