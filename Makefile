@@ -3,6 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
+PORT   ?= 8000
+UPSTREAMS_PORT ?= 8900
 
 .PHONY: install lint format test demo run run-prod worker upstreams bench bench-analytics bench-pages bench-proxy chaos chaos-short schemathesis-full clean
 
@@ -32,7 +34,7 @@ demo: install
 
 run: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
-	DJANGO_DEBUG=true $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:8000 -k gthread --workers 2 --threads 16
+	DJANGO_DEBUG=true $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:$(PORT) -k gthread --workers 2 --threads 16
 
 # The production shape: the Procfile under a supervisor (muse_experiments/prodshape.py) with
 # MUSE_FORMATION replicas; JSON logs. Needs SECRET_KEY, DATABASE_URL, REDIS_URL (README "Deployment").
@@ -45,7 +47,7 @@ worker: install
 	DJANGO_DEBUG=true $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance --pool threads --concurrency 16 -l info
 
 upstreams: install
-	$(BIN)/python -m routing.fake_upstreams --port 8900
+	$(BIN)/python -m routing.fake_upstreams --port $(UPSTREAMS_PORT)
 
 # Benchmarks print figures. The service-backed ones use BENCH_DATABASE_URL (dropped and created
 # anew by bench_api_overhead) and BENCH_REDIS_URL.

@@ -75,7 +75,8 @@ class EventConflict(Exception):
     def __init__(self, ids: Sequence[str]) -> None:
         self.ids = list(ids)
         super().__init__(
-            f"event_id already used by this source with a different body: {', '.join(self.ids[:20])}"
+            "event_id used with a different body (already stored for this source, or repeated in this "
+            f"batch): {', '.join(self.ids[:20])}"
         )
 
 

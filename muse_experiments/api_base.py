@@ -59,7 +59,9 @@ class BoundedJSONParser(parsers.JSONParser):
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
             text = codecs.decode(raw, encoding)
-            data = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+            data = json.loads(
+                text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+            )
         except (ValueError, LookupError) as exc:
             raise exceptions.ParseError(f"JSON parse error - {exc}") from None
         except RecursionError:
@@ -101,6 +103,16 @@ def refuse_nul(data, path: str = "") -> None:
 
 NUL_MESSAGE = "NUL characters (\\u0000) are not allowed."
 SURROGATE_MESSAGE = "Lone surrogate characters (\\ud800-\\udfff) are not allowed."
+
+
+#: Longest integer a request body may hold (Python's own limit for converting text to int).
+MAX_INT_DIGITS = 4300
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"a number has more than {MAX_INT_DIGITS} digits")
+    return int(text)
 
 
 def _finite_float(text: str) -> float:

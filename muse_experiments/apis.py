@@ -69,7 +69,9 @@ class VariantEditSerializer(StrictSerializer):
 
 
 class ExperimentEditSerializer(StrictSerializer):
-    version = serializers.IntegerField(min_value=1, help_text="The version this edit is based on (from GET).")
+    version = serializers.IntegerField(
+        min_value=1, max_value=2_147_483_647, help_text="The version this edit is based on (from GET)."
+    )
     name = serializers.CharField(max_length=200, required=False)
     hypothesis = serializers.CharField(required=False, allow_blank=True)
     owner = serializers.CharField(max_length=200, required=False, allow_blank=True)

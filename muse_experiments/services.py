@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -411,6 +412,15 @@ def experiment_change_plan(
     }
     rows: dict[int, int] = {}
     if variants is not None:
+        repeated = sorted(k for k, n in Counter(vi.key for vi in variants).items() if n > 1)
+        if repeated:
+            raise ValidationError(
+                {
+                    "variants": [
+                        f"Variant key(s) {', '.join(repeated)} appear more than once; keys are unique."
+                    ]
+                }
+            )
         existing = {v.pk: v for v in experiment.variants.select_related("endpoint")}
         by_key = {v.key: v.pk for v in existing.values()}
         for i, vi in enumerate(variants):

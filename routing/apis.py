@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from django.conf import settings
 from django.http import Http404
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,6 +22,7 @@ from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.validation import tool_parameters_problem
 
 from .dispatch import submit_completion, wait_for_job
+from .dropin.common import DropinError, header_text
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 from .selectors import completion_job_current, completion_job_unwritten
 from .streaming import KEEPALIVE_FRAME, STREAM_IN_PROGRESS, job_events, sse, sse_response, stream_taken
@@ -87,6 +88,21 @@ class CompletionOutputSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField(allow_null=True)
 
 
+def idempotency_key(request, body_key: str) -> str:
+    """The call's idempotency key: the body's ``idempotency_key``, else the ``Idempotency-Key``
+    header (UTF-8, at most 200 characters). Raises ``ValidationError`` (400) for a bad header, or
+    when both are sent and differ (which one was meant cannot be told)."""
+    try:
+        header = header_text(request, "Idempotency-Key")
+    except DropinError as exc:
+        raise serializers.ValidationError({"Idempotency-Key": [exc.message]}) from None
+    if header and body_key and header != body_key:
+        raise serializers.ValidationError(
+            {"idempotency_key": ["Differs from the Idempotency-Key header; send one of them."]}
+        )
+    return body_key or header
+
+
 class CompletionCreateApi(APIView):
     """Route one model call through the running experiments and return the completion."""
 
@@ -117,6 +133,15 @@ class CompletionCreateApi(APIView):
 
     @extend_schema(
         request=InputSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="Same as the body's idempotency_key (as the drop-ins take it); 400 when both "
+                "are sent and differ.",
+            )
+        ],
         responses={
             200: OpenApiResponse(
                 CompletionOutputSerializer,
@@ -170,7 +195,7 @@ class CompletionCreateApi(APIView):
             subagent=d["subagent"],
             attributes=d["attributes"],
             request={"messages": d["messages"], "tools": d["tools"]},
-            idempotency_key=d["idempotency_key"],
+            idempotency_key=idempotency_key(request, d["idempotency_key"]),
             stream=d["stream"],
             durable=d["async"],  # a job id handed out for later must survive a crash
         )

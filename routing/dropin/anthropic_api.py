@@ -32,6 +32,7 @@ from ..models import CompletionJob
 from ..streaming import sse, sse_response
 from .common import (
     MAX_MESSAGES,
+    MAX_OUTPUT_TOKENS,
     MAX_TOOLS,
     DropinError,
     DropinView,
@@ -40,6 +41,7 @@ from .common import (
     as_str,
     check_known,
     check_sampling,
+    check_tool_choice,
     contiguous_tool_calls,
     finished_job,
     muse_headers,
@@ -348,6 +350,34 @@ def message_frames(events: Iterator[dict], *, job: CompletionJob, model: str) ->
             return
 
 
+def check_thinking(thinking: Any, max_tokens: int) -> None:
+    """``thinking`` held to Anthropic's rules (the variant decides the real setting): an object
+    whose ``type`` is ``enabled`` (with an integer ``budget_tokens`` of at least 1,024 and below
+    ``max_tokens``), ``disabled`` or ``adaptive``. Raises :class:`DropinError` (400)."""
+    if thinking is None:
+        return
+    thinking = as_object(thinking, "thinking")
+    kind = thinking.get("type")
+    require(
+        kind in ("enabled", "disabled", "adaptive"),
+        "thinking.type: must be one of 'enabled', 'disabled', 'adaptive'.",
+        "thinking.type",
+    )
+    if kind != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    require(
+        isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1024,
+        "thinking.budget_tokens: must be an integer of at least 1024.",
+        "thinking.budget_tokens",
+    )
+    require(
+        budget < max_tokens,
+        "thinking.budget_tokens: must be less than max_tokens.",
+        "thinking.budget_tokens",
+    )
+
+
 class MessagesApi(DropinView):
     """``POST /v1/messages`` in the Anthropic wire format (streaming included)."""
 
@@ -371,13 +401,21 @@ class MessagesApi(DropinView):
             "max_tokens: must be a positive integer.",
             "max_tokens",
         )
+        require(
+            max_tokens <= MAX_OUTPUT_TOKENS,
+            f"max_tokens: no model writes more than {MAX_OUTPUT_TOKENS} tokens.",
+            "max_tokens",
+        )
+        check_thinking(body.get("thinking"), max_tokens)
         stream = body.get("stream") or False
         require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")
         metadata = body.get("metadata")
+        tools = tools_in(body.get("tools"))
+        check_tool_choice(body.get("tool_choice"), tools, style="anthropic")
         job, created = submit(
             request,
             messages=messages_in(body),
-            tools=tools_in(body.get("tools")),
+            tools=tools,
             model=pinned,
             stream=stream,
             metadata=metadata,

@@ -78,6 +78,11 @@ def require(condition: bool, message: str, param: str | None = None) -> None:
         raise DropinError(message, param=param)
 
 
+#: The largest output-token limit a drop-in accepts (``max_tokens`` and its kin): above every
+#: served model's output limit, so a larger value is a client bug the provider would refuse.
+MAX_OUTPUT_TOKENS = 1_048_576
+
+
 def check_sampling(
     body: Mapping[str, Any], *, token_fields: tuple[str, ...], temperature_max: float, top_k: bool = False
 ) -> None:
@@ -94,10 +99,62 @@ def check_sampling(
         value = body.get(name)
         ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
         require(ok, f"'{name}' must be a positive integer.", name)
+        require(
+            value is None or name == "top_k" or value <= MAX_OUTPUT_TOKENS,
+            f"'{name}' is too large: no model writes more than {MAX_OUTPUT_TOKENS} tokens.",
+            name,
+        )
     for name, high in (("temperature", temperature_max), ("top_p", 1.0)):
         value = body.get(name)
         ok = value is None or (number(value) and 0 <= value <= high)
         require(ok, f"'{name}' must be a number from 0 to {high:g}.", name)
+
+
+def check_tool_choice(choice: Any, tools: list[dict[str, Any]], *, style: str) -> None:
+    """``tool_choice`` held to the provider's rules (it is ignored otherwise: the variant decides):
+    a known value, a named tool that is among ``tools``, and no forced tool call without tools.
+    ``style``: ``"chat"`` (``"none" | "auto" | "required"`` or ``{"type": "function",
+    "function": {"name"}}``), ``"responses"`` (the same strings or ``{"type": "function",
+    "name"}``) or ``"anthropic"`` (``{"type": "auto" | "any" | "none" | "tool", "name"}``).
+    Raises :class:`DropinError` (400 naming ``tool_choice``)."""
+    if choice is None:
+        return
+    names = {t["name"] for t in tools}
+    if style == "anthropic":
+        choice = as_object(choice, "tool_choice")
+        kind = choice.get("type")
+        require(
+            kind in ("auto", "any", "none", "tool"),
+            "tool_choice.type: must be one of 'auto', 'any', 'none', 'tool'.",
+            "tool_choice.type",
+        )
+        name = choice.get("name") if kind == "tool" else None
+        forced = kind in ("any", "tool")
+    elif isinstance(choice, str):
+        require(
+            choice in ("none", "auto", "required"),
+            "Invalid value for 'tool_choice': must be 'none', 'auto', 'required' or a named function.",
+            "tool_choice",
+        )
+        name, forced = None, choice == "required"
+    else:
+        choice = as_object(choice, "tool_choice")
+        require(
+            choice.get("type") == "function", "Only function tool choices are supported.", "tool_choice.type"
+        )
+        named = as_object(choice.get("function"), "tool_choice.function") if style == "chat" else choice
+        name, forced = named.get("name"), True
+    require(
+        not forced or bool(tools),
+        "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+        "tool_choice",
+    )
+    if name is not None or (style == "anthropic" and forced and kind == "tool"):
+        require(
+            isinstance(name, str) and name in names,
+            f"Invalid value for 'tool_choice': tool {name!r} is not among 'tools'.",
+            "tool_choice",
+        )
 
 
 def check_known(body: Mapping[str, Any], known: frozenset[str]) -> None:

@@ -32,6 +32,7 @@ from .common import (
     as_str,
     check_known,
     check_sampling,
+    check_tool_choice,
     contiguous_tool_calls,
     finished_job,
     muse_headers,
@@ -120,8 +121,11 @@ CHAT_PARAMS = frozenset(
 
 
 def chat_messages(raw: Any) -> list[dict[str, Any]]:
-    """OpenAI chat messages → our stored messages (system/developer → system; tool results kept)."""
+    """OpenAI chat messages → our stored messages (system/developer → system; tool results kept).
+    A tool message must answer a tool call of an earlier assistant message (400 otherwise, as
+    OpenAI answers)."""
     out = []
+    call_ids: set[str] = set()
     for i, m in enumerate(as_list(raw, "messages", max_len=MAX_MESSAGES, allow_empty=False)):
         p = f"messages[{i}]"
         m = as_object(m, p)
@@ -148,9 +152,16 @@ def chat_messages(raw: Any) -> list[dict[str, Any]]:
                     }
                 )
             msg["tool_calls"] = calls
+            call_ids.update(c["id"] for c in calls)
         if role == "tool":
             msg["tool_call_id"] = as_str(
                 m.get("tool_call_id"), f"{p}.tool_call_id", max_len=200, allow_empty=False
+            )
+            require(
+                msg["tool_call_id"] in call_ids,
+                "Invalid parameter: messages with role 'tool' must be a response to a preceding "
+                "message with 'tool_calls' (no tool call has this id).",
+                f"{p}.tool_call_id",
             )
         out.append(msg)
     return out
@@ -290,10 +301,12 @@ class ChatCompletionsApi(OpenAIView):
         stream = body.get("stream") or False
         require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")
         options = as_object(body.get("stream_options") or {}, "stream_options")
+        tools = chat_tools(body.get("tools"))
+        check_tool_choice(body.get("tool_choice"), tools, style="chat")
         job, created = submit(
             request,
             messages=chat_messages(body.get("messages")),
-            tools=chat_tools(body.get("tools")),
+            tools=tools,
             model=pinned,
             stream=stream,
             user=body.get("user"),
@@ -644,10 +657,12 @@ class ResponsesApi(OpenAIView):
         require(not body.get("background"), "background responses are not supported.", "background")
         stream = body.get("stream") or False
         require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")
+        tools = responses_tools(body.get("tools"))
+        check_tool_choice(body.get("tool_choice"), tools, style="responses")
         job, created = submit(
             request,
             messages=responses_messages(body),
-            tools=responses_tools(body.get("tools")),
+            tools=tools,
             model=pinned,
             stream=stream,
             user=body.get("user"),

@@ -95,6 +95,8 @@ def test_an_api_edit_deletes_a_variant_only_when_told(catalogue):
         ({"coverage": 1.5}, "coverage"),
         ({"colour": "red"}, "colour"),
         ({"variants": [{**ARMS[0], "model": "nope/x"}, ARMS[1]]}, "variants"),
+        ({"variants": [ARMS[0], {**ARMS[1], "key": ARMS[0]["key"]}]}, "variants"),
+        ({"version": 10**23}, "version"),
     ],
 )
 def test_bad_edits_are_400_with_field_errors(catalogue, body, field):
@@ -102,6 +104,8 @@ def test_bad_edits_are_400_with_field_errors(catalogue, body, field):
     response = writer().patch(URL.format("bad"), {"version": experiment.version, **body}, format="json")
     assert response.status_code == 400, response.json()
     assert field in response.json()["error"]["fields"]
+    if "variants" in body and body["variants"][0]["key"] == body["variants"][1]["key"]:
+        assert "more than once" in response.json()["error"]["fields"]["variants"][0]
 
 
 @pytest.mark.django_db

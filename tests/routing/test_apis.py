@@ -8,6 +8,7 @@ import uuid
 import pytest
 from rest_framework.test import APIClient
 
+from routing.models import CompletionJob
 from tests.factories import api_key
 
 pytestmark = pytest.mark.django_db
@@ -159,6 +160,31 @@ def test_reusing_an_idempotency_key_with_a_different_request_is_a_422(client):
     assert conflict.json()["error"]["code"] == "idempotency_conflict"
 
 
+def test_the_idempotency_key_header_works_as_the_body_field_does(client):
+    body = {**VALID, "async": True}
+    first = client.post("/api/v1/completions", body, format="json", HTTP_IDEMPOTENCY_KEY="h-1")
+    again = client.post("/api/v1/completions", body, format="json", HTTP_IDEMPOTENCY_KEY="h-1")
+    assert first.status_code == again.status_code == 202
+    assert again.json()["id"] == first.json()["id"]
+    same = client.post("/api/v1/completions", {**body, "idempotency_key": "h-1"}, format="json")
+    assert same.json()["id"] == first.json()["id"]
+    other = {**body, "messages": [{"role": "user", "content": "something else"}]}
+    conflict = client.post("/api/v1/completions", other, format="json", HTTP_IDEMPOTENCY_KEY="h-1")
+    assert conflict.status_code == 422
+
+
+def test_an_idempotency_key_header_that_differs_from_the_body_field_is_a_400(client):
+    response = client.post(
+        "/api/v1/completions",
+        {**VALID, "async": True, "idempotency_key": "body-key"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="header-key",
+    )
+    assert response.status_code == 400
+    assert "idempotency_key" in response.json()["error"]["fields"]
+    assert CompletionJob.objects.count() == 0
+
+
 def test_unknown_api_paths_answer_404_in_the_api_error_shape(client):
     response = client.get("/api/v1/no-such-thing")
     assert response.status_code == 404
@@ -189,6 +215,13 @@ def test_a_concurrent_streamed_retry_is_a_409_before_its_stream_without_redis(cl
     first.close()
 
 
+_PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}}
+TOOL = {"type": "function", "function": {"name": "weather", "parameters": _PARAMETERS}}
+RESPONSES_TOOL = {"type": "function", "name": "weather", "parameters": _PARAMETERS}
+ANTHROPIC_TOOL = {"name": "weather", "input_schema": _PARAMETERS}
+NAMED_CHAT = {"type": "function", "function": {"name": "nope"}}
+
+
 @pytest.mark.parametrize(
     ("path", "extra", "param"),
     [
@@ -199,6 +232,27 @@ def test_a_concurrent_streamed_retry_is_a_409_before_its_stream_without_redis(cl
         ("/v1/responses", {"max_output_tokens": 0}, "max_output_tokens"),
         ("/v1/messages", {"temperature": 1.5}, "temperature"),
         ("/v1/messages", {"top_k": -1}, "top_k"),
+        ("/v1/chat/completions", {"max_tokens": 10**12}, "max_tokens"),
+        ("/v1/responses", {"max_output_tokens": 2**21}, "max_output_tokens"),
+        ("/v1/messages", {"max_tokens": 10**12}, "max_tokens"),
+        ("/v1/messages", {"thinking": {"type": "enabled", "budget_tokens": 1e20}}, "thinking.budget_tokens"),
+        ("/v1/messages", {"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking.budget_tokens"),
+        ("/v1/messages", {"thinking": {"type": "on"}}, "thinking.type"),
+        ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
+        ("/v1/chat/completions", {"tool_choice": "sometimes"}, "tool_choice"),
+        ("/v1/chat/completions", {"tools": [TOOL], "tool_choice": NAMED_CHAT}, "tool_choice"),
+        (
+            "/v1/responses",
+            {"tools": [RESPONSES_TOOL], "tool_choice": {"type": "function", "name": "nope"}},
+            "tool_choice",
+        ),
+        ("/v1/messages", {"tool_choice": {"type": "any"}}, "tool_choice"),
+        (
+            "/v1/messages",
+            {"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "nope"}},
+            "tool_choice",
+        ),
+        ("/v1/messages", {"tool_choice": {"type": "sometimes"}}, "tool_choice.type"),
     ],
 )
 def test_sampling_parameters_the_variant_overrides_are_still_held_to_the_providers_ranges(
@@ -220,6 +274,55 @@ def test_sampling_parameters_the_variant_overrides_are_still_held_to_the_provide
     error = response.json()["error"]
     assert error.get("param", param) == param and param in error["message"]
     assert CompletionJob.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("/v1/chat/completions", {"tools": [TOOL], "tool_choice": "required"}),
+        (
+            "/v1/chat/completions",
+            {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "weather"}}},
+        ),
+        ("/v1/chat/completions", {"tool_choice": "none", "max_tokens": 1_048_576}),
+        (
+            "/v1/responses",
+            {"tools": [RESPONSES_TOOL], "tool_choice": {"type": "function", "name": "weather"}},
+        ),
+        ("/v1/messages", {"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "weather"}}),
+        ("/v1/messages", {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 4096}),
+        ("/v1/messages", {"tool_choice": {"type": "auto"}, "thinking": {"type": "disabled"}}),
+    ],
+)
+def test_tool_choice_and_token_limits_the_provider_accepts_pass_validation(client, path, extra):
+    body = {
+        "stream": True,  # answered at once (not read): only the validation is under test
+        "model": "muse-default",
+        **(
+            {"input": "hello"}
+            if path == "/v1/responses"
+            else {"messages": [{"role": "user", "content": "hi"}]}
+        ),
+    }
+    if path == "/v1/messages":
+        body["max_tokens"] = 16
+    body.update(extra)
+    response = client.post(path, body, format="json", HTTP_X_MUSE_SESSION_ID="s-1")
+    assert response.status_code == 200 and response.streaming
+    response.close()
+
+
+def test_a_tool_result_that_answers_no_earlier_tool_call_is_a_400(client):
+    body = {
+        "model": "muse-default",
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "tool", "tool_call_id": "call_unknown", "content": "25C"},
+        ],
+    }
+    response = client.post("/v1/chat/completions", body, format="json", HTTP_X_MUSE_SESSION_ID="s-1")
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[1].tool_call_id"
 
 
 @pytest.mark.parametrize(
@@ -306,3 +409,13 @@ def test_a_drop_in_idempotency_conflict_is_in_the_providers_error_shape(client, 
         assert response.json()["type"] == "error"
     else:
         assert error["param"] == "Idempotency-Key"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/completions", "/v1/chat/completions"])
+def test_a_number_too_long_to_convert_is_a_400_without_python_internals(client, path):
+    response = client.generic(
+        "POST", path, '{"max_tokens": ' + "9" * 5000 + "}", content_type="application/json"
+    )
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert "more than 4300 digits" in message and "sys." not in message
