@@ -11,8 +11,15 @@ What the reinforcement-learning completion server accepts is decided here:
   nested, as JSON objects, in JSON text, in server-sent-event or JSON-lines text, or as marker
   text (a JSON fragment, a Python/SDK repr such as ``ThinkingBlock(signature='…', …)``; the
   signature or ``data`` counts wherever it stands in a string that names thinking, before or
-  after, at any distance). Keys and marker values match case-insensitively
-  (``Encrypted_Content``, ``"type": "Redacted_Thinking"``).
+  after, at any distance). Object keys and ``type`` values are matched in canonical form
+  (:func:`_canonical`: normalised as strings are, see below, casefolded, and with every
+  separator and other non-alphanumeric character removed), so ``Encrypted_Content``,
+  ``encryptedContent``, ``encrypted-content``, ``encrypted\\u200b_content``, full-width
+  letters, ``"type": "Redacted_Thinking"``, ``"redacted_thinking "``, ``"redacted-thinking"``,
+  ``"redactedThinking"`` and ``" thinking"`` all count; the two-word marker texts
+  (``encrypted_content``, ``redacted_thinking``, ``signature_delta``) match with any case and
+  up to two separators between their words. Keys are matched exactly in that form, so
+  ``thinking_budget`` or ``thinking_enabled`` (``thinkingbudget``) are not ``thinking``.
 
   Every string is read normalised (:func:`_normalised`: NFKD, tag characters as the ASCII they
   spell, everything else outside ASCII and every control character dropped), so zero-width,
@@ -26,7 +33,9 @@ What the reinforcement-learning completion server accepts is decided here:
   - base64 (standard and URL-safe, glued to a word, wrapped in lines), base32, base85 (ascii85,
     RFC 1924, Z85; runs of at least :data:`MIN_BASE85_RUN` characters), hex (plain, or pairs
     split by a repeated mark: ``67:41:…``, ``67 41 …``, ``0x67, 0x41``), whose bytes may be
-    UTF-8, UTF-16/32 or gzip/zlib-compressed text;
+    UTF-8, UTF-16/32 or gzip/zlib/bzip2/xz/lzma-compressed text (at most
+    :data:`MAX_INFLATED_BYTES` inflated, concatenated streams included; a decompression bomb
+    inflating to more is itself a finding, ``inflate_limit_exceeded``: refused unread);
   - ``\\xHH``/octal, ``\\uHHHH``/``%uHHHH`` escapes, HTML character references, percent and
     quoted-printable encoding;
   - rot13 and reversed text (when transformed marker words or the Fernet prefix show);
@@ -45,7 +54,7 @@ What the reinforcement-learning completion server accepts is decided here:
   which keep user content as is) also refuses a record holding an *opaque blob*
   (``contains_opaque_blob``; finding kind ``opaque_blob``): a run of an encoding the detector
   reads (base64 standard or URL-safe, wrapped in lines, hex, base32, base85; at any decoding
-  depth) whose bytes are not text -- not UTF-8/16/32, not gzip/zlib of text, which are decoded
+  depth) whose bytes are not text -- not UTF-8/16/32, not compressed text, which are decoded
   and scanned instead -- are at least :data:`MIN_OPAQUE_BYTES` (96) long and look random (byte
   entropy near a random sample's of the same length, the encoded characters spread evenly
   over the encoding's alphabet: :func:`opaque_blob`). A bare Anthropic ``signature`` or
@@ -82,9 +91,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bz2
 import functools
 import html
 import json
+import lzma
 import math
 import quopri
 import re
@@ -125,10 +136,14 @@ BLOB = r"[A-Za-z0-9+/_=\-]{16,}"
 # or after, at any distance (JSON key order, Python/SDK reprs such as
 # ``ThinkingBlock(signature='…', thinking='…')`` or ``RedactedThinkingBlock(data='…', …)``).
 _KEY_THEN_BLOB = r"[\"'\\]*\s*[:=]\s*[\"'\\]*" + BLOB
-ENCRYPTED_CONTENT_TEXT_RE = re.compile(r"encrypted_?content" + _KEY_THEN_BLOB, re.I)
+# Between the words of a two-word marker: up to two separators (encrypted_content,
+# encryptedContent, encrypted-content, encrypted.content, "redacted thinking").
+_SEP = r"[\s_.\-]{0,2}"
+ENCRYPTED_CONTENT_TEXT_RE = re.compile(rf"encrypted{_SEP}content" + _KEY_THEN_BLOB, re.I)
 SIGNATURE_TEXT_RE = re.compile(r"signature" + _KEY_THEN_BLOB, re.I)
 DATA_TEXT_RE = re.compile(r"data" + _KEY_THEN_BLOB, re.I)
-REDACTED_THINKING_TEXT_RE = re.compile(r"redacted_?thinking", re.I)
+REDACTED_THINKING_TEXT_RE = re.compile(rf"redacted{_SEP}thinking", re.I)
+SIGNATURE_DELTA_TEXT_RE = re.compile(rf"signature{_SEP}delta", re.I)
 # Lines of server-sent events (``data: {...}``) or JSON lines: parsed together as one JSON list.
 JSON_LINE_RE = re.compile(r"^[ \t]*+(?:data:[ \t]*+)?([{\[][^\n]*)", re.M)
 
@@ -136,14 +151,16 @@ JSON_LINE_RE = re.compile(r"^[ \t]*+(?:data:[ \t]*+)?([{\[][^\n]*)", re.M)
 def _text_markers(norm: str) -> list[str]:
     """Kinds of reasoning marker text in one (normalised) string: ``encrypted_content: <blob>``;
     ``signature: <blob>`` in a string that mentions ``thinking`` or ``signature_delta``;
-    ``data: <blob>`` in one that mentions ``redacted_thinking`` (or ``RedactedThinking``)."""
+    ``data: <blob>`` in one that mentions ``redacted_thinking`` (or ``RedactedThinking``). The
+    two-word markers match with any case and up to two separators between their words
+    (``encryptedContent``, ``encrypted-content``, ``redacted thinking``)."""
     low = norm.lower()
     kinds = []
     if "encrypted" in low and ENCRYPTED_CONTENT_TEXT_RE.search(norm):
         kinds.append("openai_encrypted_content")
     if (
         "signature" in low
-        and ("thinking" in low or "signature_delta" in low)
+        and ("thinking" in low or SIGNATURE_DELTA_TEXT_RE.search(norm))
         and SIGNATURE_TEXT_RE.search(norm)
     ):
         kinds.append("anthropic_thinking_signature")
@@ -187,7 +204,8 @@ class Finding:
     ``fernet_token``, ``anthropic_thinking_signature``, ``anthropic_thinking_block``,
     ``anthropic_redacted_thinking``; or
     ``decode_depth_exceeded`` / ``decode_budget_exceeded`` for a value encoded in more layers,
-    or more decodings, than the detector follows; or, for the training gate only,
+    or more decodings, than the detector follows; ``inflate_limit_exceeded`` for compressed
+    bytes inflating past :data:`MAX_INFLATED_BYTES`; or, for the training gate only,
     ``opaque_blob``: random-looking encoded binary that cannot be scanned, :func:`opaque_blob`).
     Never holds the content itself."""
 
@@ -195,31 +213,34 @@ class Finding:
     kind: str
 
 
+#: Canonical forms (:func:`_canonical`) of the keys that can make an object a reasoning carrier.
+_CARRIER_KEYS = frozenset(("data", "signature", "encryptedcontent", "thinking"))
+
+
 def _structural(node: Mapping[str, Any]) -> str | None:
-    """Marker kind when a JSON object is itself a reasoning carrier (keys and the ``type`` value
-    compared case-insensitively): a Responses item with ``encrypted_content``; an Anthropic
-    ``redacted_thinking`` block; a ``thinking`` block or ``signature_delta`` stream delta with a
-    ``signature`` (``anthropic_thinking_signature``); a ``thinking`` block or ``thinking_delta``
-    without one (``anthropic_thinking_block``: a recorded stream's ``content_block_start``, whose
-    signature follows in a later delta)."""
-    keys = "\0".join(map(str, node)).lower()
-    if (
-        "data" not in keys
-        and "signature" not in keys
-        and "encrypted_content" not in keys
-        and "thinking" not in keys
-    ):
-        return None  # fast path: no carrier key in any case
-    node = {str(k).lower(): v for k, v in node.items()}
-    ntype = node.get("type")
-    ntype = ntype.lower() if isinstance(ntype, str) else ntype
-    if ntype == "redacted_thinking" and "data" in node:
+    """Marker kind when a JSON object is itself a reasoning carrier (keys and string ``type``
+    values compared in canonical form, :func:`_canonical`: ``encryptedContent``,
+    ``encrypted-content``, ``"type": "redacted_thinking "`` or ``"Redacted\\u200bThinking"``
+    all count): a Responses item with ``encrypted_content``; an Anthropic ``redacted_thinking``
+    block; a ``thinking`` block or ``signature_delta`` stream delta with a ``signature``
+    (``anthropic_thinking_signature``); a ``thinking`` block or ``thinking_delta`` without one
+    (``anthropic_thinking_block``: a recorded stream's ``content_block_start``, whose signature
+    follows in a later delta). Several keys with one canonical form (``type`` and ``Type``)
+    all count. Linear in the length of the keys (and of the ``type`` values)."""
+    joined = _canonical_form(" ".join(map(str, node)))  # the keys' canonical forms, concatenated
+    if not any(key in joined for key in _CARRIER_KEYS):
+        return None  # fast path: no carrier key in any form
+    by_key: dict[str, list[Any]] = {}
+    for key, value in node.items():
+        by_key.setdefault(_canonical(str(key)), []).append(value)
+    types = {_canonical(t) for t in by_key.get("type", ()) if isinstance(t, str)}
+    if "redactedthinking" in types and "data" in by_key:
         return "anthropic_redacted_thinking"
-    if "signature" in node and (ntype in ("thinking", "signature_delta") or "thinking" in node):
+    if "signature" in by_key and (types & {"thinking", "signaturedelta"} or "thinking" in by_key):
         return "anthropic_thinking_signature"
-    if ntype in ("thinking", "thinking_delta") and "thinking" in node:
+    if types & {"thinking", "thinkingdelta"} and "thinking" in by_key:
         return "anthropic_thinking_block"
-    if node.get("encrypted_content"):
+    if any(by_key.get("encryptedcontent", ())):
         return "openai_encrypted_content"
     return None
 
@@ -246,11 +267,33 @@ def _normalised(text: str) -> str:
     return _ASCII_CONTROLS_RE.sub("", text) if _ASCII_CONTROLS_RE.search(text) else text
 
 
+_NOT_ALPHANUMERIC_RE = re.compile(r"[^0-9a-z]+")
+
+
+def _canonical(name: str) -> str:
+    """The form in which object keys and ``type`` values are matched: casefolded, normalised as
+    every string is (:func:`_normalised`: NFKD, zero-width/format and other non-ASCII characters
+    dropped), lower-case, and with every character but ASCII letters and digits removed --
+    separators (``_``, ``-``, spaces, dots, ...) included. So ``encrypted_content``,
+    ``encryptedContent``, ``encrypted-content``, ``encrypted\\u200b_content`` and full-width
+    ``ｅｎｃｒｙｐｔｅｄ_ｃｏｎｔｅｎｔ`` are all ``encryptedcontent``; ``" thinking"`` is ``thinking``.
+    Linear in the name's length; short names (the usual keys and types) are cached."""
+    return _canonical_short(name) if len(name) <= 64 else _canonical_form(name)
+
+
+def _canonical_form(name: str) -> str:
+    return _NOT_ALPHANUMERIC_RE.sub("", _normalised(name.casefold()).lower())
+
+
+_canonical_short = functools.lru_cache(maxsize=8192)(_canonical_form)
+
+
 # --------------------------------------------------------------------------------------------
 # Bytes behind an encoding
 # --------------------------------------------------------------------------------------------
 
-#: Most bytes inflated from one gzip/zlib stream; a larger one stays unread (and opaque).
+#: Most bytes inflated from one compressed run of bytes (gzip, zlib, bzip2, xz, lzma; all its
+#: concatenated streams together); a larger one stays unread (and opaque).
 MAX_INFLATED_BYTES = 1024 * 1024
 
 
@@ -273,8 +316,9 @@ def _text_or_none(decoded: str) -> str | None:
 
 def _bytes_text(raw: bytes, *, inflate: bool = True) -> str | None:
     """The text behind decoded bytes, or None when they are binary: UTF-8; UTF-16 or UTF-32
-    (a byte-order mark, or NUL bytes in the high half of most code units); gzip- or
-    zlib-compressed text (at most :data:`MAX_INFLATED_BYTES` inflated)."""
+    (a byte-order mark, or NUL bytes in the high half of most code units); gzip-, zlib-,
+    bzip2-, xz- or lzma-compressed text (at most :data:`MAX_INFLATED_BYTES` inflated:
+    :func:`_inflated`)."""
     try:
         text = _text_or_none(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -290,7 +334,7 @@ def _bytes_text(raw: bytes, *, inflate: bool = True) -> str | None:
             if text is not None:
                 return text
     if inflate and (inflated := _inflated(raw)) is not None:
-        return _bytes_text(inflated, inflate=False)
+        return INFLATE_LIMIT if inflated is _TOO_LARGE else _bytes_text(inflated, inflate=False)
     return None
 
 
@@ -307,18 +351,85 @@ def _wide_codecs(raw: bytes) -> tuple[str, ...]:
     return ("utf-16-le",) if raw[1::2].count(0) >= raw[0::2].count(0) else ("utf-16-be",)
 
 
-def _inflated(raw: bytes) -> bytes | None:
-    """The inflated bytes of a gzip or zlib stream (possibly truncated), or None."""
-    if not (
-        raw[:2] == b"\x1f\x8b" or (len(raw) > 1 and raw[0] & 0x0F == 8 and int.from_bytes(raw[:2]) % 31 == 0)
-    ):
-        return None
-    stream = zlib.decompressobj(zlib.MAX_WBITS | 32)  # either header
+#: Most compressed streams (gzip members, bz2 or xz streams) read one after another from one
+#: run of bytes; the inflated output of all of them together is bounded by MAX_INFLATED_BYTES.
+MAX_COMPRESSED_STREAMS = 64
+
+
+def _decompressor(raw: bytes) -> Any:
+    """A fresh decompressor for the compressed stream ``raw`` starts with (gzip, zlib, bzip2, xz,
+    legacy ``.lzma``: by their headers), or None."""
+    if raw[:2] == b"\x1f\x8b" or (len(raw) > 1 and raw[0] & 0x0F == 8 and int.from_bytes(raw[:2]) % 31 == 0):
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)  # either header
+    if raw[:3] == b"BZh" and raw[3:4] in b"123456789" and raw[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return bz2.BZ2Decompressor()
+    if raw[:6] == b"\xfd7zXZ\x00":
+        return lzma.LZMADecompressor(lzma.FORMAT_XZ)
+    if len(raw) >= 13 and raw[0] < 225:
+        # legacy .lzma (lzma.FORMAT_ALONE): a properties byte, then a dictionary size of 2**n or
+        # 3 * 2**n bytes (as encoders write it; one random 4-byte value in ~10**8 is one)
+        size = int.from_bytes(raw[1:5], "little")
+        odd = size // 3 if size % 3 == 0 else size
+        if 4096 <= size <= 1 << 30 and odd & (odd - 1) == 0:
+            return lzma.LZMADecompressor(lzma.FORMAT_ALONE)
+    return None
+
+
+def _inflate_stream(stream: Any, raw: bytes, room: int) -> Any:
+    """At most ``room`` bytes inflated from the start of ``raw``, whether the stream ended, and
+    the bytes after its end; None when it is corrupt, :data:`_TOO_LARGE` when it inflates to
+    more than ``room`` bytes."""
     try:
-        out = stream.decompress(raw, MAX_INFLATED_BYTES)
-    except zlib.error:
+        out = stream.decompress(raw, room)
+    except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError):
         return None
-    return None if stream.unconsumed_tail else out
+    if isinstance(stream, bz2.BZ2Decompressor | lzma.LZMADecompressor):
+        more = not stream.eof and not stream.needs_input  # output held back past ``room``
+    else:
+        more = bool(stream.unconsumed_tail) or (not stream.eof and len(out) >= room)
+    if more or len(out) > room:
+        return _TOO_LARGE
+    return out, stream.eof, stream.unused_data if stream.eof else b""
+
+
+#: What :func:`_bytes_text` reads compressed bytes that inflate past :data:`MAX_INFLATED_BYTES` as
+#: (compared by identity): scanning it is an ``inflate_limit_exceeded`` finding -- refused, never
+#: let through unscanned (a secret behind 64 MB of zeros compresses to a few hundred bytes).
+INFLATE_LIMIT = "<inflate limit exceeded>"
+#: :func:`_inflated`'s answer for such bytes (a unique object, compared by identity).
+_TOO_LARGE: Any = object()
+
+
+def _inflated(raw: bytes) -> Any:
+    """The inflated bytes of a gzip, zlib, bzip2, xz or legacy ``.lzma`` stream (possibly
+    truncated), or None when not compressed or corrupt, or :data:`_TOO_LARGE` (by identity)
+    when inflating to more than :data:`MAX_INFLATED_BYTES` (whatever the format, every
+    decompressor is called with that output limit, so a decompression bomb costs at most that
+    much memory; it is refused, not read).
+    Compressed streams following it (concatenated gzip members, bzip2 or xz streams; at most
+    :data:`MAX_COMPRESSED_STREAMS`, within the same output limit in all) are inflated after
+    it, as ``gunzip`` does; other bytes after it are kept as they are (read with the text)."""
+    out = b""
+    rest = raw
+    for count in range(MAX_COMPRESSED_STREAMS + 1):
+        stream = _decompressor(rest) if count < MAX_COMPRESSED_STREAMS else None
+        inflated = None if stream is None else _inflate_stream(stream, rest, MAX_INFLATED_BYTES - len(out))
+        if inflated is _TOO_LARGE:
+            return _TOO_LARGE
+        if inflated is None:
+            if count == 0:
+                return None
+            if len(out) + len(rest) > MAX_INFLATED_BYTES:
+                return _TOO_LARGE
+            return out + rest  # trailing bytes that are no further stream: read as they are
+        chunk, ended, rest = inflated
+        out += chunk
+        rest = rest.lstrip(b"\0") if ended else rest
+        if not ended or not rest:  # truncated; or the end (xz pads streams with NULs)
+            return out
+        if len(out) >= MAX_INFLATED_BYTES:
+            return _TOO_LARGE
+    return None
 
 
 def _is_fernet_token(raw: bytes, *, shifted: bool = False) -> bool:
@@ -448,7 +559,7 @@ _ROT13 = str.maketrans(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
     "NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm",
 )
-_MARKER_WORDS = ("encrypted_content", "signature", "thinking", "redacted")
+_MARKER_WORDS = ("encrypted", "signature", "thinking", "redacted")
 #: Seen in a text, these say it is rot13'd, reversed, or both: the marker words (lower-case) and
 #: the Fernet prefix (case kept) transformed so.
 _TRANSFORMS = (
@@ -588,8 +699,8 @@ def _chunked_runs(norm: str) -> list[tuple[str, tuple[int, int] | None, bool]]:
 
 
 # Where a list is read joined: its strings, and these keys of its objects (message ``content``,
-# message part ``text``).
-_JOINED_KEYS = ("content", "text")
+# message part ``text``; keys in canonical form, :func:`_canonical`: ``Content``, ``text_`` too).
+_JOINED_KEYS = frozenset(("content", "text"))
 
 
 def _list_runs(items: list[Any] | tuple[Any, ...]) -> list[tuple[str, list[tuple[int, Any]]]]:
@@ -598,23 +709,24 @@ def _list_runs(items: list[Any] | tuple[Any, ...]) -> list[tuple[str, list[tuple
     in the ``content``/``text`` strings of its objects (a blob split over messages or parts).
     An item that is a whole run carries the run on; an empty one is skipped; an identifier
     (UUID, hex digest, labelled hash) or ``=`` padding ends it."""
-    columns: dict[Any, list[tuple[int, str]]] = {}
+    columns: dict[Any, list[tuple[int, Any, str]]] = {}
     for i, item in enumerate(items):
         if isinstance(item, str):
-            columns.setdefault(None, []).append((i, item))
+            columns.setdefault(None, []).append((i, None, item))
         elif isinstance(item, Mapping):
-            for key in _JOINED_KEYS:
-                if isinstance(value := item.get(key), str):
-                    columns.setdefault(key, []).append((i, value))
-    return [run for key, column in columns.items() if len(column) > 1 for run in _column_runs(key, column)]
+            for key, value in item.items():
+                if isinstance(value, str) and (canonical := _canonical(str(key))) in _JOINED_KEYS:
+                    columns.setdefault(canonical, []).append((i, key, value))
+    return [run for column in columns.values() if len(column) > 1 for run in _column_runs(column)]
 
 
-def _column_runs(key: Any, column: list[tuple[int, str]]) -> list[tuple[str, list[tuple[int, Any]]]]:
-    """:func:`_list_runs` for one column: the ``(index, string)`` items of a list under ``key``."""
+def _column_runs(column: list[tuple[int, Any, str]]) -> list[tuple[str, list[tuple[int, Any]]]]:
+    """:func:`_list_runs` for one column: the ``(index, key, string)`` items of a list under one
+    (canonical) key."""
     out: list[tuple[str, list[tuple[int, Any]]]] = []
     parts: list[str] = []
     members: list[tuple[int, Any]] = []
-    for i, value in [*column, (-1, "\0")]:  # a last item that ends every run
+    for i, key, value in [*column, (-1, None, "\0")]:  # a last item that ends every run
         text = _normalised(value).strip() if i >= 0 else "."
         if not text:
             continue
@@ -819,7 +931,7 @@ def opaque_blob(raw: bytes, chars: str, alphabet: int) -> bool:
     the encoded characters they came from (the same prefix; padding and line breaks removed);
     ``alphabet``: the encoding's alphabet size (64 base64, 16 hex, 32 base32, 85 base85).
     True when all of: at least :data:`MIN_OPAQUE_BYTES` bytes; not text (:func:`_bytes_text`:
-    UTF-8, UTF-16/32, gzip/zlib of text -- those the detector decodes and scans instead); the
+    UTF-8, UTF-16/32, compressed text -- those the detector decodes and scans instead); the
     byte entropy (bits per byte) at least :func:`_random_entropy` ``(n, 256)`` minus
     :data:`OPAQUE_BYTE_MARGIN` (6.24 expected at 96 bytes, 7.94 at 4,096); and the characters'
     entropy at least ``_random_entropy(len(chars), alphabet)`` minus
@@ -936,6 +1048,8 @@ def _string_children(
     not to look for opaque blobs in appended to ``quiet`` (a percent layer over base85: garbage)."""
     findings: list[Finding] = []
     children: list[tuple[Any, str, int]] = []
+    if text is INFLATE_LIMIT:  # compressed bytes too large to inflate: cannot be scanned
+        return [Finding(path, "inflate_limit_exceeded")], children
     norm = _normalised(text)
     if len(norm) < _MIN_CARRIER:
         return findings, children
