@@ -350,37 +350,68 @@ def anchor_reasoning(
 ) -> dict[int, list[ReasoningState]]:
     """Map assistant-message index -> reasoning states to replay before that turn's content.
 
-    ``states`` are in the order they were produced. Each state binds to the exact assistant turn
-    it came with: the next assistant message (after the previous state's) whose
-    :func:`~routing.providers.types.conversation_digests` entry equals the state's ``turn_digest``
-    (states without one: whose tool-call ids intersect ``tool_call_ids``). A state whose turn is
-    not in the history any more (the client edited or dropped it) is dropped, never moved to
-    another turn, so reasoning is replayed only where it was produced and in its original order.
+    ``states`` are in the order they were produced (oldest first). Each assistant message gets at
+    most one state: the one that came with exactly that turn. A state *matches* a message when its
+    ``turn_digest`` equals the message's :func:`~routing.providers.types.conversation_digests`
+    entry (states without a digest: when its tool-call ids intersect the message's) and its
+    ``tool_call_ids`` are the ids of the message's tool calls (a state that recorded none is not
+    told apart by ids).
+
+    A session may hold several states with the same digest: the same turn retried or regenerated
+    (one ``X-Muse-Session-Id``, the same question asked twice, through one drop-in or several).
+    Their reasoning is not interchangeable (each upstream response has its own tool-call ids and
+    provider item ids; Responses then refuses a reasoning item "without its required following
+    item", Anthropic thinking blocks that "cannot be modified"), so the tool-call ids the client
+    sent back decide: the NEWEST state whose ids are the message's wins. When the digest matches
+    but no state's ids do (ambiguous or inconsistent: e.g. the answer the client kept came
+    without reasoning, or from another endpoint), nothing is replayed for that turn -- both APIs
+    accept a turn without its reasoning (Anthropic's tool loop then goes without ``thinking``:
+    :func:`routing.providers.anthropic_messages._tool_loop_without_thinking`), never a wrong one.
+
+    A state whose turn is not in the history any more (the client edited or dropped it) is
+    dropped, never moved to another turn, and no state is replayed twice.
     """
-    assistant_idx = [i for i, m in enumerate(request.messages) if m.role == "assistant"]
     digests = conversation_digests(request.messages)
     out: dict[int, list[ReasoningState]] = {}
-    dropped = 0
-    floor = -1
-    for state in states:
-        target = None
-        for i in assistant_idx:
-            if i <= floor:
+    used: set[int] = set()
+    ambiguous = 0
+    for i, m in enumerate(request.messages):
+        if m.role != "assistant":
+            continue
+        ids = {tc.id for tc in m.tool_calls}
+        exact: int | None = None  # newest state with these very tool-call ids
+        unlabelled: int | None = None  # newest state that recorded no tool-call ids
+        same_turn = False
+        for n, state in enumerate(states):
+            if n in used:
                 continue
             if state.turn_digest:
-                bound = digests[i] == state.turn_digest
-            else:
-                bound = bool(set(state.tool_call_ids) & {tc.id for tc in request.messages[i].tool_calls})
-            if bound:
-                target = i
-                break
-        if target is None:
-            dropped += 1
+                if digests[i] != state.turn_digest:
+                    continue
+            elif not (set(state.tool_call_ids) & ids):
+                continue
+            same_turn = True
+            if not state.tool_call_ids:
+                unlabelled = n
+            elif set(state.tool_call_ids) == ids:
+                exact = n
+        chosen = exact if exact is not None else unlabelled
+        if chosen is None:
+            ambiguous += same_turn
             continue
-        floor = target
-        out.setdefault(target, []).append(state)
+        used.add(chosen)
+        out[i] = [states[chosen]]
+    dropped = len(states) - len(used)
+    if ambiguous:
+        log.info(
+            "reasoning: %d turn(s) sent without reasoning (stored states of that turn do not match its tool calls)",
+            ambiguous,
+        )
     if dropped:
-        log.info("reasoning: %d state(s) whose assistant turn is no longer in the history dropped", dropped)
+        log.info(
+            "reasoning: %d state(s) not replayed (superseded, or their assistant turn is no longer in the history)",
+            dropped,
+        )
     return out
 
 

@@ -289,10 +289,12 @@ class ReasoningState:
       ``signature``) / ``redacted_thinking`` (with ``data``) blocks.
     * ``turn_digest``: :func:`assistant_turn_digest` of the assistant turn this reasoning came
       with (its text and tool calls). Replay binds the state to the assistant message with the
-      same digest, in order (:func:`routing.providers.base.anchor_reasoning`); a state whose turn
-      is no longer in the history (edited or dropped by the client) is dropped, never moved.
+      same digest and the same tool-call ids; of several such states (the turn retried or
+      regenerated in one session) the newest (:func:`routing.providers.base.anchor_reasoning`).
+      A state whose turn is no longer in the history (edited or dropped by the client) is
+      dropped, never moved.
     * ``tool_call_ids``: ids of the tool calls of the assistant turn this reasoning preceded
-      (anchors states stored before ``turn_digest`` existed).
+      (tells apart turns of equal content; anchors states stored before ``turn_digest`` existed).
     * ``native_ids``: provider item ids of that turn's other output items keyed by tool call
       id (Responses ``function_call`` item ids ``fc_...``), replayed so the reasoning item
       stays adjacent to the exact item that followed it.
