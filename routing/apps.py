@@ -4,3 +4,16 @@ from django.apps import AppConfig
 class RoutingConfig(AppConfig):
     name = "routing"
     verbose_name = "Routing (model catalogue, calls, kill switch)"
+
+    def ready(self) -> None:
+        """Provider error messages are checked with the project's encrypted-reasoning detector."""
+        from routing.providers.errors import register_reasoning_detector
+
+        register_reasoning_detector(holds_encrypted_reasoning)
+
+
+def holds_encrypted_reasoning(text: str) -> bool:
+    """True when :func:`routing.transcripts.gate.find_encrypted_reasoning` finds anything in ``text``."""
+    from routing.transcripts.gate import find_encrypted_reasoning
+
+    return bool(find_encrypted_reasoning(text))

@@ -40,7 +40,9 @@ from muse_experiments.storage_text import nul_path, surrogate_path
 from muse_experiments.validation import tool_parameters_problem, unit_id_problem
 
 from ..attempts import EndpointRefused
+from ..credentials import MissingCredential, resolve_credential
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job
+from ..events import uses_redis
 from ..killswitch import kill_state
 from ..models import CompletionJob, JobStatus
 from ..planning import ROUTING_ALIASES
@@ -249,10 +251,12 @@ def resolve_model(model: Any) -> str | None:
 
 
 def refuse_unavailable_pinned_stream(model: str | None) -> None:
-    """A *streamed* call pinned to a model that is disabled or under a kill switch: raise the 503
-    ``model_unavailable`` a non-streamed call gets (same message, naming the kill) before the stream
-    starts, rather than a 200 stream that ends in an error event. Nothing is recorded for it: no
-    job is created. Routed calls (an alias) are not affected: they fall back."""
+    """A *streamed* call pinned to a model that is disabled or under a kill switch, or -- when this
+    process runs the stream itself (no Redis) -- whose credential is not set here: raise the 503
+    ``model_unavailable`` a non-streamed call gets (same message, naming the kill; for the
+    credential ``(missing_credential)``, not the variable) before the stream starts, rather than a
+    200 stream that ends in an error event. Nothing is recorded for it: no job is created. Routed
+    calls (an alias) are not affected: they fall back."""
     info = catalogue().get(model) if model else None
     if info is None:
         return
@@ -266,6 +270,13 @@ def refuse_unavailable_pinned_stream(model: str | None) -> None:
     if kill is not None:
         refused = EndpointRefused(info.public_id, "killed", kill.reason, kill)
         raise DropinError(refused.unavailable_message(), kind="model_unavailable")
+    if not uses_redis():  # the web process calls the upstream: it needs the credential
+        try:
+            resolve_credential(info.credential_env)
+        except MissingCredential:
+            raise DropinError(
+                f"The model {info.public_id} is unavailable (missing_credential).", kind="model_unavailable"
+            ) from None
 
 
 def header_text(request, name: str, *, max_len: int = 200) -> str:

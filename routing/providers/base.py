@@ -38,7 +38,8 @@ from routing.providers.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
     class_for_status,
-    safe_message,
+    safe_error_type,
+    safe_upstream_message,
 )
 from routing.providers.types import (
     CompletionRequest,
@@ -506,16 +507,21 @@ def map_exception(
 ) -> ProviderError:
     """Translate an SDK / httpx2 / parsing exception into a :class:`ProviderError`.
 
-    The message names the endpoint and status but never contains the credential (see
-    :func:`~routing.providers.errors.safe_message`). ``in_stream`` marks failures that
-    happened while reading an HTTP 200 stream (mapped to :class:`StreamFailed`).
+    The message names the endpoint and status; the upstream's own text is passed through
+    :func:`~routing.providers.errors.safe_upstream_message` (no credential, nothing key-like,
+    no encrypted reasoning or reasoning item ids, at most 500 characters). The provider's error
+    type/code and status are kept. ``in_stream`` marks failures that happened while reading an
+    HTTP 200 stream (mapped to :class:`StreamFailed`).
     """
     secrets = (endpoint.credential.reveal(),)
     common: dict[str, Any] = {"provider_kind": endpoint.provider_kind, "endpoint_id": endpoint.public_id}
     prefix = f"{endpoint.provider_kind} endpoint {endpoint.public_id}"
 
+    def upstream(text: str | None) -> str:
+        return safe_upstream_message(text, secrets) if text else ""
+
     def build(cls: type[ProviderError], text: str, **kw: Any) -> ProviderError:
-        message = safe_message(f"{prefix}: {text}", secrets)
+        message = f"{prefix}: {safe_upstream_message(text, secrets)}"
         if in_stream:
             retryable = kw.pop("retryable", cls.default_retryable)
             return StreamFailed(
@@ -546,6 +552,7 @@ def map_exception(
     if isinstance(exc, (openai.APIStatusError, anthropic.APIStatusError)):
         status = exc.status_code
         etype, upstream_msg = _status_error_details(exc)
+        etype, upstream_msg = safe_error_type(etype), upstream(upstream_msg)
         request_id = getattr(exc, "request_id", None)
         text = (
             f"HTTP {status}" + (f" {etype}" if etype else "") + (f": {upstream_msg}" if upstream_msg else "")
@@ -570,8 +577,9 @@ def map_exception(
         etype = None
         msg = getattr(exc, "message", "") or ""
         if isinstance(body, dict):
-            etype = body.get("type") or body.get("code")
-        return build(UpstreamUnavailable, f"upstream error {etype or ''}: {msg}".strip(), error_type=etype)
+            etype = safe_error_type(body.get("type") or body.get("code"))
+        text = f"upstream error {etype or ''}: {upstream(msg)}".strip()
+        return build(UpstreamUnavailable, text, error_type=etype)
     if isinstance(exc, ValueError):  # json.JSONDecodeError, pydantic ValidationError
         return build(BadResponse, f"malformed response ({type(exc).__name__})")
     if isinstance(exc, OSError):

@@ -27,25 +27,162 @@ auth headers) are not chained into tracebacks/logs.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-_KEYLIKE = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_\-*]{4,}|[A-Za-z0-9_\-]*\*{3,}[A-Za-z0-9_\-]*")
+#: Longest message kept (characters); the rest is cut off.
+MAX_MESSAGE_CHARS = 500
+#: Only this much of an upstream text is looked at (it is cut to MAX_MESSAGE_CHARS anyway).
+_SCAN_CHARS = 4000
+#: Substrings of a credential at least this long count as the credential.
+_MIN_SECRET_PART = 8
+REDACTED = "[redacted]"
+#: Replaces an upstream text in which the reasoning detector found encrypted reasoning.
+WITHHELD = "upstream error (details withheld: they held encrypted reasoning)"
+
+_KEYLIKE = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk|pk|rk)-[A-Za-z0-9_\-*]{4,}|[A-Za-z0-9_\-]*\*{3,}[A-Za-z0-9_\-]*"
+)
 _KEY_PROVIDED = re.compile(r"(API key provided:)\s*\S+", re.IGNORECASE)
+#: ``api-key=...``, ``x-api-key: ...``, ``"access_token": "..."``, ``password=...`` and the like.
+_KEY_VALUE = re.compile(
+    r"(?<![A-Za-z0-9])((?:x-)?api[-_ ]?key|(?:access|auth|refresh|id|session)[-_]?token|secret"
+    r"|client[-_]?secret|password|passwd|authorization|ocp-apim-subscription-key|signature)"
+    r"""(["']?\s*[:=]\s*["']?)(?:(?:Bearer|Basic)\s+)?(?!\[redacted\])[^\s"'`,;&)\]}]+""",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"\b(Bearer|Basic)\s+(?!\[redacted\])[A-Za-z0-9\-._~+/=:]{4,}", re.IGNORECASE)
+#: Fernet tokens (OpenAI ``encrypted_content``) and their starts.
+_FERNET = re.compile(r"gAAAAA[A-Za-z0-9_\-+/=]*")
+#: Reasoning item ids (``rs_...``; Azure sometimes ``rs-...``).
+_REASONING_ID = re.compile(r"(?<![A-Za-z0-9])rs[_-][A-Za-z0-9]{8,}")
+_REDACTED_RUN = re.compile(r"(?:\[redacted\]){2,}")
 
 
-def safe_message(message: str, secrets: Iterable[str] = ()) -> str:
-    """Return ``message`` with the given secrets and key-like tokens replaced by ``[redacted]``.
-
-    Also truncates to 500 characters.
-    """
-    out = message
+def _secret_variants(secrets: Iterable[str]) -> list[str]:
+    """Whole secrets, and each without its last 4 characters (masked forms), longest first."""
+    out: set[str] = set()
     for secret in secrets:
-        if secret and len(secret) >= 4:
-            out = out.replace(secret, "[redacted]")
-    out = _KEY_PROVIDED.sub(r"\1 [redacted]", out)
-    out = _KEYLIKE.sub("[redacted]", out)
-    return out[:500]
+        if not secret or len(secret) < 4:
+            continue
+        out.add(secret)
+        if len(secret) - 4 >= _MIN_SECRET_PART:
+            out.add(secret[:-4])
+    return sorted(out, key=len, reverse=True)
+
+
+def _redact_secret_parts(text: str, secret: str) -> str:
+    """Replace every run of ``text`` of at least :data:`_MIN_SECRET_PART` characters that is a
+    substring of ``secret`` (a credential quoted in part, or cut off) by ``[redacted]``."""
+    if len(secret) < _MIN_SECRET_PART:
+        return text
+    windows = {secret[i : i + _MIN_SECRET_PART] for i in range(len(secret) - _MIN_SECRET_PART + 1)}
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i : i + _MIN_SECRET_PART] in windows:
+            end = i + _MIN_SECRET_PART
+            while end < len(text) and text[i : end + 1] in secret:
+                end += 1
+            out.append(REDACTED)
+            i = end
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+#: Encrypted reasoning in plain text, without decoding: Fernet tokens (OpenAI
+#: ``encrypted_content``), ``encrypted_content``/``signature``/``data`` keys with a blob,
+#: Anthropic ``redacted_thinking``.
+_REASONING_TEXT = re.compile(
+    r"gAAAAA[A-Za-z0-9_\-+/=]{16,}|redacted_?thinking"
+    r"""|(?:encrypted_?content|signature|data)[\"'\\]*\s*[:=]\s*[\"'\\]*[A-Za-z0-9+/_=\-]{16,}""",
+    re.IGNORECASE,
+)
+#: Further detectors (text -> True when it holds encrypted reasoning), see
+#: :func:`register_reasoning_detector`.
+_REASONING_DETECTORS: list[Callable[[str], bool]] = []
+
+
+def register_reasoning_detector(detector: Callable[[str], bool]) -> None:
+    """Have :func:`safe_upstream_message` also ask ``detector`` whether a text holds encrypted
+    reasoning. ``routing.apps`` registers the project's detector
+    (:func:`routing.transcripts.gate.find_encrypted_reasoning`, which also decodes base64, hex,
+    JSON... layers) when Django starts; this package may not import it (it imports no Django)."""
+    if detector not in _REASONING_DETECTORS:
+        _REASONING_DETECTORS.append(detector)
+
+
+def _holds_encrypted_reasoning(text: str) -> bool:
+    if _REASONING_TEXT.search(text):
+        return True
+    return any(detector(text) for detector in _REASONING_DETECTORS)
+
+
+def safe_upstream_message(text: str, secrets: Iterable[str] = ()) -> str:
+    """Make an upstream (or upstream-derived) error text safe to store, log and show to clients.
+
+    The one sanitiser of provider error messages (every :class:`ProviderError` message passes
+    through it). In order:
+
+    1. every occurrence of a credential the call used (``secrets``) -- the whole value and the
+       value without its last 4 characters -- becomes ``[redacted]``;
+    2. when the text holds encrypted reasoning (a plain-text check here, and the project's
+       detector :func:`routing.transcripts.gate.find_encrypted_reasoning` once registered, see
+       :func:`register_reasoning_detector`), the whole text is replaced by :data:`WITHHELD`;
+    3. anything that looks like a secret becomes ``[redacted]``: ``sk-...``/``pk-...`` keys,
+       OpenAI's masked ``sk-abc***wxyz``, ``API key provided: ...``, ``api-key=...``,
+       ``x-api-key: ...``, ``access_token=...``, ``Authorization: Bearer ...``, ``Bearer ...``;
+       so do Fernet-like ``gAAAAA...`` runs, reasoning item ids (``rs_...``) and any run of 8+
+       characters of a credential (quoted in part);
+    4. the result is cut to :data:`MAX_MESSAGE_CHARS` characters (a credential cut in two at
+       the end is redacted too).
+
+    Idempotent: sanitising a sanitised text changes nothing.
+    """
+    out = str(text)[:_SCAN_CHARS]
+    variants = _secret_variants(secrets)
+    for secret in variants:
+        out = out.replace(secret, REDACTED)
+    if _holds_encrypted_reasoning(out):
+        return WITHHELD
+    out = _KEY_PROVIDED.sub(rf"\1 {REDACTED}", out)
+    out = _KEY_VALUE.sub(rf"\1\2{REDACTED}", out)
+    out = _BEARER.sub(rf"\1 {REDACTED}", out)
+    out = _KEYLIKE.sub(REDACTED, out)
+    out = _FERNET.sub(REDACTED, out)
+    out = _REASONING_ID.sub(REDACTED, out)
+    for secret in variants:
+        out = _redact_secret_parts(out, secret)
+    out = _REDACTED_RUN.sub(REDACTED, out)
+    if len(out) > MAX_MESSAGE_CHARS:
+        out = out[:MAX_MESSAGE_CHARS]
+        cut = next((k for k in range(len(REDACTED) - 1, 0, -1) if out.endswith(REDACTED[:k])), 0)
+        out = out[: len(out) - cut]  # no half "[redacted]" marker
+        for secret in variants:  # a credential cut off at the end: its start is still secret
+            cut = next((k for k in range(len(secret) - 1, 3, -1) if out.endswith(secret[:k])), 0)
+            if cut:
+                out = out[: min(len(out) - cut, MAX_MESSAGE_CHARS - len(REDACTED))] + REDACTED
+                break
+    return out
+
+
+#: The former name of :func:`safe_upstream_message`.
+safe_message = safe_upstream_message
+
+_ERROR_TYPE = re.compile(r"[A-Za-z0-9_.:\-]{1,80}")
+
+
+def safe_error_type(error_type: object) -> str | None:
+    """The provider's error type/code as sent (``rate_limit_exceeded``, ``overloaded_error``...),
+    or ``None`` when it is not a short identifier or the sanitiser would change it."""
+    if error_type is None:
+        return None
+    text = str(error_type)
+    if not _ERROR_TYPE.fullmatch(text) or safe_upstream_message(text) != text:
+        return None
+    return text
 
 
 class ProviderError(Exception):
@@ -73,6 +210,9 @@ class ProviderError(Exception):
         error_type: str | None = None,
         usage: Any = None,
     ) -> None:
+        # Every message passes the sanitiser, whoever formed it (builders that know the call's
+        # credential have already redacted it; this catches key-like text and reasoning).
+        message = safe_upstream_message(message)
         super().__init__(message)
         self.message = message
         self.retryable = self.default_retryable if retryable is None else retryable
@@ -81,7 +221,7 @@ class ProviderError(Exception):
         self.upstream_request_id = upstream_request_id
         self.provider_kind = provider_kind
         self.endpoint_id = endpoint_id
-        self.error_type = error_type
+        self.error_type = safe_error_type(error_type)
         #: :class:`~routing.providers.types.Usage` the provider billed for this failed attempt
         #: (``response.failed`` usage, or the tokens a broken stream had delivered), else ``None``.
         self.usage = usage

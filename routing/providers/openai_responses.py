@@ -43,7 +43,7 @@ from routing.providers.base import (
     usable_reasoning_state,
     usage_dict,
 )
-from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_message
+from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_error_type, safe_upstream_message
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.types import (
     CompletionRequest,
@@ -188,14 +188,14 @@ def parse_response(
         err = getattr(response, "error", None)
         code = getattr(err, "code", None)
         msg = getattr(err, "message", "") or ""
+        code = safe_error_type(code) if code else None
+        msg = safe_upstream_message(msg, [endpoint.credential.reveal()])
         raise UpstreamUnavailable(
-            safe_message(
-                f"{endpoint.public_id}: response failed {code or ''}: {msg}", [endpoint.credential.reveal()]
-            ),
+            f"{endpoint.public_id}: response failed {code or ''}: {msg}",
             upstream_request_id=request_id,
             provider_kind=endpoint.provider_kind,
             endpoint_id=endpoint.public_id,
-            error_type=str(code) if code else None,
+            error_type=code,
             usage=usage,
         )
     text_parts: list[str] = []
@@ -328,11 +328,10 @@ class OpenAIResponsesClient(ProviderClient):
                     )  # raises
                     raise UpstreamUnavailable(f"{endpoint.public_id}: response failed", usage=progress.usage)
                 elif etype == "error":
-                    code = getattr(event, "code", None)
+                    code = safe_error_type(getattr(event, "code", None))
+                    msg = safe_upstream_message(getattr(event, "message", "") or "", secrets)
                     raise UpstreamUnavailable(
-                        safe_message(
-                            f"{endpoint.public_id}: in-stream error {code or ''}: {event.message}", secrets
-                        ),
+                        f"{endpoint.public_id}: in-stream error {code or ''}: {msg}",
                         upstream_request_id=progress.request_id,
                         error_type=code,
                     )

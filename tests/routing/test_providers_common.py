@@ -30,7 +30,14 @@ from routing.providers import (
 )
 from routing.providers.anthropic_messages import AnthropicMessagesClient, anthropic_usage
 from routing.providers.base import ProviderClient, anchor_reasoning, parse_retry_after
-from routing.providers.errors import class_for_status, safe_message
+from routing.providers.errors import (
+    WITHHELD,
+    ProviderError,
+    class_for_status,
+    safe_error_type,
+    safe_message,
+    safe_upstream_message,
+)
 from routing.providers.openai_chat import OpenAIChatClient
 from routing.providers.openai_responses import OpenAIResponsesClient
 from routing.providers.types import assistant_turn_digest, messages_from_openai
@@ -282,6 +289,68 @@ def test_safe_message_redacts_keys():
     msg = "Incorrect API key provided: sk-can*******XXXX. also sk-canary-XXXX and sk-proj-abcdef123"
     out = safe_message(msg, ["sk-canary-XXXX"])
     assert "XXXX" not in out and "abcdef123" not in out and "canary" not in out
+
+
+CREDENTIAL = "demo-azure-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("text", "gone", "kept"),
+    [
+        (f"the key {CREDENTIAL} is over quota", ["0123456789"], "the key [redacted] is over quota"),
+        (f"key {CREDENTIAL[:-4]}**** wrong", ["0123456789"], None),  # masked: without its last 4
+        (f"partial {CREDENTIAL[5:17]} shown", ["azure-012345"], "partial [redacted] shown"),
+        ("bad api-key=demo-azure-LEAKCANARY here", ["LEAKCANARY"], "bad api-key=[redacted] here"),
+        ("header x-api-key: abcdef123456", ["abcdef123456"], "header x-api-key: [redacted]"),
+        ('{"api_key": "hunter2hunter2"}', ["hunter2"], '{"api_key": "[redacted]"}'),
+        ("Authorization: Bearer eyJhbGciOi.abc.def", ["eyJhbGciOi"], "Authorization: [redacted]"),
+        ("sent Bearer eyJhbGciOi.abc.def", ["eyJhbGciOi"], "sent Bearer [redacted]"),
+        ("key sk-proj-abcdef123 and sk-ant-api03-xyz9", ["abcdef123", "xyz9"], None),
+        ("Item with id 'rs_68a1b2c3d4e5f6a7' not found.", ["rs_68a1b2c3d4e5f6a7"], None),
+        ("short gAAAAAB run", ["gAAAAA"], "short [redacted] run"),
+    ],
+)
+def test_safe_upstream_message_redacts_credentials_and_secret_like_text(text, gone, kept):
+    out = safe_upstream_message(text, [CREDENTIAL])
+    assert not [g for g in gone if g in out], out
+    assert kept is None or out == kept
+    assert safe_upstream_message(out, [CREDENTIAL]) == out  # idempotent
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "upstream boom encrypted_content=gAAAAABnCANARYCANARYCANARYCANARYCANARY12345 api-key=x",
+        'bad item {"type": "reasoning", "encrypted_content": "c2VjcmV0IHJlYXNvbmluZyBibG9i"}',
+        "thinking block rejected: signature=EqQBCkgIARABGAIiQJtrs6pEB5yGnbSVwZ",
+        "redacted_thinking blocks cannot be modified",
+    ],
+)
+def test_safe_upstream_message_withholds_text_holding_encrypted_reasoning(text):
+    assert safe_upstream_message(text) == WITHHELD
+
+
+def test_safe_upstream_message_keeps_ordinary_errors_and_caps_the_length():
+    text = "Rate limit reached for o4-mini in organization org-abc on tokens per min (TPM): Limit 30000"
+    assert safe_upstream_message(text, [CREDENTIAL]) == text
+    assert safe_upstream_message("risk-assessment failed: task-force") == "risk-assessment failed: task-force"
+    out = safe_upstream_message("x" * 495 + CREDENTIAL, [CREDENTIAL])
+    assert out == "x" * 495  # no half "[redacted]" either
+    out = safe_upstream_message("x" * 495 + CREDENTIAL[:6], [CREDENTIAL[:6] + "0123456789"])
+    assert len(out) <= 500 and "demo" not in out and out.endswith("[redacted]")  # a key cut off
+    assert len(safe_upstream_message("y" * 10_000)) == 500
+
+
+def test_every_provider_error_message_is_sanitised_and_keeps_type_and_status():
+    err = ProviderError(
+        "upstream said api-key=abc123secret and encrypted_content=gAAAAABnCANARYCANARYCANARY12345",
+        status_code=400,
+        error_type="invalid_request_error",
+    )
+    assert err.message == str(err) == WITHHELD
+    assert (err.status_code, err.error_type) == (400, "invalid_request_error")
+    assert safe_error_type("rate_limit_exceeded") == "rate_limit_exceeded"
+    assert safe_error_type("sk-live-abcdef0123") is None and safe_error_type("a b") is None
 
 
 @pytest.mark.parametrize(

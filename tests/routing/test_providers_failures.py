@@ -178,3 +178,66 @@ def test_stream_pre_response_failures_are_raised(fake, endpoint_factory, name, f
         list(client_for(ep).stream(ep, REQ))
     assert info.value.retryable
     assert fake.call_count(MODELS[name]) == 1
+
+
+# ---- upstream error text is sanitised -------------------------------------------------------
+
+FERNET = "gAAAAABnCANARYCANARYCANARYCANARYCANARY12345"
+LEAKY_MESSAGES = {
+    "reasoning": f"upstream boom encrypted_content={FERNET} api-key=demo-azure-LEAKCANARY",
+    "credential": "upstream boom: key {key} (also api-key=demo-azure-LEAKCANARY) is over quota",
+    "item_id": "Item with id 'rs_68a1c0ffee0123456789abcd' not found. Authorization: Bearer LEAKCANARY99",
+}
+LEAK_CANARIES = (FERNET, "CANARYCANARY", "LEAKCANARY", "rs_68a1c0ffee")
+
+
+def _leaky_error(fake, model: str, message: str, status: int) -> None:
+    """``model`` fails with ``message``: an HTTP ``status`` error body, or as an in-stream error
+    event (``event: error``, as Azure/Anthropic send it) when streamed."""
+    error = {"type": "error", "error": {"message": message, "type": "server_error", "code": "server_error"}}
+    fake.set_scenario(
+        model,
+        wire=[{"json": error, "event": "error"}],
+        wire_body={"error": {"message": message, "type": "server_error", "code": "server_error"}},
+        wire_status=status,
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("status", [400, 500])
+@pytest.mark.parametrize("case", sorted(LEAKY_MESSAGES))
+@pytest.mark.parametrize("name", ALL_ENDPOINTS)
+def test_upstream_error_text_never_carries_credentials_or_reasoning(
+    fake, endpoint_factory, name, case, status, stream, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    ep = endpoint_factory(name)
+    key = ep.credential.reveal()
+    _leaky_error(fake, MODELS[name], LEAKY_MESSAGES[case].replace("{key}", key), status)
+    client = client_for(ep)
+    expected = (StreamFailed, UpstreamUnavailable) if stream else UpstreamUnavailable
+    with pytest.raises(expected if stream or status == 500 else ClientRequestError) as info:
+        if stream:
+            list(client.stream(ep, REQ))
+        else:
+            client.complete(ep, REQ)
+    err = info.value
+    rendered = "\n".join(
+        [
+            str(err),
+            repr(err),
+            json.dumps(err.to_public_dict()),
+            "".join(traceback.format_exception(err)),
+            caplog.text,
+        ]
+    )
+    assert [c for c in (*LEAK_CANARIES, key, key[:-4], key[4:]) if c in rendered] == [], rendered
+    assert err.message.startswith(f"{ep.provider_kind} endpoint {ep.public_id}: ")
+    assert len(err.message) <= 500
+    assert err.error_type == "server_error"  # the provider's error type is kept
+    if not stream:
+        assert err.status_code == status
+    if case == "reasoning":
+        assert "details withheld" in err.message and "upstream boom" not in err.message
+    else:
+        assert "upstream boom" in err.message or "not found" in err.message
