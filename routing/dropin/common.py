@@ -117,7 +117,7 @@ def check_tool_choice(choice: Any, tools: list[dict[str, Any]], *, style: str) -
     a known value, a named tool that is among ``tools``, and no forced tool call without tools.
     ``style``: ``"chat"`` (``"none" | "auto" | "required"`` or ``{"type": "function",
     "function": {"name"}}``), ``"responses"`` (the same strings or ``{"type": "function",
-    "name"}``) or ``"anthropic"`` (``{"type": "auto" | "any" | "none" | "tool", "name"}``).
+    "name"}``; both also ``{"type": "allowed_tools", …}``, which needs tools) or ``"anthropic"`` (``{"type": "auto" | "any" | "none" | "tool", "name"}``).
     Raises :class:`DropinError` (400 naming ``tool_choice``)."""
     if choice is None:
         return
@@ -141,11 +141,17 @@ def check_tool_choice(choice: Any, tools: list[dict[str, Any]], *, style: str) -
         name, forced = None, choice == "required"
     else:
         choice = as_object(choice, "tool_choice")
+        kind = choice.get("type")
         require(
-            choice.get("type") == "function", "Only function tool choices are supported.", "tool_choice.type"
+            kind in ("function", "allowed_tools"),
+            "Only function tool choices (or allowed_tools) are supported.",
+            "tool_choice.type",
         )
-        named = as_object(choice.get("function"), "tool_choice.function") if style == "chat" else choice
-        name, forced = named.get("name"), True
+        if kind == "allowed_tools":  # a subset of the function tools, in "auto" or "required" mode
+            name, forced = None, True
+        else:
+            named = as_object(choice.get("function"), "tool_choice.function") if style == "chat" else choice
+            name, forced = named.get("name"), True
     require(
         not forced or bool(tools),
         "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",

@@ -290,6 +290,24 @@ def test_sampling_parameters_the_variant_overrides_are_still_held_to_the_provide
             {"tools": [RESPONSES_TOOL], "tool_choice": {"type": "function", "name": "weather"}},
         ),
         ("/v1/messages", {"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "weather"}}),
+        (
+            "/v1/chat/completions",
+            {
+                "tools": [TOOL],
+                "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [TOOL]}},
+            },
+        ),
+        (
+            "/v1/responses",
+            {
+                "tools": [RESPONSES_TOOL],
+                "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [RESPONSES_TOOL]},
+            },
+        ),
+        (
+            "/v1/messages",
+            {"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "any", "disable_parallel_tool_use": True}},
+        ),
         ("/v1/messages", {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 4096}),
         ("/v1/messages", {"tool_choice": {"type": "auto"}, "thinking": {"type": "disabled"}}),
     ],
