@@ -13,7 +13,9 @@ class RoutingConfig(AppConfig):
 
 
 def holds_encrypted_reasoning(text: str) -> bool:
-    """True when :func:`routing.transcripts.gate.find_encrypted_reasoning` finds anything in ``text``."""
+    """True when :func:`routing.transcripts.gate.find_encrypted_reasoning` finds anything in ``text``,
+    opaque blobs included (an error text has no business holding a random-looking blob of 96+
+    bytes: a bare Anthropic signature looks exactly so)."""
     from routing.transcripts.gate import find_encrypted_reasoning
 
-    return bool(find_encrypted_reasoning(text))
+    return bool(find_encrypted_reasoning(text, opaque_blobs=True))

@@ -26,7 +26,9 @@ auth headers) are not chained into tracebacks/logs.
 
 from __future__ import annotations
 
+import base64
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -55,17 +57,27 @@ _BEARER = re.compile(r"\b(Bearer|Basic)\s+(?!\[redacted\])[A-Za-z0-9\-._~+/=:]{4
 #: Fernet tokens (OpenAI ``encrypted_content``) and their starts.
 _FERNET = re.compile(r"gAAAAA[A-Za-z0-9_\-+/=]*")
 #: Reasoning item ids (``rs_...``; Azure sometimes ``rs-...``).
-_REASONING_ID = re.compile(r"(?<![A-Za-z0-9])rs[_-][A-Za-z0-9]{8,}")
+_REASONING_ID = re.compile(r"(?<![A-Za-z0-9])rs[_-][A-Za-z0-9]{8,}", re.IGNORECASE)
 _REDACTED_RUN = re.compile(r"(?:\[redacted\]){2,}")
 
 
 def _secret_variants(secrets: Iterable[str]) -> list[str]:
-    """Whole secrets, and each without its last 4 characters (masked forms), longest first."""
+    """Whole secrets, each without its last 4 characters (masked forms), and each as an upstream
+    may echo it encoded (percent-encoded, base64 either alphabet, hex, reversed); longest first.
+    Matching is case-insensitive (:func:`safe_upstream_message`)."""
     out: set[str] = set()
     for secret in secrets:
         if not secret or len(secret) < 4:
             continue
-        out.add(secret)
+        raw = secret.encode()
+        out |= {
+            secret,
+            urllib.parse.quote(secret, safe=""),
+            base64.b64encode(raw).decode().rstrip("="),
+            base64.urlsafe_b64encode(raw).decode().rstrip("="),
+            raw.hex(),
+            secret[::-1],
+        }
         if len(secret) - 4 >= _MIN_SECRET_PART:
             out.add(secret[:-4])
     return sorted(out, key=len, reverse=True)
@@ -126,8 +138,9 @@ def safe_upstream_message(text: str, secrets: Iterable[str] = ()) -> str:
     The one sanitiser of provider error messages (every :class:`ProviderError` message passes
     through it). In order:
 
-    1. every occurrence of a credential the call used (``secrets``) -- the whole value and the
-       value without its last 4 characters -- becomes ``[redacted]``;
+    1. every occurrence of a credential the call used (``secrets``) -- the whole value, the
+       value without its last 4 characters, and the value percent-encoded, in base64, in hex or
+       reversed, in any letter case -- becomes ``[redacted]``;
     2. when the text holds encrypted reasoning (a plain-text check here, and the project's
        detector :func:`routing.transcripts.gate.find_encrypted_reasoning` once registered, see
        :func:`register_reasoning_detector`), the whole text is replaced by :data:`WITHHELD`;
@@ -144,7 +157,7 @@ def safe_upstream_message(text: str, secrets: Iterable[str] = ()) -> str:
     out = str(text)[:_SCAN_CHARS]
     variants = _secret_variants(secrets)
     for secret in variants:
-        out = out.replace(secret, REDACTED)
+        out = re.sub(re.escape(secret), REDACTED, out, flags=re.IGNORECASE)
     if _holds_encrypted_reasoning(out):
         return WITHHELD
     out = _KEY_PROVIDED.sub(rf"\1 {REDACTED}", out)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import pickle
+import random
+import urllib.parse
 from decimal import Decimal
 
 import pytest
@@ -308,6 +311,12 @@ CREDENTIAL = "demo-azure-0123456789abcdef"
         ("key sk-proj-abcdef123 and sk-ant-api03-xyz9", ["abcdef123", "xyz9"], None),
         ("Item with id 'rs_68a1b2c3d4e5f6a7' not found.", ["rs_68a1b2c3d4e5f6a7"], None),
         ("short gAAAAAB run", ["gAAAAA"], "short [redacted] run"),
+        (f"key {CREDENTIAL.upper()} refused", ["0123456789"], "key [redacted] refused"),
+        (f"key={urllib.parse.quote(CREDENTIAL, safe='')}", ["azure"], None),
+        (f"echo {base64.b64encode(CREDENTIAL.encode()).decode()}", ["ZGVtby1henVyZS"], None),
+        (f"hex {CREDENTIAL.encode().hex()}", [CREDENTIAL.encode().hex()[:20]], "hex [redacted]"),
+        (f"reversed {CREDENTIAL[::-1]}", ["9876543210"], "reversed [redacted]"),
+        ("Item with id 'RS_68A1B2C3D4E5F6A7' not found.", ["68A1B2C3D4E5F6A7"], None),
     ],
 )
 def test_safe_upstream_message_redacts_credentials_and_secret_like_text(text, gone, kept):
@@ -324,6 +333,8 @@ def test_safe_upstream_message_redacts_credentials_and_secret_like_text(text, go
         'bad item {"type": "reasoning", "encrypted_content": "c2VjcmV0IHJlYXNvbmluZyBibG9i"}',
         "thinking block rejected: signature=EqQBCkgIARABGAIiQJtrs6pEB5yGnbSVwZ",
         "redacted_thinking blocks cannot be modified",
+        # a bare signature-like blob (300 random bytes, base64), no marker word near it
+        "invalid block " + base64.b64encode(random.Random(7).randbytes(300)).decode(),
     ],
 )
 def test_safe_upstream_message_withholds_text_holding_encrypted_reasoning(text):
