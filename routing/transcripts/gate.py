@@ -119,6 +119,14 @@ MIN_BASE64_RUN = 24
 #: Most decodings (JSON, base64, hex, percent) followed while scanning one value; past this the
 #: value is reported as ``decode_budget_exceeded`` (refused, never let through unscanned).
 MAX_DECODES_PER_VALUE = 1024
+#: Most characters of decoded strings scanned for one value: this many plus
+#: :data:`DECODED_CHARS_PER_CHAR` per character of the value's own strings. Decoded layers of
+#: ordinary text are small (a URL's query, an attachment); text built so that every layer
+#: decodes to nearly all of it again (random printable characters: percent, character
+#: references and escapes everywhere) cost one scan per layer, 35 scans of 1 MB. Past the budget
+#: the value is ``decode_budget_exceeded``, as past :data:`MAX_DECODES_PER_VALUE`.
+MAX_DECODED_CHARS = 1_000_000
+DECODED_CHARS_PER_CHAR = 4
 
 FERNET_RE = re.compile(r"gAAAAA[A-Za-z0-9_\-+/=]{16,}")
 #: Shortest (normalised) string that can carry a marker or a blob: a Fernet prefix and 16 characters.
@@ -1135,8 +1143,9 @@ def find_encrypted_reasoning(value: Any, *, path: str = "", opaque_blobs: bool =
 
     Returns ``[]`` for a clean value. Iterative; follows JSON-, base64-, hex- and
     percent-encoded strings up to :data:`MAX_DECODE_DEPTH` levels and at most
-    :data:`MAX_DECODES_PER_VALUE` decodings in all (beyond that one ``decode_budget_exceeded``
-    finding: refused, not guessed). Object keys are scanned like strings.
+    :data:`MAX_DECODES_PER_VALUE` decodings, of at most :data:`MAX_DECODED_CHARS` characters plus
+    :data:`DECODED_CHARS_PER_CHAR` per character of the value's own strings, in all (beyond that
+    one ``decode_budget_exceeded`` finding: refused, not guessed). Object keys are scanned like strings.
 
     ``opaque_blobs`` (the training gate's setting; off for :func:`strip_encrypted_reasoning`,
     which keeps user content as is): also report every run of an encoding whose bytes are not
@@ -1146,12 +1155,20 @@ def find_encrypted_reasoning(value: Any, *, path: str = "", opaque_blobs: bool =
     findings: list[Finding] = []
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     decodes = 0
+    own_chars = decoded_chars = 0  # characters of the value's strings, of decoded strings
     quiet: list[str] = []  # decoded values (and below) not to look for opaque blobs in
     while stack:
-        if decodes > MAX_DECODES_PER_VALUE:
+        if decodes > MAX_DECODES_PER_VALUE or decoded_chars > (
+            MAX_DECODED_CHARS + DECODED_CHARS_PER_CHAR * own_chars
+        ):
             findings.append(Finding(path, "decode_budget_exceeded"))
             break
         node, where, depth = stack.pop()
+        if isinstance(node, str):
+            if depth:
+                decoded_chars += len(node)
+            else:
+                own_chars += len(node)
         opaque = opaque_blobs and not (quiet and where.startswith(tuple(quiet)))
         if isinstance(node, Mapping):
             kind = _structural(node)

@@ -295,3 +295,20 @@ def test_clean_text_in_the_new_layers_passes():
     for text in clean:
         assert find_encrypted_reasoning(text) == [], text
         assert gate_check([with_message(1, text)]).verdicts[0].accepted
+
+
+def test_text_whose_every_decoding_layer_is_nearly_all_of_it_is_refused_past_the_budget():
+    """Random printable characters decode (percent, character references, escapes, base85 …) to
+    nearly themselves layer after layer: past MAX_DECODED_CHARS + 4 characters per character of
+    the value's own text the value is refused rather than scanned on."""
+    import random as _random
+
+    from routing.transcripts.gate import find_encrypted_reasoning
+
+    rng = _random.Random(1)
+    text = "".join(chr(rng.randrange(33, 118)) for _ in range(400_000))
+    assert "decode_budget_exceeded" in {f.kind for f in find_encrypted_reasoning(text)}
+    # ordinary text with a large base64 attachment of text stays within it, and is clean
+    prose = "The quick brown fox jumps over the lazy dog; see https://example.org/a?b=c%20d. " * 4000
+    attachment = base64.b64encode(prose.encode()).decode()
+    assert find_encrypted_reasoning({"content": prose, "attachment": attachment}) == []
