@@ -1124,13 +1124,35 @@ def _string_children(
     return findings, children
 
 
+#: Fewest integers a list must hold to be read as bytes (:func:`_list_children`).
+MIN_BYTE_ARRAY = 16
+
+
+def _byte_array(items: list[Any] | tuple[Any, ...]) -> bytes | None:
+    """``items`` as bytes when it is a list of at least :data:`MIN_BYTE_ARRAY` integers (not
+    booleans) from 0 to 255, else None."""
+    if len(items) < MIN_BYTE_ARRAY or not all(type(i) is int and 0 <= i <= 255 for i in items):
+        return None
+    return bytes(items)
+
+
 def _list_children(
     items: list[Any] | tuple[Any, ...], path: str, depth: int, opaque: bool = False
 ) -> tuple[list[Finding], list[tuple[Any, str, int]]]:
     """Findings in the runs that continue across a list's items (:func:`_list_runs`), and the
-    decoded values to scan next."""
+    decoded values to scan next. A list of at least :data:`MIN_BYTE_ARRAY` integers from 0 to 255
+    is bytes (a byte array serialised to JSON: Node's ``Buffer.toJSON()``, a Python
+    ``list(bytes)``): its text is scanned next, and with ``opaque`` random-looking bytes are an
+    ``opaque_blob`` (:func:`opaque_blob`, judged on their hex)."""
     findings: list[Finding] = []
     children: list[tuple[Any, str, int]] = []
+    raw = _byte_array(items)
+    if raw is not None:
+        text = _bytes_text(raw)
+        if text is not None:
+            children.append((text, f"{path}/<bytes>", depth + 1))
+        elif opaque and opaque_blob(raw, raw[:OPAQUE_SAMPLE_BYTES].hex(), 16):
+            findings.append(Finding(f"{path}/<bytes>", "opaque_blob"))
     for joined, _ in _list_runs(items):
         _scan_run(joined, f"{path}/<joined>", depth, findings, children, joined=True, opaque=opaque)
     if children and depth >= MAX_DECODE_DEPTH:
@@ -1229,6 +1251,10 @@ def strip_encrypted_reasoning(value: Any) -> tuple[Any, int]:
                 out[key] = clean(child, depth + 1)
             return out
         if isinstance(node, list | tuple):
+            raw = _byte_array(node)
+            if raw is not None and (text := _bytes_text(raw)) is not None and find_encrypted_reasoning(text):
+                removed += 1
+                return REMOVED  # a byte array whose text carries reasoning
             split = {
                 member
                 for joined, members in _list_runs(node)

@@ -190,3 +190,34 @@ def test_ingest_refuses_an_opaque_blob_and_stores_nothing_of_it():
     assert body["rejected_by_reason"] == {"contains_opaque_blob": 2}
     assert blob[:40] not in json.dumps(body)
     assert list(TrainingRecord.objects.values_list("record_id", flat=True)) == ["rec-1"]
+
+
+def test_a_signature_serialised_as_a_byte_array_is_refused():
+    """Node's ``Buffer.toJSON()`` and Python's ``list(bytes)`` carry bytes as a list of integers."""
+    buffer = {"type": "Buffer", "data": list(signature_like())}
+    verdict = gate_check([record(1, extra=buffer)]).verdicts[0]
+    assert verdict.reasons == (OPAQUE,)
+    assert gate_check([record(1, extra=list(signature_like()))]).verdicts[0].reasons == (OPAQUE,)
+
+
+def test_encrypted_reasoning_serialised_as_a_byte_array_is_found_and_stripped():
+    item = json.dumps({"type": "reasoning", "encrypted_content": "gAAAAAB" + "x" * 120}).encode()
+    value = {"messages": [{"role": "tool", "content": "ok"}], "payload": list(item)}
+    assert "openai_encrypted_content" in {f.kind for f in find_encrypted_reasoning(value)}
+    cleaned, removed = strip_encrypted_reasoning(value)
+    assert removed >= 1 and cleaned.get("payload") != list(item)
+    assert cleaned["messages"] == value["messages"]
+
+
+@pytest.mark.parametrize(
+    "numbers",
+    [
+        list(range(120)),  # a counter
+        [7] * 200,
+        list(os.urandom(80)),  # random, but under the opaque threshold
+        [1000 + i for i in range(200)],  # token ids
+        list(b"plain text bytes of a tool's output, nothing hidden here at all"),
+    ],
+)
+def test_ordinary_integer_lists_pass(numbers):
+    assert gate_check([record(1, extra=numbers)]).verdicts[0].accepted
