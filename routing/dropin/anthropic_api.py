@@ -32,7 +32,6 @@ from ..models import CompletionJob
 from ..streaming import sse, sse_response
 from .common import (
     MAX_MESSAGES,
-    MAX_OUTPUT_TOKENS,
     MAX_TOOLS,
     DropinError,
     DropinView,
@@ -391,7 +390,6 @@ class MessagesApi(DropinView):
     def post(self, request):
         body = self.body(request)
         check_known(body, MESSAGES_PARAMS)
-        check_sampling(body, token_fields=(), temperature_max=1.0, top_k=True)
         model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
         pinned = resolve_model(model_name)
         max_tokens = body.get("max_tokens")
@@ -401,11 +399,7 @@ class MessagesApi(DropinView):
             "max_tokens: must be a positive integer.",
             "max_tokens",
         )
-        require(
-            max_tokens <= MAX_OUTPUT_TOKENS,
-            f"max_tokens: no model writes more than {MAX_OUTPUT_TOKENS} tokens.",
-            "max_tokens",
-        )
+        check_sampling(body, token_fields=("max_tokens",), temperature_max=1.0, top_k=True)
         check_thinking(body.get("thinking"), max_tokens)
         stream = body.get("stream") or False
         require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")

@@ -130,15 +130,15 @@ def check_tool_choice(choice: Any, tools: list[dict[str, Any]], *, style: str) -
             "tool_choice.type: must be one of 'auto', 'any', 'none', 'tool'.",
             "tool_choice.type",
         )
-        name = choice.get("name") if kind == "tool" else None
-        forced = kind in ("any", "tool")
+        named, forced = kind == "tool", kind in ("any", "tool")
+        name = choice.get("name") if named else None
     elif isinstance(choice, str):
         require(
             choice in ("none", "auto", "required"),
             "Invalid value for 'tool_choice': must be 'none', 'auto', 'required' or a named function.",
             "tool_choice",
         )
-        name, forced = None, choice == "required"
+        named, name, forced = False, None, choice == "required"
     else:
         choice = as_object(choice, "tool_choice")
         kind = choice.get("type")
@@ -147,17 +147,18 @@ def check_tool_choice(choice: Any, tools: list[dict[str, Any]], *, style: str) -
             "Only function tool choices (or allowed_tools) are supported.",
             "tool_choice.type",
         )
-        if kind == "allowed_tools":  # a subset of the function tools, in "auto" or "required" mode
-            name, forced = None, True
+        named = forced = True  # allowed_tools: a subset of the function tools, "auto" or "required"
+        if kind == "allowed_tools":
+            named, name = False, None
         else:
-            named = as_object(choice.get("function"), "tool_choice.function") if style == "chat" else choice
-            name, forced = named.get("name"), True
+            spec = as_object(choice.get("function"), "tool_choice.function") if style == "chat" else choice
+            name = spec.get("name")
     require(
         not forced or bool(tools),
         "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
         "tool_choice",
     )
-    if name is not None or (style == "anthropic" and forced and kind == "tool"):
+    if named:
         require(
             isinstance(name, str) and name in names,
             f"Invalid value for 'tool_choice': tool {name!r} is not among 'tools'.",

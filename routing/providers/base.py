@@ -521,7 +521,9 @@ def map_exception(
         return safe_upstream_message(text, secrets) if text else ""
 
     def build(cls: type[ProviderError], text: str, **kw: Any) -> ProviderError:
-        message = f"{prefix}: {safe_upstream_message(text, secrets)}"
+        # ``text`` is ours, with the upstream's words already through upstream(); ProviderError
+        # sanitises the whole message once more as it is created
+        message = f"{prefix}: {text}"
         if in_stream:
             retryable = kw.pop("retryable", cls.default_retryable)
             return StreamFailed(
