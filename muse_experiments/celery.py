@@ -6,14 +6,23 @@ Signal handlers carry the web request id to the worker and bind the job id while
 """
 
 import os
+import sys
 
 from celery import Celery
 from celery.signals import before_task_publish, task_postrun, task_prerun
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
 
 app = Celery("muse_experiments", amqp="muse_experiments.broker:AMQP")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# Celery's Django fixup closes every database connection before and after each task unless
+# CELERY_DB_REUSE_MAX is set, whatever CONN_MAX_AGE says: on the embedded default every task
+# reconnected to SQLite (connect, SQL functions, four PRAGMAs). Its count is put out of reach and
+# Django's own rule decides instead (close_old_connections: CONN_MAX_AGE, errors, autocommit left
+# off), before and after each task as around a web request. PostgreSQL (CONN_MAX_AGE 0) still
+# closes (or returns to the pool) after every task.
+app.conf.CELERY_DB_REUSE_MAX = sys.maxsize // 4
 app.autodiscover_tasks(["routing", "analytics", "muse_experiments"])
 
 
@@ -31,6 +40,7 @@ def _task_started(task_id=None, task=None, **kwargs):
     from .logs import bind_task_context
     from .metrics import observe_task_start
 
+    close_old_connections()
     bind_task_context(task_id=task_id, task=task)
     observe_task_start(task=task)
 
@@ -40,3 +50,4 @@ def _task_finished(**kwargs):
     from .logs import clear_task_context
 
     clear_task_context()
+    close_old_connections()

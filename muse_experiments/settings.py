@@ -89,12 +89,16 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'muse.sqlite3'}")}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+SQLITE = DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+if SQLITE:
     # Web server and worker share the file: WAL lets readers run beside the writer, IMMEDIATE
     # transactions take the write lock up front instead of failing on upgrade. synchronous=NORMAL
     # (SQLite's recommendation for WAL): a commit no longer waits for an fsync of the WAL, which
     # every writer queued behind it paid too; the database stays consistent, and only the last
     # commits before a power loss (not a process crash) can be rolled back.
+    # ...and writers queue for the write lock instead of sleeping in SQLite's busy handler
+    # (muse_experiments.sqlite_backend).
+    DATABASES["default"]["ENGINE"] = "muse_experiments.sqlite_backend"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
@@ -112,7 +116,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # SQLite keeps each thread's connection (opening one costs its pragmas and function registrations
 # on every request and task, for nothing: there is no server to restart).
 DATABASES["default"]["CONN_MAX_AGE"] = env.int(
-    "DB_CONN_MAX_AGE_S", default=600 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 0
+    "DB_CONN_MAX_AGE_S", default=600 if SQLITE else 0
 )
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if (

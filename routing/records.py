@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -23,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from muse_experiments import bulk_sql
 from muse_experiments.assignment.engine import Decision
 from muse_experiments.selectors import assignment_snapshot
 from muse_experiments.services import ExposureInput, exposures_record_many
@@ -284,15 +286,15 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
 def _finish_jobs(payloads: Sequence[Mapping[str, Any]]) -> None:
     """Store each job's final state unless it already finished (a ``worker_lost`` verdict excepted).
 
-    On PostgreSQL one ``UPDATE … FROM (VALUES …)`` for the batch (Django's ``bulk_update`` builds a
-    CASE expression per row and field, which cost more CPU than the rest of the drain); elsewhere
-    one ``UPDATE`` per job.
+    One ``UPDATE`` for the batch (:func:`muse_experiments.bulk_sql.update_from_values`; Django's
+    ``bulk_update`` builds a CASE expression per row and field, which cost more CPU than the rest
+    of the drain); one per job where that is not supported.
     """
-    unfinished = Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(
-        status=JobStatus.FAILED, error=WORKER_LOST
-    )
     states = [p["job"] for p in payloads]
-    if connection.vendor != "postgresql":
+    if not bulk_sql.supported():
+        unfinished = Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(
+            status=JobStatus.FAILED, error=WORKER_LOST
+        )
         for state in states:
             CompletionJob.objects.filter(unfinished, pk=state["id"]).update(
                 status=state["status"],
@@ -301,16 +303,27 @@ def _finish_jobs(payloads: Sequence[Mapping[str, Any]]) -> None:
                 finished_at=datetime.fromisoformat(state["finished_at"]),
             )
         return
-    table = connection.ops.quote_name(CompletionJob._meta.db_table)
-    values = ", ".join(["(%s::uuid, %s, %s::jsonb, %s, %s::timestamptz)"] * len(states))
-    params: list[Any] = []
-    for state in states:
-        result = json.dumps(state["result"]) if state["result"] is not None else None
-        params += [state["id"], state["status"], result, state["error"], state["finished_at"]]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} AS j SET status = v.status, result = v.result, error = v.error, "
-            f"finished_at = v.finished_at FROM (VALUES {values}) AS v(id, status, result, error, finished_at) "
-            f"WHERE j.id = v.id AND (j.status IN (%s, %s) OR (j.status = %s AND j.error = %s))",
-            [*params, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, WORKER_LOST],
-        )
+    pk, ops = CompletionJob._meta.pk, connection.ops
+    bulk_sql.update_from_values(
+        CompletionJob._meta.db_table,
+        columns=[
+            ("id", "uuid"),
+            ("status", "text"),
+            ("result", "jsonb"),
+            ("error", "text"),
+            ("finished_at", "timestamptz"),
+        ],
+        rows=[
+            (
+                pk.get_db_prep_value(uuid.UUID(str(state["id"])), connection),
+                state["status"],
+                json.dumps(state["result"]) if state["result"] is not None else None,
+                state["error"],
+                ops.adapt_datetimefield_value(datetime.fromisoformat(state["finished_at"])),
+            )
+            for state in states
+        ],
+        assign="status = v.status, result = v.result, error = v.error, finished_at = v.finished_at",
+        where="x.id = v.id AND (x.status IN (%s, %s) OR (x.status = %s AND x.error = %s))",
+        where_params=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, WORKER_LOST],
+    )

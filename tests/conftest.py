@@ -84,7 +84,7 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     from django.conf import settings
 
     db = settings.DATABASES["default"]
-    if db["ENGINE"] == "django.db.backends.sqlite3":
+    if settings.SQLITE:
         xdist = os.environ.get("PYTEST_XDIST_WORKER")
         name = Path(settings.VAR_DIR) / (f"test-{xdist}.sqlite3" if xdist else "test.sqlite3")
         for leftover in name.parent.glob(name.name + "*"):  # WAL/SHM files of an earlier run

@@ -21,6 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from muse_experiments import bulk_sql
 from muse_experiments.storage_text import storable
 from routing.selectors import catalogue
 
@@ -149,11 +150,11 @@ def transcript_record_turns(*, turns: Sequence[TurnInput]) -> int:
 def _transcripts_advance(transcripts: Sequence[Transcript], *, now: Any) -> None:
     """Store each transcript's ``last_input_count``/``last_input_digest`` and ``updated_at``.
 
-    On PostgreSQL one ``UPDATE … FROM (VALUES …)`` for the batch (one per transcript was the
-    drain's largest cost with many sessions per batch; Django's ``bulk_update`` builds a CASE per
-    row and field); elsewhere one ``UPDATE`` per transcript.
+    One ``UPDATE`` for the batch (:func:`muse_experiments.bulk_sql.update_from_values`; one per
+    transcript was the drain's largest cost with many sessions per batch, and Django's
+    ``bulk_update`` builds a CASE per row and field); one per transcript where not supported.
     """
-    if connection.vendor != "postgresql":
+    if not bulk_sql.supported():
         for transcript in transcripts:
             Transcript.objects.filter(pk=transcript.pk).update(
                 updated_at=now,
@@ -161,17 +162,14 @@ def _transcripts_advance(transcripts: Sequence[Transcript], *, now: Any) -> None
                 last_input_digest=transcript.last_input_digest,
             )
         return
-    table = connection.ops.quote_name(Transcript._meta.db_table)
-    values = ", ".join(["(%s::bigint, %s::integer, %s)"] * len(transcripts))
-    params: list[Any] = []
-    for transcript in transcripts:
-        params += [transcript.pk, transcript.last_input_count, transcript.last_input_digest]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} AS t SET updated_at = %s, last_input_count = v.n, last_input_digest = v.digest "
-            f"FROM (VALUES {values}) AS v(id, n, digest) WHERE t.id = v.id",
-            [now, *params],
-        )
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    bulk_sql.update_from_values(
+        Transcript._meta.db_table,
+        columns=[("id", "bigint"), ("n", "integer"), ("digest", "text"), ("at", "timestamptz")],
+        rows=[(t.pk, t.last_input_count, t.last_input_digest, stamp) for t in transcripts],
+        assign="updated_at = v.at, last_input_count = v.n, last_input_digest = v.digest",
+        where="x.id = v.id",
+    )
 
 
 def messages_digest(messages: Sequence[Any]) -> str:
