@@ -40,14 +40,21 @@ def _task_started(task_id=None, task=None, **kwargs):
     from .logs import bind_task_context
     from .metrics import observe_task_start
 
-    close_old_connections()
+    _close_old_connections(task)
     bind_task_context(task_id=task_id, task=task)
     observe_task_start(task=task)
 
 
 @task_postrun.connect(weak=False)
-def _task_finished(**kwargs):
+def _task_finished(task=None, **kwargs):
     from .logs import clear_task_context
 
     clear_task_context()
-    close_old_connections()
+    _close_old_connections(task)
+
+
+def _close_old_connections(task) -> None:
+    """Django's end-of-request rule for this thread's connections, in a worker (an eager task
+    runs inside its caller's request or transaction, whose connection is not ours to close)."""
+    if not getattr(getattr(task, "request", None), "is_eager", False):
+        close_old_connections()
