@@ -115,9 +115,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # database server costs one failed check, not a failed request (README "Deployment").
 # SQLite keeps each thread's connection (opening one costs its pragmas and function registrations
 # on every request and task, for nothing: there is no server to restart).
-DATABASES["default"]["CONN_MAX_AGE"] = env.int(
-    "DB_CONN_MAX_AGE_S", default=600 if SQLITE else 0
-)
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE_S", default=600 if SQLITE else 0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if (
     DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"

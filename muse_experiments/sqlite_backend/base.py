@@ -114,22 +114,18 @@ class QueuedWriteCursor(base.SQLiteCursorWrapper):
     db: DatabaseWrapper
 
     def execute(self, query, params=None):
-        queue = self.db.queue_for(query)
-        if queue is None:
-            return super().execute(query, params)
-        queue.acquire(self.db.write_timeout_s)
-        try:
-            return super().execute(query, params)
-        finally:
-            queue.release()
+        return self._queued(super().execute, query, params)
 
     def executemany(self, query, param_list):
+        return self._queued(super().executemany, query, param_list)
+
+    def _queued(self, run, query, params):
         queue = self.db.queue_for(query)
         if queue is None:
-            return super().executemany(query, param_list)
+            return run(query, params)
         queue.acquire(self.db.write_timeout_s)
         try:
-            return super().executemany(query, param_list)
+            return run(query, params)
         finally:
             queue.release()
 

@@ -102,9 +102,8 @@ def test_a_wait_past_the_timeout_fails_as_database_is_locked(db_path):
     fd = _other_process_holds(db_path)
     try:
         started = time.monotonic()
-        with pytest.raises(OperationalError, match="database is locked"):
-            with conn.cursor() as cursor:
-                cursor.execute("UPDATE t SET n = n + 1")
+        with pytest.raises(OperationalError, match="database is locked"), conn.cursor() as cursor:
+            cursor.execute("UPDATE t SET n = n + 1")
         assert 0.3 <= time.monotonic() - started < 2.0
         with pytest.raises(OperationalError, match="database is locked"):
             _begin(conn)
@@ -167,9 +166,9 @@ def test_the_worker_keeps_a_connection_between_tasks_as_conn_max_age_says(max_ag
     """Celery's Django fixup closed every connection around every task; now Django's own rule
     (``close_old_connections``) decides, run from our task signal handlers."""
     from celery.fixups.django import DjangoWorkerFixup
+    from django.db import connections
 
     import muse_experiments.celery as celery_app
-    from django.db import connections
 
     fixup = DjangoWorkerFixup(celery_app.app)
 
