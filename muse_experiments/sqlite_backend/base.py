@@ -21,7 +21,7 @@ and lets go of both when the transaction (or the statement) ends: commit, rollba
 SQLite's own lock is free whenever it is asked for, and its busy handler only runs for programs
 that do not queue (the ``sqlite3`` shell, a backup). The ``timeout`` option still bounds a wait:
 past it the write fails with ``OperationalError: database is locked``, as SQLite's would. Reads
-never queue (WAL readers do not block). In-memory databases (the tests' default) are left alone.
+never queue (WAL readers do not block). In-memory databases (one connection's own) are left alone.
 """
 
 from __future__ import annotations
@@ -136,13 +136,12 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     _queue: WriterQueue | None = None
     _writing = False
-
-    @property
-    def write_timeout_s(self) -> float:
-        return float(self.settings_dict.get("OPTIONS", {}).get("timeout", 5))
+    #: Seconds a writer may wait in the queue: ``OPTIONS['timeout']``, read once per connection.
+    write_timeout_s = 5.0
 
     def get_new_connection(self, conn_params):
         conn = super().get_new_connection(conn_params)
+        self.write_timeout_s = float(conn_params.get("timeout", 5))
         self._queue = None if self.is_in_memory_db() else writer_queue(str(self.settings_dict["NAME"]))
         return conn
 
