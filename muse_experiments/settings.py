@@ -379,5 +379,12 @@ LOGGING = {
         "openai": {"level": "INFO"},
         # one line per request (muse_experiments.observability); ACCESS_LOG=false silences it
         "muse.access": {"level": "INFO" if env.bool("ACCESS_LOG", default=True) else "WARNING"},
+        # Celery's "Task … received" line is formatted and written by the worker's consumer thread
+        # before the task reaches a pool thread, on every call's critical path; the "succeeded" (or
+        # failed) line after it carries the same task id, job id and request id. TASK_RECEIVED_LOG=true
+        # brings it back (bench/bench_stages.py measures the difference).
+        "celery.worker.strategy": {
+            "level": "INFO" if env.bool("TASK_RECEIVED_LOG", default=False) else "WARNING"
+        },
     },
 }

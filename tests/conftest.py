@@ -155,17 +155,114 @@ def database_url_for_subprocess() -> str:
     raise RuntimeError(f"no subprocess URL for {connection.vendor}")
 
 
+WORKER_FIXTURE = "celery_worker_process"
+#: The test pytest runs after the current one (``pytest_runtest_protocol``'s ``nextitem``).
+_next_item: list = [None]
+
+
+class _SharedWorker:
+    """The ``celery worker`` process of the worker tests, kept from one such test to the next.
+
+    Starting one costs 3-8 s (imports, broker connection), paid by each of ~50 tests before; a run
+    of consecutive worker tests now shares one. It is kept only when it is provably idle after a
+    test (no task message queued, none unacknowledged: every task is ``acks_late``; no call record
+    buffered), before that test's database is flushed, and only with Redis (there the
+    configuration version lives in Redis and only grows, so the worker's snapshots cannot
+    mistake a flushed and re-seeded database for the one they cached). It runs with
+    ``CONFIG_REFRESH_INTERVAL_S=0`` so each test's configuration is read on its first call, and
+    is stopped before any test that does not ask for it (no stray worker runs a test's tasks).
+    """
+
+    def __init__(self) -> None:
+        self.proc = None
+        self.env_key: tuple = ()
+
+    def start(self, env: dict[str, str]) -> None:
+        import subprocess
+        import sys
+        import time
+
+        from django.conf import settings
+
+        log_path = Path(settings.VAR_DIR) / "worker-test.log"
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "celery", "-A", "muse_experiments", "worker",
+                    "-Q", "completions,analytics", "--pool", "threads", "--concurrency", "4",
+                    "-l", "info", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                    "-n", f"test-{os.getpid()}@%h",
+                ],
+                env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while b"ready." not in log_path.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.fail(f"celery worker did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGTERM (a warm shutdown: running tasks finish), then SIGKILL after 15 s."""
+        import signal
+        import subprocess
+
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def idle(self, timeout_s: float = 5.0) -> bool:
+        """Wait up to ``timeout_s`` until the broker holds no message for the worker, none is
+        unacknowledged (received, not finished) and no call record is buffered."""
+        import time
+
+        import redis
+        from django.conf import settings
+        from kombu.transport.redis import Channel
+
+        from muse_experiments.queues import Queue
+        from routing import writebehind
+
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pipe = client.pipeline(transaction=False)
+            pipe.llen(str(Queue.COMPLETIONS)).llen(str(Queue.ANALYTICS)).hlen(Channel.unacked_key)
+            if not any(pipe.execute()) and not writebehind.pending():
+                return True
+            time.sleep(0.05)
+        return False
+
+
+_shared_worker = _SharedWorker()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Note which test comes next; stop the shared worker before a test that does not use it."""
+    _next_item[0] = nextitem
+    if WORKER_FIXTURE not in getattr(item, "fixturenames", ()):
+        _shared_worker.stop()
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _shared_worker.stop()
+
+
 @pytest.fixture
 def celery_worker_process(upstreams):
     """A real ``celery worker`` process on the test database and the configured broker.
 
-    Yields the Popen; the worker is stopped (SIGTERM, then SIGKILL) afterwards.
+    Yields the Popen. With Redis, consecutive tests share one worker while it is idle between
+    them (:class:`_SharedWorker`); otherwise it is stopped (SIGTERM, then SIGKILL) afterwards.
     """
-    import signal
-    import subprocess
-    import sys
-    import time
-
     from django.conf import settings
 
     env = {
@@ -177,63 +274,47 @@ def celery_worker_process(upstreams):
     }
     if settings.REDIS_URL:
         env["REDIS_URL"] = settings.REDIS_URL
+        env["CONFIG_REFRESH_INTERVAL_S"] = "0"
+    env_key = tuple(sorted((k, v) for k, v in env.items() if not k.startswith("PYTEST_")))
+    worker = _shared_worker
+    if worker.proc is None or worker.proc.poll() is not None or worker.env_key != env_key:
+        worker.stop()
+        if settings.REDIS_URL:
+            _purge_task_queues(unacknowledged=True)
+        worker.start(env)
+        worker.env_key = env_key
+    elif settings.REDIS_URL:
         _purge_task_queues()
-    log_path = Path(settings.VAR_DIR) / "worker-test.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "muse_experiments",
-                "worker",
-                "-Q",
-                "completions,analytics",
-                "--pool",
-                "threads",
-                "--concurrency",
-                "4",
-                "-l",
-                "info",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-n",
-                f"test-{os.getpid()}@%h",
-            ],
-            env=env,
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 60
-    while b"ready." not in log_path.read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"celery worker did not start:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.2)
-    yield proc
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    yield worker.proc
+    upcoming = _next_item[0]
+    keep = (
+        bool(settings.REDIS_URL)
+        and upcoming is not None
+        and WORKER_FIXTURE in getattr(upcoming, "fixturenames", ())
+        and worker.proc is not None
+        and worker.proc.poll() is None
+        and worker.idle()
+    )
+    if not keep:
+        worker.stop()
 
 
-def _purge_task_queues() -> None:
+def _purge_task_queues(*, unacknowledged: bool = False) -> None:
     """Drop task messages earlier tests published without a worker to run them. Their jobs' rows
     were rolled back, but a waiting caller's message carries its row (routing.services.
-    completion_job_new), so a worker would run them and keep this test's job waiting behind them."""
+    completion_job_new), so a worker would run them and keep this test's job waiting behind them.
+
+    ``unacknowledged`` (only while no worker runs): also drop the messages workers that earlier
+    tests killed had received and not finished, which kombu would otherwise hand out again."""
     from muse_experiments.celery import app
     from muse_experiments.queues import Queue
 
     with app.connection_for_write() as conn:
+        channel = conn.default_channel
         for queue in (Queue.COMPLETIONS, Queue.ANALYTICS):
-            conn.default_channel.queue_purge(str(queue))
+            channel.queue_purge(str(queue))
+        if unacknowledged:
+            channel.client.delete(channel.unacked_key, channel.unacked_index_key)
 
 
 def wait_for_records_written(timeout_s: float = 30.0) -> None:

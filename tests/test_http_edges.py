@@ -26,8 +26,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def gunicorn_url(settings):
+@pytest.fixture(scope="module")
+def gunicorn_url(django_db_setup):
+    """One gunicorn for the module's tests, on the test database. Each test makes its own API key;
+    a key the server has not cached yet is looked up in the database (muse_experiments.auth)."""
+    from django.conf import settings
+
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": database_url_for_subprocess(), "DJANGO_DEBUG": "true"}
     env["REDIS_URL"] = settings.REDIS_URL or ""
