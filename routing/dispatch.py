@@ -42,7 +42,7 @@ from muse_experiments.embedded import result_ring
 from muse_experiments.queues import Queue
 
 from .events import job_cancel_request, uses_redis
-from .handoff import apply_final, wait_final
+from .handoff import FINAL_FIELDS, apply_final, wait_final
 from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from .services import (
     completion_job_create,
@@ -239,7 +239,9 @@ def wait_for_job(
             if job.status in FINISHED_STATUSES:
                 break
             time.sleep(0.1)
-    job.refresh_from_db()
+    # only what a worker's final state carries (as with Redis, routing.handoff): the request and
+    # attributes this process already holds are not read and decoded again
+    job.refresh_from_db(fields=FINAL_FIELDS)
     return job
 
 

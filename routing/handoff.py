@@ -70,6 +70,10 @@ def wait_final(job_id: str, *, timeout_s: float) -> dict[str, Any] | None:
     return final_state(job_id)
 
 
+#: The job fields a worker's final state carries (:func:`apply_final`): all a waiting request needs.
+FINAL_FIELDS = ("status", "result", "error", "finished_at")
+
+
 def apply_final(job: Any, state: dict[str, Any]) -> Any:
     """Set ``status``, ``result``, ``error`` and ``finished_at`` of a job object from ``state``."""
     job.status, job.result, job.error = state["status"], state.get("result"), state.get("error") or ""
