@@ -6,7 +6,7 @@ fault suite (``bench/chaos.py``) and README's deployment guide all read the same
 Procfile runner (honcho, foreman) runs it too.
 
 Formation (how many of each type): ``MUSE_FORMATION="worker=2,web=1"`` (honcho's ``-c`` syntax);
-unnamed types run :data:`DEFAULT_COUNTS` (two workers) or once; ``name=0`` leaves a type out. Replicas are named ``<type>.<n>``
+unnamed types run :data:`DEFAULT_COUNTS` or once; ``name=0`` leaves a type out. Replicas are named ``<type>.<n>``
 (``worker.1``, ``worker.2``) like honcho names them.
 
 The supervisor starts each process with ``sh -c 'exec <command>'`` (so ``${VAR:-default}`` expands)
@@ -54,9 +54,13 @@ def read_procfile(path: Path = PROCFILE) -> dict[str, str]:
     return out
 
 
-#: Processes per Procfile type when the formation does not name it: two workers (on 2 cores they
-#: serve 1.2-1.3x the calls of one, `bench/bench_stages.py --concurrency 32`), one of the rest.
-DEFAULT_COUNTS = {"worker": 2}
+#: Processes per Procfile type when the formation does not name it (else one): one of each. A
+#: second worker process on this 2-core machine served 1.0-1.1x the calls at 32 clients and added
+#: 1.1-1.7 ms to the p50 at 1 client (two processes taking calls in turn, each with its own cold
+#: caches: 3.3 against 3.9-4.3 ms of worker CPU per call); `bench/bench_stages.py`, `make
+#: bench-proxy` with MUSE_FORMATION=worker=1 and worker=2, 2026-12-02. Add workers for cores or
+#: redundancy (``worker=2``; ``bench/chaos.py`` runs two to test failover).
+DEFAULT_COUNTS: dict[str, int] = {}
 
 
 def parse_formation(text: str, types: Mapping[str, str]) -> dict[str, int]:

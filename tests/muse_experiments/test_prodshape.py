@@ -48,6 +48,12 @@ def test_a_formation_replicates_types_and_refuses_nonsense(tmp_path):
         parse_formation("worker=-1", types)
 
 
+def test_the_default_formation_runs_one_process_of_each_type():
+    types = read_procfile()
+    assert parse_formation("", types) == {name: 1 for name in types}
+    assert [p.name for p in processes(formation="beat=0") if p.type == "worker"] == ["worker.1"]
+
+
 def wait_for(condition, timeout_s=10.0):
     deadline = time.monotonic() + timeout_s
     while not condition():
