@@ -50,7 +50,7 @@ def test_a_formation_replicates_types_and_refuses_nonsense(tmp_path):
 
 def test_the_default_formation_runs_one_process_of_each_type():
     types = read_procfile()
-    assert parse_formation("", types) == {name: 1 for name in types}
+    assert parse_formation("", types) == dict.fromkeys(types, 1)
     assert [p.name for p in processes(formation="beat=0") if p.type == "worker"] == ["worker.1"]
 
 
