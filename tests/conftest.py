@@ -155,6 +155,56 @@ def database_url_for_subprocess() -> str:
     raise RuntimeError(f"no subprocess URL for {connection.vendor}")
 
 
+def start_celery_worker(
+    env: dict[str, str],
+    log_path: Path,
+    *,
+    name: str,
+    queues: str = "completions,analytics",
+    concurrency: int = 4,
+):
+    """Start a real ``celery worker`` (thread pool) with ``env``, its output in ``log_path``, in
+    its own process group; return the Popen once it logs ``ready.`` (the test fails if it exits
+    first or takes over 60 s)."""
+    import subprocess
+    import sys
+    import time
+
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "muse_experiments", "worker",
+                "-Q", queues, "--pool", "threads", "--concurrency", str(concurrency),
+                "-l", "info", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "-n", f"{name}-{os.getpid()}@%h",
+            ],
+            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while b"ready." not in log_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"celery worker {name} did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.1)
+    return proc
+
+
+def stop_process_group(proc, sig: int | None = None) -> None:
+    """Send ``sig`` (default SIGTERM: a worker's warm shutdown, running tasks finish) to the
+    process's group, then SIGKILL if it has not exited within 15 s."""
+    import signal
+    import subprocess
+
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM if sig is None else sig)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 WORKER_FIXTURE = "celery_worker_process"
 #: The test pytest runs after the current one (``pytest_runtest_protocol``'s ``nextitem``).
 _next_item: list = [None]
@@ -178,44 +228,14 @@ class _SharedWorker:
         self.env_key: tuple = ()
 
     def start(self, env: dict[str, str]) -> None:
-        import subprocess
-        import sys
-        import time
-
         from django.conf import settings
 
-        log_path = Path(settings.VAR_DIR) / "worker-test.log"
-        with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "celery", "-A", "muse_experiments", "worker",
-                    "-Q", "completions,analytics", "--pool", "threads", "--concurrency", "4",
-                    "-l", "info", "--without-gossip", "--without-mingle", "--without-heartbeat",
-                    "-n", f"test-{os.getpid()}@%h",
-                ],
-                env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while b"ready." not in log_path.read_bytes():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                pytest.fail(f"celery worker did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.1)
+        self.proc = start_celery_worker(env, Path(settings.VAR_DIR) / "worker-test.log", name="test")
 
     def stop(self) -> None:
         """SIGTERM (a warm shutdown: running tasks finish), then SIGKILL after 15 s."""
-        import signal
-        import subprocess
-
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc)
 
     def idle(self, timeout_s: float = 5.0) -> bool:
         """Wait up to ``timeout_s`` until the broker holds no message for the worker, none is

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +28,12 @@ from routing.events import redis_client
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.services import WORKER_LOST
 from routing.transcripts.models import TranscriptTurn
-from tests.conftest import CREDENTIAL_ENV, REPO, database_url_for_subprocess
+from tests.conftest import (
+    CREDENTIAL_ENV,
+    database_url_for_subprocess,
+    start_celery_worker,
+    stop_process_group,
+)
 from tests.factories import api_key, make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -54,29 +58,11 @@ def start_worker(name: str, log_path: Path, **extra_env: str) -> subprocess.Pope
         "DJANGO_DEBUG": "true",
         "REDIS_URL": settings.REDIS_URL,
     }
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "celery", "-A", "muse_experiments", "worker",
-                "-Q", "completions,maintenance", "--pool", "threads", "--concurrency", "1",
-                "-l", "info", "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "-n", f"{name}-{os.getpid()}@%h",
-            ],
-            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    wait_for(lambda: b"ready." in log_path.read_bytes() or proc.poll() is not None, 60, f"{name} start")
-    assert proc.poll() is None, log_path.read_text()[-3000:]
-    return proc
+    return start_celery_worker(env, log_path, name=name, queues="completions,maintenance", concurrency=1)
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    stop_process_group(proc, sig)
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
