@@ -6,7 +6,7 @@ fault suite (``bench/chaos.py``) and README's deployment guide all read the same
 Procfile runner (honcho, foreman) runs it too.
 
 Formation (how many of each type): ``MUSE_FORMATION="worker=2,web=1"`` (honcho's ``-c`` syntax);
-unnamed types run :data:`DEFAULT_COUNTS` or once; ``name=0`` leaves a type out. Replicas are named ``<type>.<n>``
+unnamed types run once; ``name=0`` leaves a type out. Replicas are named ``<type>.<n>``
 (``worker.1``, ``worker.2``) like honcho names them.
 
 The supervisor starts each process with ``sh -c 'exec <command>'`` (so ``${VAR:-default}`` expands)
@@ -54,20 +54,17 @@ def read_procfile(path: Path = PROCFILE) -> dict[str, str]:
     return out
 
 
-#: Processes per Procfile type when the formation does not name it (else one): one of each. A
-#: second worker process on this 2-core machine served 1.0-1.1x the calls at 32 clients and added
-#: 1.1-1.7 ms to the p50 at 1 client (two processes taking calls in turn, each with its own cold
-#: caches: 3.3 against 3.9-4.3 ms of worker CPU per call); `bench/bench_stages.py`, `make
-#: bench-proxy` with MUSE_FORMATION=worker=1 and worker=2, 2026-12-02. Add workers for cores or
-#: redundancy (``worker=2``; ``bench/chaos.py`` runs two to test failover).
-DEFAULT_COUNTS: dict[str, int] = {}
-
-
 def parse_formation(text: str, types: Mapping[str, str]) -> dict[str, int]:
-    """``"worker=2,beat=0"`` → a count per Procfile type (unnamed types: :data:`DEFAULT_COUNTS`,
-    else 1). Raises ``ValueError`` for an unknown type or a count that is not a non-negative
-    integer."""
-    counts = {name: DEFAULT_COUNTS.get(name, 1) for name in types}
+    """``"worker=2,beat=0"`` → a count per Procfile type (unnamed types: 1). Raises ``ValueError``
+    for an unknown type or a count that is not a non-negative integer.
+
+    One of each is the default production shape. A second worker process on this 2-core machine
+    served 1.0-1.1x the calls at 32 clients and added 1.1-1.7 ms to the p50 at 1 client (two
+    processes taking calls in turn, each with its own cold caches: 3.3 against 3.9-4.3 ms of
+    worker CPU per call); `bench/bench_stages.py`, `make bench-proxy` with MUSE_FORMATION=worker=1
+    and worker=2, 2026-12-02. Add workers for cores or redundancy (``worker=2``; ``bench/chaos.py``
+    runs two to test failover)."""
+    counts = dict.fromkeys(types, 1)
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         name, _, value = part.partition("=")
         name = name.strip()

@@ -311,7 +311,6 @@ def celery_worker_process(upstreams):
         bool(settings.REDIS_URL)
         and upcoming is not None
         and WORKER_FIXTURE in getattr(upcoming, "fixturenames", ())
-        and worker.proc is not None
         and worker.proc.poll() is None
         and worker.idle()
     )

@@ -61,10 +61,6 @@ def start_worker(name: str, log_path: Path, **extra_env: str) -> subprocess.Pope
     return start_celery_worker(env, log_path, name=name, queues="completions,maintenance", concurrency=1)
 
 
-def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-    stop_process_group(proc, sig)
-
-
 def wait_for(condition, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -110,7 +106,7 @@ def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_complet
         assert CompletionJob.objects.get(pk=one).status == JobStatus.RUNNING
         assert CompletionJob.objects.get(pk=two).status == JobStatus.QUEUED
 
-        stop(worker_a, signal.SIGKILL)
+        stop_process_group(worker_a, signal.SIGKILL)
         upstreams.set_scenario("avocado-v15", latency_ms=0)
         worker_b = start_worker("b", tmp_path / "b.log")
 
@@ -123,9 +119,9 @@ def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_complet
         b_log = tmp_path / "b.log"
         wait_for(lambda: f"run_completion[{one}] succeeded".encode() in b_log.read_bytes(), 60, "redelivery")
     finally:
-        stop(worker_a, signal.SIGKILL)
+        stop_process_group(worker_a, signal.SIGKILL)
         if worker_b is not None:
-            stop(worker_b)
+            stop_process_group(worker_b)
 
     job_one, job_two = CompletionJob.objects.get(pk=one), CompletionJob.objects.get(pk=two)
     assert (job_one.status, job_one.error) == (JobStatus.FAILED, WORKER_LOST)
@@ -165,16 +161,16 @@ def test_a_worker_killed_after_answering_loses_no_record(
         job_id = answer["id"]
         assert not CallRecord.objects.filter(job_id=job_id).exists()  # not drained: A has no drainer
         assert redis_client().xlen(writebehind.STREAM) == 1
-        stop(worker_a, signal.SIGKILL)
+        stop_process_group(worker_a, signal.SIGKILL)
 
         worker_b = start_worker("b", tmp_path / "b.log")
         wait_for(
             lambda: CallRecord.objects.filter(job_id=job_id).exists(), 30, "worker B to drain the records"
         )
     finally:
-        stop(worker_a, signal.SIGKILL)
+        stop_process_group(worker_a, signal.SIGKILL)
         if worker_b is not None:
-            stop(worker_b)
+            stop_process_group(worker_b)
 
     job = CompletionJob.objects.get(pk=job_id)
     assert (job.status, job.result) == (JobStatus.SUCCEEDED, answer["result"])
