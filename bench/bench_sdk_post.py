@@ -9,7 +9,8 @@ times, alternating over two rounds on the same warm SDK client and the same body
 
 * ``create``: ``chat.completions.create(**body)`` / ``responses.create(**body)``;
 * ``post``: ``client.post(path, body=body, cast_to=…, options=INFERENCE_OPTIONS)``, what
-  :mod:`routing.providers.openai_chat` and :mod:`routing.providers.openai_responses` do.
+  :mod:`routing.providers.openai_chat` (``cast_to=httpx2.Response``, its JSON read as is) and
+  :mod:`routing.providers.openai_responses` (``cast_to=Response``) do.
 
 Prints wall ms per call (the fake's serving is in it too, the same for both) and the
 post / create ratio. Same-machine, same-run figures only.
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from openai.types.chat import ChatCompletion  # noqa: E402
+import httpx2  # noqa: E402
 from openai.types.responses import Response  # noqa: E402
 
 from routing.fake_upstreams import FakeUpstreams  # noqa: E402
@@ -44,8 +45,8 @@ def two_ways(endpoint, request: CompletionRequest) -> dict[str, Callable[[], obj
         return {
             "create": lambda: client.chat.completions.create(**body),
             "post": lambda: client.post(
-                CHAT_PATH, body=body, cast_to=ChatCompletion, options=INFERENCE_OPTIONS
-            ),
+                CHAT_PATH, body=body, cast_to=httpx2.Response, options=INFERENCE_OPTIONS
+            ).json(),
         }
     body = build_responses_kwargs(endpoint, request)
     return {

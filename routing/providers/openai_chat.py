@@ -18,16 +18,25 @@ Usage: ``prompt_tokens`` (includes ``prompt_tokens_details.cached_tokens``),
 ``completion_tokens`` (includes ``completion_tokens_details.reasoning_tokens``).
 
 The call goes through the official SDK's client (its HTTP stack, Azure deployment URLs, auth,
-error classes, typed :class:`ChatCompletion` parsing) with ``client.post`` rather than
-``chat.completions.create`` (why: :mod:`routing.providers._openai_common`).
+error classes) with ``client.post`` rather than ``chat.completions.create`` (why:
+:mod:`routing.providers._openai_common`). A non-streamed answer is read from the response's JSON
+(``cast_to=httpx2.Response``, the raw-response cast of the SDK's README for ``client.post``)
+instead of being built into the SDK's typed :class:`ChatCompletion`: the few fields read here are
+checked as they are read (anything malformed is :class:`~routing.providers.errors.BadResponse`).
+The typed build is on the worker's critical path and the SDK's ``construct_type`` is pure Python:
+85 µs against ``json.loads``'s 5 µs for the instant upstream's answer (20,000 each), and
+``bench/bench_execute_job.py`` (2,000 calls, three alternating pairs, 2026-12-02) spent 2.98,
+1.84, 2.56 ms of CPU per call reading JSON against 3.32, 3.10, 2.84 ms building the model.
+Streamed chunks stay typed (:class:`ChatCompletionChunk`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import httpx2
 from openai import Stream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -107,28 +116,86 @@ def build_chat_kwargs(
     return kwargs
 
 
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a JSON object, ``obj.name`` of an SDK model; None if absent."""
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
 def chat_usage(usage: Any) -> Usage:
+    """Chat Completions ``usage`` (a JSON object or the SDK's model; None) -> :class:`Usage` (tokens)."""
     if usage is None:
         return Usage()
-    ptd = getattr(usage, "prompt_tokens_details", None)
-    ctd = getattr(usage, "completion_tokens_details", None)
-    cached = (getattr(ptd, "cached_tokens", None) or 0) if ptd else 0
-    write = (getattr(ptd, "cache_write_tokens", None) or 0) if ptd else 0
-    reasoning = (getattr(ctd, "reasoning_tokens", None) or 0) if ctd else 0
+    ptd = _field(usage, "prompt_tokens_details")
+    ctd = _field(usage, "completion_tokens_details")
+    cached = (_field(ptd, "cached_tokens") or 0) if ptd else 0
+    write = (_field(ptd, "cache_write_tokens") or 0) if ptd else 0
+    reasoning = (_field(ctd, "reasoning_tokens") or 0) if ctd else 0
+    prompt, completion = _field(usage, "prompt_tokens"), _field(usage, "completion_tokens")
     vendor = {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
         "prompt_tokens_details.cached_tokens": cached,
         "prompt_tokens_details.cache_write_tokens": write,
         "completion_tokens_details.reasoning_tokens": reasoning,
     }
     return Usage(
-        input_tokens=usage.prompt_tokens,
+        input_tokens=prompt,
         cached_input_tokens=cached,
         cache_write_tokens=write,
-        output_tokens=usage.completion_tokens,
+        output_tokens=completion,
         reasoning_tokens=reasoning,
         vendor=vendor,
+    )
+
+
+def _answer(response: httpx2.Response, endpoint: EndpointConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(completion, first choice)`` of a non-streamed answer's JSON. Raises :class:`BadResponse`
+    if the body is not a JSON object with a first choice holding a ``message`` object."""
+    try:
+        completion = response.json()
+    except ValueError:
+        raise _bad(response, endpoint, "the answer is not JSON") from None
+    choices = completion.get("choices") if isinstance(completion, dict) else None
+    if not choices or not isinstance(choices, list):
+        raise _bad(response, endpoint, "completion without choices")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        raise _bad(response, endpoint, "completion choice without a message")
+    return completion, choice
+
+
+def _tool_calls(
+    message: dict[str, Any], ids: ToolIdMap, response: httpx2.Response, endpoint: EndpointConfig
+) -> tuple[ToolCall, ...]:
+    """The function calls of an answer's ``message`` (ids mapped back). Raises :class:`BadResponse`
+    on a malformed call, or arguments that are not a JSON object."""
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise _bad(response, endpoint, "tool_calls is not a list")
+    out = []
+    for tc in calls:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if fn is None:
+            continue
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise _bad(response, endpoint, "a tool call without a function name")
+        out.append(
+            ToolCall(
+                id=ids.back(str(tc.get("id") or "")),
+                name=fn["name"],
+                arguments=parse_arguments(fn.get("arguments")),
+            )
+        )
+    return tuple(out)
+
+
+def _bad(response: httpx2.Response, endpoint: EndpointConfig, what: str) -> BadResponse:
+    """A retryable :class:`BadResponse` naming the endpoint (the body is never quoted)."""
+    return BadResponse(
+        f"{endpoint.public_id}: {what}",
+        upstream_request_id=response.headers.get("x-request-id"),
+        provider_kind=endpoint.provider_kind,
+        endpoint_id=endpoint.public_id,
     )
 
 
@@ -140,32 +207,24 @@ class OpenAIChatClient(ProviderClient):
     def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
         client = openai_sdk_client(endpoint)
         ids = ToolIdMap("chat_completions")
-        completion = client.post(
+        response = client.post(
             CHAT_PATH,
             body=build_chat_kwargs(endpoint, request, ids),
-            cast_to=ChatCompletion,
+            cast_to=httpx2.Response,
             options=INFERENCE_OPTIONS,
         )
-        if not completion.choices:
-            raise BadResponse(f"{endpoint.public_id}: completion without choices")
-        choice = completion.choices[0]
-        msg = choice.message
-        tool_calls = tuple(
-            ToolCall(
-                id=ids.back(tc.id), name=tc.function.name, arguments=parse_arguments(tc.function.arguments)
-            )
-            for tc in (msg.tool_calls or [])
-            if getattr(tc, "function", None) is not None
-        )
-        usage = chat_usage(completion.usage)
+        completion, choice = _answer(response, endpoint)
+        msg = choice["message"]
+        usage = chat_usage(completion.get("usage") if isinstance(completion.get("usage"), dict) else None)
+        text = msg.get("content")
         return CompletionResult(
-            text=msg.content or "",
-            tool_calls=tool_calls,
-            finish_reason=FINISH_REASONS.get(choice.finish_reason or "", "stop"),
+            text=text if isinstance(text, str) else "",
+            tool_calls=_tool_calls(msg, ids, response, endpoint),
+            finish_reason=FINISH_REASONS.get(str(choice.get("finish_reason") or ""), "stop"),
             usage=usage,
             cost_usd=compute_cost_usd(usage, endpoint),
             latency_ms=0.0,
-            upstream_request_id=getattr(completion, "_request_id", None),
+            upstream_request_id=response.headers.get("x-request-id"),
             endpoint_id=endpoint.public_id,
             upstream_model=endpoint.upstream_model,
         )

@@ -241,3 +241,131 @@ def test_upstream_error_text_never_carries_credentials_or_reasoning(
         assert "details withheld" in err.message and "upstream boom" not in err.message
     else:
         assert "upstream boom" in err.message or "not found" in err.message
+
+
+# -- A 200 whose JSON is not a chat completion: read field by field, never a crash ----------------
+
+
+class _CannedAnswer:
+    """A real HTTP server on 127.0.0.1 that answers every POST with ``body`` (JSON text, 200)."""
+
+    def __init__(self, body: str) -> None:
+        import http.server
+        import threading
+
+        canned = body.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("x-request-id", "req-canned")
+                self.send_header("content-length", str(len(canned)))
+                self.end_headers()
+                self.wfile.write(canned)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+_CHOICE = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        ('["not", "an", "object"]', "completion without choices"),
+        ('{"id": "x", "choices": []}', "completion without choices"),
+        ('{"choices": "none"}', "completion without choices"),
+        ('{"choices": [{"index": 0, "message": "hi"}]}', "completion choice without a message"),
+        (
+            json.dumps({"choices": [{**_CHOICE, "message": {"tool_calls": {"id": "c"}}}]}),
+            "tool_calls is not a list",
+        ),
+        (
+            json.dumps(
+                {
+                    "choices": [
+                        {**_CHOICE, "message": {"tool_calls": [{"id": "c", "function": {"arguments": "{}"}}]}}
+                    ]
+                }
+            ),
+            "a tool call without a function name",
+        ),
+        (
+            json.dumps({"choices": [{**_CHOICE, "message": {"tool_calls": [{"id": "c", "function": "f"}]}}]}),
+            "a tool call without a function name",
+        ),
+    ],
+)
+def test_a_chat_answer_that_is_json_but_not_a_completion_is_a_bad_response(endpoint_factory, body, what):
+    server = _CannedAnswer(body)
+    try:
+        ep = endpoint_factory("native", base_url=f"{server.url}/v1")
+        with pytest.raises(BadResponse) as info:
+            client_for(ep).complete(ep, REQ)
+    finally:
+        server.close()
+    err = info.value
+    assert str(err) == f"{ep.public_id}: {what}"
+    assert err.retryable is True and err.status_code is None
+    assert err.endpoint_id == ep.public_id and err.provider_kind == ep.provider_kind
+    assert err.upstream_request_id == "req-canned"
+
+
+def test_a_chat_answer_is_read_from_its_json_with_tool_calls_usage_and_request_id(endpoint_factory):
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": "x"}'},
+                        },
+                        {"id": "call_2", "type": "custom"},
+                    ],
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 30,
+            "completion_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 10},
+            "completion_tokens_details": {"reasoning_tokens": 2},
+        },
+    }
+    server = _CannedAnswer(json.dumps(body))
+    try:
+        ep = endpoint_factory("native", base_url=f"{server.url}/v1")
+        result = client_for(ep).complete(ep, REQ)
+    finally:
+        server.close()
+    assert result.text == ""
+    assert [(c.id, c.name, dict(c.arguments)) for c in result.tool_calls] == [
+        ("call_1", "lookup", {"q": "x"})
+    ]
+    assert result.finish_reason == "tool_calls"
+    assert (result.usage.input_tokens, result.usage.cached_input_tokens, result.usage.output_tokens) == (
+        30,
+        10,
+        7,
+    )
+    assert result.usage.reasoning_tokens == 2
+    assert result.upstream_request_id == "req-canned"
