@@ -150,7 +150,8 @@ def chat_usage(usage: Any) -> Usage:
 
 def _answer(response: httpx2.Response, endpoint: EndpointConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(completion, first choice)`` of a non-streamed answer's JSON. Raises :class:`BadResponse`
-    if the body is not a JSON object with a first choice holding a ``message`` object."""
+    if the body is not a JSON object with a first choice holding a ``message`` object whose
+    ``content`` is text or null."""
     try:
         completion = response.json()
     except ValueError:
@@ -161,7 +162,38 @@ def _answer(response: httpx2.Response, endpoint: EndpointConfig) -> tuple[dict[s
     choice = choices[0]
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         raise _bad(response, endpoint, "completion choice without a message")
+    if not isinstance(choice["message"].get("content") or "", str):
+        raise _bad(response, endpoint, "message content is not text")
     return completion, choice
+
+
+def _usage(
+    completion: dict[str, Any], response: httpx2.Response, endpoint: EndpointConfig
+) -> dict[str, Any] | None:
+    """The answer's ``usage`` object (None if it has none). Raises :class:`BadResponse` unless its
+    token counts are whole numbers ≥ 0 (a count it leaves out is 0)."""
+    usage = completion.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise _bad(response, endpoint, "usage is not an object")
+    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    for details, name in (
+        ("prompt_tokens_details", "cached_tokens"),
+        ("prompt_tokens_details", "cache_write_tokens"),
+        ("completion_tokens_details", "reasoning_tokens"),
+    ):
+        part = usage.get(details)
+        if part is not None and not isinstance(part, dict):
+            raise _bad(response, endpoint, f"usage.{details} is not an object")
+        counts.append((part or {}).get(name))
+    if any(n is not None and (type(n) is not int or n < 0) for n in counts):
+        raise _bad(response, endpoint, "usage holds a token count that is not a whole number")
+    return {
+        **usage,
+        "prompt_tokens": usage.get("prompt_tokens") or 0,
+        "completion_tokens": usage.get("completion_tokens") or 0,
+    }
 
 
 def _tool_calls(
@@ -215,10 +247,9 @@ class OpenAIChatClient(ProviderClient):
         )
         completion, choice = _answer(response, endpoint)
         msg = choice["message"]
-        usage = chat_usage(completion.get("usage") if isinstance(completion.get("usage"), dict) else None)
-        text = msg.get("content")
+        usage = chat_usage(_usage(completion, response, endpoint))
         return CompletionResult(
-            text=text if isinstance(text, str) else "",
+            text=msg.get("content") or "",
             tool_calls=_tool_calls(msg, ids, response, endpoint),
             finish_reason=FINISH_REASONS.get(str(choice.get("finish_reason") or ""), "stop"),
             usage=usage,

@@ -305,6 +305,23 @@ _CHOICE = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
             json.dumps({"choices": [{**_CHOICE, "message": {"tool_calls": [{"id": "c", "function": "f"}]}}]}),
             "a tool call without a function name",
         ),
+        (
+            json.dumps({"choices": [{**_CHOICE, "message": {"content": [{"type": "text", "text": "hi"}]}}]}),
+            "message content is not text",
+        ),
+        (json.dumps({"choices": [_CHOICE], "usage": "12 tokens"}), "usage is not an object"),
+        (
+            json.dumps({"choices": [_CHOICE], "usage": {"prompt_tokens": "12", "completion_tokens": 3}}),
+            "usage holds a token count that is not a whole number",
+        ),
+        (
+            json.dumps({"choices": [_CHOICE], "usage": {"prompt_tokens": 12, "completion_tokens": -1}}),
+            "usage holds a token count that is not a whole number",
+        ),
+        (
+            json.dumps({"choices": [_CHOICE], "usage": {"prompt_tokens": 1, "prompt_tokens_details": [3]}}),
+            "usage.prompt_tokens_details is not an object",
+        ),
     ],
 )
 def test_a_chat_answer_that_is_json_but_not_a_completion_is_a_bad_response(endpoint_factory, body, what):
@@ -369,3 +386,14 @@ def test_a_chat_answer_is_read_from_its_json_with_tool_calls_usage_and_request_i
     )
     assert result.usage.reasoning_tokens == 2
     assert result.upstream_request_id == "req-canned"
+
+
+def test_a_chat_answer_without_some_usage_counts_bills_them_as_zero(endpoint_factory):
+    server = _CannedAnswer(json.dumps({"choices": [_CHOICE], "usage": {"prompt_tokens": 5}}))
+    try:
+        ep = endpoint_factory("native", base_url=f"{server.url}/v1")
+        result = client_for(ep).complete(ep, REQ)
+    finally:
+        server.close()
+    assert result.text == "hi" and result.finish_reason == "stop"
+    assert (result.usage.input_tokens, result.usage.output_tokens, result.usage.reasoning_tokens) == (5, 0, 0)
