@@ -122,7 +122,8 @@ def _field(obj: Any, name: str) -> Any:
 
 
 def chat_usage(usage: Any) -> Usage:
-    """Chat Completions ``usage`` (a JSON object or the SDK's model; None) -> :class:`Usage` (tokens)."""
+    """Chat Completions ``usage`` (a JSON object or the SDK's model; None) -> :class:`Usage` (tokens;
+    a count the upstream left out is 0)."""
     if usage is None:
         return Usage()
     ptd = _field(usage, "prompt_tokens_details")
@@ -130,7 +131,7 @@ def chat_usage(usage: Any) -> Usage:
     cached = (_field(ptd, "cached_tokens") or 0) if ptd else 0
     write = (_field(ptd, "cache_write_tokens") or 0) if ptd else 0
     reasoning = (_field(ctd, "reasoning_tokens") or 0) if ctd else 0
-    prompt, completion = _field(usage, "prompt_tokens"), _field(usage, "completion_tokens")
+    prompt, completion = _field(usage, "prompt_tokens") or 0, _field(usage, "completion_tokens") or 0
     vendor = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -167,33 +168,27 @@ def _answer(response: httpx2.Response, endpoint: EndpointConfig) -> tuple[dict[s
     return completion, choice
 
 
-def _usage(
-    completion: dict[str, Any], response: httpx2.Response, endpoint: EndpointConfig
-) -> dict[str, Any] | None:
-    """The answer's ``usage`` object (None if it has none). Raises :class:`BadResponse` unless its
-    token counts are whole numbers ≥ 0 (a count it leaves out is 0)."""
-    usage = completion.get("usage")
-    if usage is None:
-        return None
-    if not isinstance(usage, dict):
+def _usage(completion: dict[str, Any], response: httpx2.Response, endpoint: EndpointConfig) -> Usage:
+    """The answer's ``usage`` as :class:`Usage` (tokens; none reported: zeros). Raises
+    :class:`BadResponse` unless it is an object (its details too) whose token counts are whole
+    numbers ≥ 0."""
+    raw = completion.get("usage")
+    if raw is not None and not isinstance(raw, dict):
         raise _bad(response, endpoint, "usage is not an object")
-    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
-    for details, name in (
-        ("prompt_tokens_details", "cached_tokens"),
-        ("prompt_tokens_details", "cache_write_tokens"),
-        ("completion_tokens_details", "reasoning_tokens"),
-    ):
-        part = usage.get(details)
-        if part is not None and not isinstance(part, dict):
+    for details in ("prompt_tokens_details", "completion_tokens_details"):
+        if raw and raw.get(details) is not None and not isinstance(raw[details], dict):
             raise _bad(response, endpoint, f"usage.{details} is not an object")
-        counts.append((part or {}).get(name))
-    if any(n is not None and (type(n) is not int or n < 0) for n in counts):
+    usage = chat_usage(raw)
+    counts = (
+        usage.input_tokens,
+        usage.cached_input_tokens,
+        usage.cache_write_tokens,
+        usage.output_tokens,
+        usage.reasoning_tokens,
+    )
+    if any(type(n) is not int or n < 0 for n in counts):
         raise _bad(response, endpoint, "usage holds a token count that is not a whole number")
-    return {
-        **usage,
-        "prompt_tokens": usage.get("prompt_tokens") or 0,
-        "completion_tokens": usage.get("completion_tokens") or 0,
-    }
+    return usage
 
 
 def _tool_calls(
@@ -247,7 +242,7 @@ class OpenAIChatClient(ProviderClient):
         )
         completion, choice = _answer(response, endpoint)
         msg = choice["message"]
-        usage = chat_usage(_usage(completion, response, endpoint))
+        usage = _usage(completion, response, endpoint)
         return CompletionResult(
             text=msg.get("content") or "",
             tool_calls=_tool_calls(msg, ids, response, endpoint),
