@@ -7,10 +7,12 @@ catalogue at the upstream, a running 50/50 Avocado v14/v15 experiment), then run
 message carries it) — no web process, no broker, no Celery — and prints the wall time per call
 (p50, mean) and this process's CPU per call. Each job is a new unit; ``--anonymous`` marks the
 jobs anonymous (no session or user named: :func:`routing.planning.is_anonymous`), ``--profile``
-prints the top of a cProfile of a second pass.
+prints the top of a cProfile of a second pass. ``--drain BATCH`` then times the records drainer's
+database write (:func:`routing.records.records_write`) of the calls the runs buffered in Redis, in
+batches of ``BATCH``, each rolled back so that repeats write the same rows.
 
     BENCH_DATABASE_URL=postgres://…/muse_bench_job BENCH_REDIS_URL=redis://…/3 \\
-        .venv/bin/python bench/bench_execute_job.py [--calls 2000] [--anonymous] [--profile]
+        .venv/bin/python bench/bench_execute_job.py [--calls 2000] [--anonymous] [--profile] [--drain 15]
 
 Same-machine figures only: compare runs taken back to back (``--anonymous`` against without).
 """
@@ -34,6 +36,12 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2000, help="measured calls (after 300 uncounted)")
     parser.add_argument("--anonymous", action="store_true", help="jobs whose caller named no session or user")
     parser.add_argument("--profile", action="store_true", help="cProfile a second pass")
+    parser.add_argument(
+        "--drain",
+        type=int,
+        metavar="BATCH",
+        help="then time the records drainer's write of the buffered calls in batches of BATCH",
+    )
     args = parser.parse_args()
     var = bench_dir("bench-execute-job", embedded=False)
     with Processes(var / "logs") as procs:
@@ -84,8 +92,44 @@ def main() -> int:
             run(args.calls)
             profile.disable()
             pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        if args.drain:
+            drain_records(args.drain, profile=args.profile)
         redis.Redis.from_url(env["REDIS_URL"]).delete("muse:records")
     return 0
+
+
+def drain_records(batch: int, *, profile: bool) -> None:
+    """The records drainer's CPU per call: the calls the runs buffered in Redis, written by
+    :func:`routing.records.records_write` in batches of ``batch`` (the drainer's 1-client batch is
+    ~15 at the default 200 ms linger), each batch in a transaction rolled back so that every
+    repeat writes the same rows; prints the best of 3 repeats (this process's CPU)."""
+    from django.db import transaction
+
+    from routing import writebehind
+    from routing.records import records_write
+
+    entries = writebehind.redis_client().xrange(writebehind.STREAM)
+    payloads = [json.loads(fields[b"p"]) for _, fields in entries]
+    batches = [payloads[i : i + batch] for i in range(0, len(payloads), batch)]
+    profiler = cProfile.Profile() if profile else None
+    best = float("inf")
+    for _ in range(3):
+        if profiler:
+            profiler.enable()
+        cpu = time.process_time()
+        for chunk in batches:
+            with transaction.atomic():
+                if records_write(chunk) != len(chunk):
+                    raise SystemExit("a batch wrote fewer calls than it holds")
+                transaction.set_rollback(True)
+        best = min(best, time.process_time() - cpu)
+        if profiler:
+            profiler.disable()
+    print(
+        f"records_write ({len(payloads)} calls, batches of {batch}, rolled back): CPU {best / len(payloads) * 1e3:.3f} ms per call (best of 3)"
+    )
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Pure Python: no Django import.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,9 @@ def nul_path(value: Any, path: str = "") -> str | None:
     Objects add ``.key`` (no dot at the root), arrays ``[i]``; a NUL in a key names the key's path.
     Iterative, so deeply nested input cannot exhaust the stack.
     """
+    text = _json_text(value)
+    if text is not None and "\\u0000" not in text:  # JSON writes every NUL as \u0000
+        return None
     return _first_path(value, path, lambda text: NUL in text)
 
 
@@ -39,7 +43,27 @@ def surrogate_path(value: Any, path: str = "") -> str | None:
     """Like :func:`nul_path`, for a lone UTF-16 surrogate (U+D800..U+DFFF, e.g. ``"\\udfff"`` in
     JSON): it has no UTF-8 encoding, so neither database can store it. Surrogates in the path are
     shown as ``\\udfff`` escapes."""
+    text = _json_text(value)
+    if text is not None and not _SURROGATE.search(text):  # JSON text keeps them as they are
+        return None
     return _first_path(value, path, _SURROGATE.search)
+
+
+def _json_text(value: Any) -> str | None:
+    """``value`` as JSON text (``ensure_ascii=False``), else None (not JSON-like, or too deep).
+
+    The clean case's fast path: ``json``'s C encoder writes the text at once, where the walk
+    below builds every node's path in Python (one call's 3.4 KB records payload: ``storable`` 33 µs
+    against 61 µs, ``timeit``). Only a value whose text shows no NUL escape (or no surrogate)
+    skips the walk; any hit, even a false one such as the six characters ``\\u0000`` in a
+    string, is settled by the walk.
+    """
+    if isinstance(value, str):
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

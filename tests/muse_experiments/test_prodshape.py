@@ -159,3 +159,20 @@ def test_gunicorn_builds_no_access_line_that_its_logging_config_drops():
     log.access_log.setLevel(logging.INFO)
     with pytest.raises(AssertionError, match="access line was built"):
         log.access(Exploding(), Exploding(), {}, None)
+
+
+def test_gunicorn_parses_requests_with_its_c_parser_under_the_production_config():
+    """``gunicorn_h1c`` (gunicorn's "fast" extra) is installed and nothing in
+    :mod:`muse_experiments.gunicorn_conf` turns on a compatibility flag that sends gunicorn back
+    to its pure-Python parser (``http_parser = "auto"`` falls back silently)."""
+    from gunicorn.config import Config
+    from gunicorn.http import message
+
+    from muse_experiments import gunicorn_conf
+
+    cfg = Config()
+    for name, value in vars(gunicorn_conf).items():
+        if name in cfg.settings:
+            cfg.set(name, value)
+    assert cfg.http_parser == "auto"
+    assert message._check_fast_parser(cfg) is True
