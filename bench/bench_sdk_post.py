@@ -13,13 +13,22 @@ times, alternating over two rounds on the same warm SDK client and the same body
   :mod:`routing.providers.openai_responses` (``cast_to=Response``) do.
 
 Prints wall ms per call (the fake's serving is in it too, the same for both) and the
-post / create ratio. Same-machine, same-run figures only.
+post / create ratio.
+
+Then the native endpoint's call against ``bench/instant_upstream.py`` in its own process, so that
+this process's CPU is the client's alone: ``create``, ``post`` and ``urllib3`` — what
+:mod:`routing.providers.openai_chat` does for a native endpoint (:func:`~routing.providers.
+openai_chat.native_pool`, the watched ``urllib3`` pool of :mod:`routing.providers.transport`) —
+CPU ms per call, best of 3 rounds, and each against ``create``. Same-machine, same-run figures
+only.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,9 +39,9 @@ import httpx2  # noqa: E402
 from openai.types.responses import Response  # noqa: E402
 
 from routing.fake_upstreams import FakeUpstreams  # noqa: E402
-from routing.providers import CompletionRequest  # noqa: E402
+from routing.providers import CompletionRequest, Message  # noqa: E402
 from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client  # noqa: E402
-from routing.providers.openai_chat import CHAT_PATH, build_chat_kwargs  # noqa: E402
+from routing.providers.openai_chat import CHAT_PATH, _post_native, build_chat_kwargs, native_pool  # noqa: E402
 from routing.providers.openai_responses import RESPONSES_PATH, build_responses_kwargs  # noqa: E402
 from tests.routing.conftest import MODELS, make_endpoint, second_turn  # noqa: E402
 
@@ -53,6 +62,43 @@ def two_ways(endpoint, request: CompletionRequest) -> dict[str, Callable[[], obj
         "create": lambda: client.responses.create(**body),
         "post": lambda: client.post(RESPONSES_PATH, body=body, cast_to=Response, options=INFERENCE_OPTIONS),
     }
+
+
+def native_cpu(fake: FakeUpstreams, calls: int) -> None:
+    """The native call three ways against the instant upstream (own process): CPU ms per call."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_proxy import start_upstream
+    from benchlib import Processes
+
+    with tempfile.TemporaryDirectory() as logs, Processes(Path(logs)) as procs:
+        upstream = start_upstream(procs)
+        endpoint = make_endpoint(fake, "native", base_url=f"{upstream}/v1")
+        request = CompletionRequest(messages=(Message("user", "hi"),))
+        body = build_chat_kwargs(endpoint, request)
+        client = openai_sdk_client(endpoint)
+        pool = native_pool(endpoint)
+        ways = {
+            "create": lambda: client.chat.completions.create(**body),
+            "post": lambda: client.post(
+                CHAT_PATH, body=body, cast_to=httpx2.Response, options=INFERENCE_OPTIONS
+            ).json(),
+            "urllib3": lambda: _post_native(pool, endpoint, body),
+        }
+        best = dict.fromkeys(ways, float("inf"))
+        for call in ways.values():
+            for _ in range(200):  # warm-up
+                call()
+        for _ in range(3):
+            for way, call in ways.items():
+                started = time.process_time()
+                for _ in range(calls):
+                    call()
+                best[way] = min(best[way], (time.process_time() - started) / calls * 1000)
+        print(
+            f"\nnative chat against the instant upstream (pid {os.getpid()} CPU ms per call, best of 3 × {calls}):"
+        )
+        for way, ms in best.items():
+            print(f"  {way:<8}{ms:7.3f} ms  ({ms / best['create']:.2f}× create)")
 
 
 def ms_per_call(call, n: int) -> float:
@@ -84,6 +130,7 @@ def main() -> int:
                 f"{name:<18}{totals['create']:>11.2f}{totals['post']:>10.2f}"
                 f"{totals['post'] / totals['create']:>12.2f}×"
             )
+        native_cpu(fake, args.calls)
     finally:
         fake.stop()
     return 0

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import anthropic
 import httpx2
 import openai
+import urllib3
 
 from routing.providers.errors import (
     BadResponse,
@@ -61,13 +62,15 @@ SDK_EXCEPTIONS: tuple[type[BaseException], ...] = (
     anthropic.AnthropicError,
     httpx2.HTTPError,
     httpx2.StreamError,
+    urllib3.exceptions.HTTPError,  # the native service's non-streamed calls (transport.watched_pool)
     ValueError,  # json.JSONDecodeError, pydantic.ValidationError
     OSError,
 )
 
 
 class SDKClientCache:
-    """Thread-safe in-process cache of SDK clients keyed by endpoint transport + credential.
+    """Thread-safe in-process cache of SDK clients (and the native service's ``urllib3`` pools)
+    keyed by endpoint transport + credential.
 
     Keys use the credential *fingerprint*, never the secret. ``get(key, factory)`` builds at
     most one client per key (SDK clients are thread-safe and hold connection pools).
@@ -582,8 +585,28 @@ def map_exception(
             etype = safe_error_type(body.get("type") or body.get("code"))
         text = f"upstream error {etype or ''}: {upstream(msg)}".strip()
         return build(UpstreamUnavailable, text, error_type=etype)
+    if isinstance(exc, urllib3.exceptions.HTTPError):
+        return _urllib3_error(exc, endpoint, build)
     if isinstance(exc, ValueError):  # json.JSONDecodeError, pydantic ValidationError
         return build(BadResponse, f"malformed response ({type(exc).__name__})")
     if isinstance(exc, OSError):
         return build(ConnectionFailed, f"connection failed ({type(exc).__name__})")
     return build(ProviderError, f"unexpected {type(exc).__name__}", retryable=False)
+
+
+def _urllib3_error(
+    exc: urllib3.exceptions.HTTPError, endpoint: EndpointConfig, build: Callable[..., ProviderError]
+) -> ProviderError:
+    """:func:`map_exception` for ``urllib3`` (the native service's calls): the same classes and
+    wording as for the SDK's ``httpx2`` errors; a connection that was refused or could not be
+    resolved is a failed connection, not a timeout (``NewConnectionError`` subclasses urllib3's
+    ``ConnectTimeoutError``)."""
+    errors = urllib3.exceptions
+    if isinstance(exc, errors.NewConnectionError):
+        return build(ConnectionFailed, f"connection failed ({type(exc).__name__})")
+    if isinstance(exc, errors.TimeoutError):
+        return build(UpstreamTimeout, f"timed out after {endpoint.timeout_s:g}s")
+    if isinstance(exc, errors.DecodeError):
+        return build(BadResponse, "could not decode response body")
+    cause = exc.args[1] if isinstance(exc, errors.ProtocolError) and len(exc.args) > 1 else exc
+    return build(ConnectionFailed, f"connection failed ({type(cause).__name__})")

@@ -1,15 +1,19 @@
 """Cutting off a non-streamed upstream call from another thread, over real HTTP, for every
-provider kind (the SDK clients' own transports, :mod:`routing.providers.transport`)."""
+provider kind (the SDK clients' own transports and the native service's urllib3 pool,
+:mod:`routing.providers.transport`)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import pytest
 
 from routing.providers import CompletionRequest, Message, client_for
-from routing.providers.errors import ConnectionFailed
-from routing.providers.transport import upstream_call
+from routing.providers.base import sdk_clients
+from routing.providers.errors import ConnectionFailed, UpstreamUnavailable
+from routing.providers.openai_chat import NATIVE_USER_AGENT
+from routing.providers.transport import upstream_call, watched_pool
 from tests.routing.conftest import MODELS
 
 #: Avocado (native chat), Azure OpenAI Responses (dated and v1), Anthropic Messages.
@@ -98,3 +102,61 @@ def test_cancelling_a_finished_call_leaves_the_pooled_connection_to_the_next_cal
     assert box["result"].text == f"{MODELS['native']} reply to: two [quality=0.50]"
     assert not box["call"].cancelled
     assert [c["status"] for c in fake.calls(model=MODELS["native"])] == [200, 200]
+
+
+def test_a_native_non_streamed_call_goes_through_the_urllib3_pool_and_the_rest_through_the_sdk(
+    fake, endpoint_factory
+):
+    native, openai_chat = endpoint_factory("native"), endpoint_factory("openai_chat")
+    assert client_for(native).complete(native, ask("one")).text.startswith(MODELS["native"])
+    list(client_for(native).stream(native, ask("two")))
+    client_for(openai_chat).complete(openai_chat, ask("three"))
+
+    agents = [c["headers"]["user-agent"] for c in fake.calls()]
+    assert agents[0] == NATIVE_USER_AGENT
+    assert agents[1].startswith("OpenAI/Python") and agents[2].startswith("OpenAI/Python")
+    first = fake.calls()[0]
+    assert (first["method"], first["path"], first["auth_ok"]) == ("POST", "/v1/chat/completions", True)
+    assert first["headers"]["content-type"] == "application/json"
+
+
+def test_under_an_environment_proxy_the_native_call_goes_to_the_proxy(fake, endpoint_factory, monkeypatch):
+    """The urllib3 pool does not read ``HTTP_PROXY``; the SDK's client does, so a native endpoint
+    whose host a proxy applies to is served by the SDK (the proxy here answers 502 to anything)."""
+    seen: list[bytes] = []
+    proxy = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        conn, _ = proxy.accept()
+        with conn:
+            seen.append(conn.recv(65536).split(b"\r\n", 1)[0])
+            conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    sdk_clients.clear()
+    ep = endpoint_factory("native")
+    try:
+        with pytest.raises(UpstreamUnavailable):
+            client_for(ep).complete(ep, ask("via the proxy"))
+    finally:
+        sdk_clients.clear()
+        proxy.close()
+    thread.join(5)
+    assert seen == [f"POST {ep.base_url.rstrip('/')}/chat/completions HTTP/1.1".encode()]
+    assert fake.calls() == []
+
+
+def test_watched_pool_leaves_a_host_to_the_proxy_unless_no_proxy_excludes_it(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert watched_pool("https://avocado.internal/v1", timeout_s=5) is None
+    monkeypatch.setenv("NO_PROXY", "avocado.internal")
+    pool = watched_pool("https://avocado.internal/v1", timeout_s=5)
+    assert pool is not None and (pool.host, pool.port, pool.scheme) == ("avocado.internal", None, "https")
+    assert (pool.timeout.connect_timeout, pool.timeout.read_timeout) == (5, 5)
+    assert watched_pool("http://avocado.internal:8080/v1", timeout_s=1) is not None  # no HTTP_PROXY
