@@ -231,11 +231,12 @@ def watched_pool(base_url: str, *, timeout_s: float) -> urllib3.HTTPConnectionPo
     """A ``urllib3`` keep-alive pool for ``base_url``'s host whose calls :meth:`UpstreamCall.cancel`
     can cut off; ``timeout_s`` bounds the connect and each read (as the SDK's timeout does). No
     retries and no redirects: a failed call is the caller's to retry. ``None`` when an environment
-    proxy (``HTTP(S)_PROXY``, not excluded by ``NO_PROXY``) applies to the host: the caller then
+    proxy (``HTTP(S)_PROXY`` or ``ALL_PROXY``, not excluded by ``NO_PROXY``) applies to the host: the caller then
     uses the SDK's client, which honours it."""
     url = urllib3.util.parse_url(base_url)
     scheme = url.scheme or "http"
-    if urllib.request.getproxies().get(scheme) and not urllib.request.proxy_bypass(url.host or ""):
+    proxies = urllib.request.getproxies()
+    if (proxies.get(scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(url.host or ""):
         return None
     pool_class = _WatchedHTTPSPool if scheme == "https" else _WatchedHTTPPool
     return pool_class(

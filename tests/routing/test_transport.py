@@ -134,9 +134,8 @@ def test_under_an_environment_proxy_the_native_call_goes_to_the_proxy(fake, endp
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
+    no_proxies(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
     sdk_clients.clear()
     ep = endpoint_factory("native")
     try:
@@ -150,13 +149,22 @@ def test_under_an_environment_proxy_the_native_call_goes_to_the_proxy(fake, endp
     assert fake.calls() == []
 
 
+def no_proxies(monkeypatch) -> None:
+    """Clear every proxy variable ``urllib.request.getproxies`` reads (either case)."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
 def test_watched_pool_leaves_a_host_to_the_proxy_unless_no_proxy_excludes_it(monkeypatch):
+    no_proxies(monkeypatch)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
     assert watched_pool("https://avocado.internal/v1", timeout_s=5) is None
     monkeypatch.setenv("NO_PROXY", "avocado.internal")
     pool = watched_pool("https://avocado.internal/v1", timeout_s=5)
     assert pool is not None and (pool.host, pool.port, pool.scheme) == ("avocado.internal", None, "https")
     assert (pool.timeout.connect_timeout, pool.timeout.read_timeout) == (5, 5)
     assert watched_pool("http://avocado.internal:8080/v1", timeout_s=1) is not None  # no HTTP_PROXY
+    monkeypatch.setenv("ALL_PROXY", "socks5://proxy.internal:1080")
+    monkeypatch.delenv("NO_PROXY")
+    assert watched_pool("http://avocado.internal:8080/v1", timeout_s=1) is None
