@@ -18,7 +18,7 @@ post / create ratio.
 Then the native endpoint's call against ``bench/instant_upstream.py`` in its own process, so that
 this process's CPU is the client's alone: ``create``, ``post`` and ``urllib3`` — what
 :mod:`routing.providers.openai_chat` does for a native endpoint (:func:`~routing.providers.
-openai_chat.native_pool`, the watched ``urllib3`` pool of :mod:`routing.providers.transport`) —
+openai_chat.native_route`, the watched ``urllib3`` pool of :mod:`routing.providers.transport`) —
 CPU ms per call, best of 3 rounds, and each against ``create``. Same-machine, same-run figures
 only.
 """
@@ -41,7 +41,7 @@ from openai.types.responses import Response  # noqa: E402
 from routing.fake_upstreams import FakeUpstreams  # noqa: E402
 from routing.providers import CompletionRequest, Message  # noqa: E402
 from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client  # noqa: E402
-from routing.providers.openai_chat import CHAT_PATH, _post_native, build_chat_kwargs, native_pool  # noqa: E402
+from routing.providers.openai_chat import CHAT_PATH, _post_native, build_chat_kwargs, native_route  # noqa: E402
 from routing.providers.openai_responses import RESPONSES_PATH, build_responses_kwargs  # noqa: E402
 from tests.routing.conftest import MODELS, make_endpoint, second_turn  # noqa: E402
 
@@ -76,13 +76,13 @@ def native_cpu(fake: FakeUpstreams, calls: int) -> None:
         request = CompletionRequest(messages=(Message("user", "hi"),))
         body = build_chat_kwargs(endpoint, request)
         client = openai_sdk_client(endpoint)
-        pool = native_pool(endpoint)
+        route = native_route(endpoint)
         ways = {
             "create": lambda: client.chat.completions.create(**body),
             "post": lambda: client.post(
                 CHAT_PATH, body=body, cast_to=httpx2.Response, options=INFERENCE_OPTIONS
             ).json(),
-            "urllib3": lambda: _post_native(pool, endpoint, body),
+            "urllib3": lambda: _post_native(route, endpoint, body),
         }
         best = dict.fromkeys(ways, float("inf"))
         for call in ways.values():

@@ -14,7 +14,7 @@ from django.core.handlers.wsgi import LimitedStream
 from django.utils.http import parse_header_parameters
 from rest_framework import exceptions, parsers, serializers, status
 
-from .storage_text import nul_path, surrogate_path
+from .storage_text import unstorable_paths
 from .validation import UNIT_ID_MAX, unit_id_problem
 
 
@@ -93,12 +93,11 @@ def refuse_nul(data, path: str = "") -> None:
     """Raise a 400 ``ValidationError`` naming the first field of client input that holds a NUL
     character (PostgreSQL cannot store one) or a lone surrogate (no UTF-8 encoding, so no
     database can); see :mod:`muse_experiments.storage_text`."""
-    where = nul_path(data, path)
-    if where is not None:
-        raise exceptions.ValidationError({where: [NUL_MESSAGE]})
-    where = surrogate_path(data, path)
-    if where is not None:
-        raise exceptions.ValidationError({where: [SURROGATE_MESSAGE]})
+    nul, surrogate = unstorable_paths(data, path)
+    if nul is not None:
+        raise exceptions.ValidationError({nul: [NUL_MESSAGE]})
+    if surrogate is not None:
+        raise exceptions.ValidationError({surrogate: [SURROGATE_MESSAGE]})
 
 
 NUL_MESSAGE = "NUL characters (\\u0000) are not allowed."

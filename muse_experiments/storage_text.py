@@ -33,20 +33,45 @@ def nul_path(value: Any, path: str = "") -> str | None:
     Objects add ``.key`` (no dot at the root), arrays ``[i]``; a NUL in a key names the key's path.
     Iterative, so deeply nested input cannot exhaust the stack.
     """
-    text = _json_text(value)
-    if text is not None and "\\u0000" not in text:  # JSON writes every NUL as \u0000
-        return None
-    return _first_path(value, path, lambda text: NUL in text)
+    return _find(value, path, _json_text(value), _json_has_nul, _has_nul)
 
 
 def surrogate_path(value: Any, path: str = "") -> str | None:
     """Like :func:`nul_path`, for a lone UTF-16 surrogate (U+D800..U+DFFF, e.g. ``"\\udfff"`` in
     JSON): it has no UTF-8 encoding, so neither database can store it. Surrogates in the path are
     shown as ``\\udfff`` escapes."""
+    return _find(value, path, _json_text(value), _SURROGATE.search, _SURROGATE.search)
+
+
+def unstorable_paths(value: Any, path: str = "") -> tuple[str | None, str | None]:
+    """``(nul_path(value, path), surrogate_path(value, path))`` from one JSON text of ``value``
+    (client input is checked for both)."""
     text = _json_text(value)
-    if text is not None and not _SURROGATE.search(text):  # JSON text keeps them as they are
+    return (
+        _find(value, path, text, _json_has_nul, _has_nul),
+        _find(value, path, text, _SURROGATE.search, _SURROGATE.search),
+    )
+
+
+#: How JSON text writes a NUL (always escaped).
+_JSON_NUL = "\\u0000"
+
+
+def _has_nul(text: str) -> bool:
+    return NUL in text
+
+
+def _json_has_nul(text: str) -> bool:
+    return _JSON_NUL in text
+
+
+def _find(
+    value: Any, path: str, text: str | None, hit: Callable[[str], Any], bad: Callable[[str], Any]
+) -> str | None:
+    """:func:`_first_path` of ``value``, unless its JSON ``text`` shows no ``hit`` (no walk then)."""
+    if text is not None and not hit(text):
         return None
-    return _first_path(value, path, _SURROGATE.search)
+    return _first_path(value, path, bad)
 
 
 def _json_text(value: Any) -> str | None:

@@ -36,7 +36,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api_base import MAX_JSON_DEPTH, RequestTooLarge, depth_exceeds
 from muse_experiments.auth import ApiClient, HasScope
-from muse_experiments.storage_text import nul_path, surrogate_path
+from muse_experiments.storage_text import unstorable_paths
 from muse_experiments.validation import tool_parameters_problem, unit_id_problem
 
 from ..attempts import EndpointRefused
@@ -216,10 +216,9 @@ def parse_arguments(raw: Any, param: str) -> dict[str, Any]:
         raise DropinError(deep, param=param) from None
     require(not depth_exceeds(value, MAX_JSON_DEPTH), deep, param)
     require(isinstance(value, dict), f"'{param}' must encode a JSON object.", param)
-    where = nul_path(value, param)
-    require(where is None, f"'{where}': NUL characters (\\u0000) are not allowed.", where)
-    where = surrogate_path(value, param)
-    require(where is None, f"'{where}': lone surrogate characters are not allowed.", where)
+    nul, surrogate = unstorable_paths(value, param)
+    require(nul is None, f"'{nul}': NUL characters (\\u0000) are not allowed.", nul)
+    require(surrogate is None, f"'{surrogate}': lone surrogate characters are not allowed.", surrogate)
     return value
 
 

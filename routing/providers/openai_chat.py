@@ -31,7 +31,7 @@ Streamed chunks stay typed (:class:`ChatCompletionChunk`).
 
 The native service (``provider_kind`` ``native``: Avocado, our own) is not a vendor with an
 official SDK of its own; its non-streamed calls are POSTed through a ``urllib3`` pool
-(:func:`native_pool`; :func:`routing.providers.transport.watched_pool`: cancellable like the
+(:func:`native_route`; :func:`routing.providers.transport.watched_pool`: cancellable like the
 SDK's connections), bearer auth, the same JSON body, the same answer checks. An error status
 becomes the SDK's own :class:`openai.APIStatusError` and urllib3's errors map to the same classes
 as ``httpx2``'s (:func:`routing.providers.base.map_exception`). Why: the SDK's ``post`` over
@@ -258,25 +258,40 @@ class _Answer(NamedTuple):
     request_id: str | None
 
 
-def native_pool(endpoint: EndpointConfig) -> urllib3.HTTPConnectionPool | None:
-    """The cached :func:`~routing.providers.transport.watched_pool` of a native endpoint (one per
-    endpoint transport and credential, as SDK clients are), else None (an environment proxy
-    applies: the SDK's client serves it)."""
-    return sdk_clients.get(
-        client_cache_key("native-urllib3", endpoint),
-        lambda: watched_pool(endpoint.base_url, timeout_s=endpoint.timeout_s),
-    )
+class NativeRoute(NamedTuple):
+    """Where a native endpoint's non-streamed calls go: its watched ``urllib3`` pool (None when
+    an environment proxy applies: the SDK's client serves it), the Chat Completions path on the
+    pool's host, and the full URL (named in errors)."""
+
+    pool: urllib3.HTTPConnectionPool | None
+    path: str
+    url: str
+
+    def close(self) -> None:
+        """Close the pool's connections (:meth:`~routing.providers.base.SDKClientCache.clear`)."""
+        if self.pool is not None:
+            self.pool.close()
 
 
-def _post_native(pool: urllib3.HTTPConnectionPool, endpoint: EndpointConfig, body: dict[str, Any]) -> _Answer:
-    """POST ``body`` to the native service's ``{base_url}/chat/completions`` with the endpoint's
-    key as bearer auth. An HTTP error status raises what the SDK would have raised for it
-    (:class:`openai.APIStatusError`, mapped by the caller with the SDK's other errors)."""
-    path = urllib3.util.parse_url(endpoint.base_url).path or ""
-    url = path.rstrip("/") + CHAT_PATH
-    answer = pool.urlopen(
+def native_route(endpoint: EndpointConfig) -> NativeRoute:
+    """The cached :class:`NativeRoute` of a native endpoint (one per endpoint transport and
+    credential, as SDK clients are; :func:`~routing.providers.transport.watched_pool`)."""
+
+    def build() -> NativeRoute:
+        url = endpoint.base_url.rstrip("/") + CHAT_PATH
+        pool = watched_pool(endpoint.base_url, timeout_s=endpoint.timeout_s)
+        return NativeRoute(pool, urllib3.util.parse_url(url).path or CHAT_PATH, url)
+
+    return sdk_clients.get(client_cache_key("native-urllib3", endpoint), build)
+
+
+def _post_native(route: NativeRoute, endpoint: EndpointConfig, body: dict[str, Any]) -> _Answer:
+    """POST ``body`` on ``route`` (its pool must be set) with the endpoint's key as bearer auth.
+    An HTTP error status raises what the SDK would have raised for it (:class:`openai.APIStatusError`,
+    mapped by the caller with the SDK's other errors)."""
+    answer = route.pool.urlopen(
         "POST",
-        url,
+        route.path,
         body=json.dumps(body, separators=(",", ":")).encode(),
         headers={
             "Authorization": f"Bearer {endpoint.credential.reveal()}",
@@ -287,7 +302,7 @@ def _post_native(pool: urllib3.HTTPConnectionPool, endpoint: EndpointConfig, bod
         redirect=False,
     )
     if answer.status >= 400:
-        raise _status_error(answer, endpoint.base_url.rstrip("/") + CHAT_PATH)
+        raise _status_error(answer, route.url)
     return _Answer(answer.data, answer.headers.get("x-request-id"))
 
 
@@ -316,9 +331,9 @@ class OpenAIChatClient(ProviderClient):
     def _complete(self, endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResult:
         ids = ToolIdMap("chat_completions")
         body = build_chat_kwargs(endpoint, request, ids)
-        pool = native_pool(endpoint) if endpoint.provider_kind == "native" else None
-        if pool is not None:
-            response = _post_native(pool, endpoint, body)
+        route = native_route(endpoint) if endpoint.provider_kind == "native" else None
+        if route is not None and route.pool is not None:
+            response = _post_native(route, endpoint, body)
         else:
             answer = openai_sdk_client(endpoint).post(
                 CHAT_PATH, body=body, cast_to=httpx2.Response, options=INFERENCE_OPTIONS

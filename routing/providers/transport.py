@@ -101,6 +101,13 @@ def upstream_call() -> Iterator[UpstreamCall]:
         call._release()
 
 
+def _shut_down(sock: Any) -> None:
+    """``shutdown(SHUT_RDWR)`` on a raw socket (under TLS too): a blocked read returns now."""
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):  # already closed, or never connected
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
 class _WatchedStream(httpcore2.NetworkStream):
     """A network stream that binds its socket to the current :class:`UpstreamCall` on use."""
 
@@ -131,10 +138,7 @@ class _WatchedStream(httpcore2.NetworkStream):
         return self._inner.get_extra_info(info)
 
     def shut_down(self) -> None:
-        """``shutdown(SHUT_RDWR)`` on the raw socket (under TLS too): a blocked read returns now."""
-        if isinstance(self._sock, socket.socket):
-            with contextlib.suppress(OSError):  # already closed, or never connected
-                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+        _shut_down(self._sock)
 
 
 class WatchedBackend(httpcore2.NetworkBackend):
@@ -200,10 +204,7 @@ class _WatchedConnection:
             call._bind(self)
 
     def shut_down(self) -> None:
-        """``shutdown(SHUT_RDWR)`` on the raw socket (under TLS too): a blocked read returns now."""
-        if isinstance(self.sock, socket.socket):
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        _shut_down(self.sock)
 
 
 class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):

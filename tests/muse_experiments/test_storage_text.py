@@ -12,6 +12,7 @@ from muse_experiments.storage_text import (
     nul_path,
     storable,
     surrogate_path,
+    unstorable_paths,
 )
 
 
@@ -59,3 +60,7 @@ def test_a_value_json_cannot_write_or_a_lookalike_escape_is_settled_by_the_walk(
 def test_the_fast_path_finds_what_the_walk_finds(value):
     assert nul_path(value) == _first_path(value, "", lambda text: "\x00" in text)
     assert surrogate_path(value) == _first_path(value, "", _SURROGATE.search)
+    assert unstorable_paths(value, "p") == (
+        _first_path(value, "p", lambda text: "\x00" in text),
+        _first_path(value, "p", _SURROGATE.search),
+    )

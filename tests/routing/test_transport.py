@@ -12,7 +12,7 @@ import pytest
 from routing.providers import CompletionRequest, Message, client_for
 from routing.providers.base import sdk_clients
 from routing.providers.errors import ConnectionFailed, UpstreamUnavailable
-from routing.providers.openai_chat import NATIVE_USER_AGENT
+from routing.providers.openai_chat import NATIVE_USER_AGENT, native_route
 from routing.providers.transport import upstream_call, watched_pool
 from tests.routing.conftest import MODELS
 
@@ -118,6 +118,10 @@ def test_a_native_non_streamed_call_goes_through_the_urllib3_pool_and_the_rest_t
     first = fake.calls()[0]
     assert (first["method"], first["path"], first["auth_ok"]) == ("POST", "/v1/chat/completions", True)
     assert first["headers"]["content-type"] == "application/json"
+    route = native_route(native)
+    assert (route.path, route.url) == ("/v1/chat/completions", f"{fake.url}/v1/chat/completions")
+    sdk_clients.clear()  # closes the cached pool's connections, as it closes SDK clients
+    assert route.pool.pool is None
 
 
 def test_under_an_environment_proxy_the_native_call_goes_to_the_proxy(fake, endpoint_factory, monkeypatch):
