@@ -1,4 +1,5 @@
-"""kombu's Redis transport, keeping one Redis client per channel instead of one per command.
+"""kombu's Redis transport, keeping one Redis client per channel instead of one per command; and
+the web's direct publish of a task message onto a Redis queue (:func:`push_task_message`).
 
 kombu 5.7's Redis ``Channel`` builds a new ``redis.Redis`` for every message it publishes and
 every acknowledgement (``Channel.conn_or_acquire`` → ``_create_client``), and ``redis.Redis()``
@@ -13,10 +14,19 @@ Celery publishes on) use :class:`Connection`; other transports (the embedded fil
 
 from __future__ import annotations
 
+import base64
+import json
+import threading
+import uuid
+
+from celery import signals
 from celery.app.amqp import AMQP as CeleryAMQP
 from kombu import Connection as KombuConnection
 from kombu import connection as kombu_connection
+from kombu.entity import DELIVERY_MODES
+from kombu.serialization import dumps as serialize
 from kombu.transport import redis as kombu_redis
+from kombu.utils.functional import retry_over_time
 
 
 class Channel(kombu_redis.Channel):
@@ -31,6 +41,34 @@ class Channel(kombu_redis.Channel):
         if client is None or client.connection_pool is not self.pool:
             client = self._sync_client = super()._create_client(asynchronous=False)
         return client
+
+    def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
+        """kombu's consumer, except that a delivered message goes to the worker *before* it is
+        recorded as unacknowledged, not after.
+
+        kombu records each message it pops (``BRPOP``) in the unacknowledged hash and index
+        (``QoS.append``: one ``MULTI``/``EXEC`` round trip) and only then hands it on, so every
+        task waited for that round trip before a pool thread could start it. Here the task is
+        handed to the pool first and recorded while it starts. Nothing can acknowledge it in
+        between: the worker acknowledges on its event loop (``hub.call_soon``), the thread this
+        runs on, after this returns; a message the worker settled at once (rejected as
+        malformed, say) is not recorded at all. What a worker killed in that moment loses is
+        what kombu already loses between the pop and the record: the message, which
+        :func:`routing.tasks.requeue_lost_jobs` publishes again for a completion job.
+        """
+        super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+        if no_ack:
+            return
+
+        def _callback(raw_message):
+            message = self.Message(raw_message, channel=self)
+            try:
+                return callback(message)
+            finally:
+                if not message.acknowledged:
+                    self.qos.append(message, message.delivery_tag)
+
+        self.connection._callbacks[queue] = _callback
 
 
 class Transport(kombu_redis.Transport):
@@ -65,3 +103,113 @@ class AMQP(CeleryAMQP):
 
     Connection = Connection
     BrokerConnection = Connection
+
+
+# -- direct publish -------------------------------------------------------------------------------
+
+
+class DirectPublisher:
+    """Pushes task messages built by ``app.amqp.as_task_v2`` straight onto a Redis queue's list.
+
+    Each list entry is the one ``app.amqp.send_task_message`` would push through kombu's Redis
+    transport for a direct (anonymous-exchange) publish at priority 0: kombu's message dict
+    (``body`` serialised with ``task_serializer`` and base64-encoded, as the transport's
+    ``body_encoding``; ``headers``; ``properties`` with ``delivery_mode``, ``delivery_info``,
+    ``priority`` and a fresh ``delivery_tag``) as JSON, ``LPUSH``ed on the list named after the
+    queue, so any Celery worker consumes it as its own (``tests/routing/test_dispatch_publish.py``
+    compares it with ``apply_async``'s). What it leaves out is kombu's producer machinery: a pooled
+    connection and channel taken and returned per message, the queue declaration a direct
+    publish on Redis does not need, and ~10 reads of Celery's layered configuration per message
+    (~25 µs each), which are read once here. Measured with ``bench/bench_publish.py``.
+
+    Built by :func:`direct_publisher`; thread-safe (redis-py takes a pooled connection per
+    command).
+    """
+
+    def __init__(self, app, client) -> None:
+        conf = app.conf
+        self.client = client
+        self.serializer = conf.task_serializer
+        self.retry_policy = dict(conf.task_publish_retry_policy or {})
+        mode = conf.task_default_delivery_mode
+        self.delivery_mode = DELIVERY_MODES.get(mode, mode)
+
+    def push(self, message, *, name: str, queue: str) -> None:
+        """Publish ``message`` (Celery's ``task_message(headers, properties, body, sent_event)``)
+        for task ``name`` on ``queue``.
+
+        The ``before_task_publish`` and ``after_task_publish`` signals are sent as Celery sends
+        them. Connection errors are retried with ``task_publish_retry_policy`` through kombu's
+        ``retry_over_time``, as kombu's ``Producer.publish`` retries; the last
+        ``redis.ConnectionError`` / ``redis.TimeoutError`` propagates. A retry after a lost reply
+        may push the message twice; the job's claim makes the second delivery a no-op, as with
+        kombu.
+        """
+        import redis
+
+        headers, properties, body, _sent_event = message
+        if signals.before_task_publish.receivers:
+            signals.before_task_publish.send(
+                sender=name, body=body, exchange="", routing_key=queue, declare=[],
+                headers=headers, properties=properties, retry_policy=self.retry_policy,
+            )  # fmt: skip
+        content_type, content_encoding, data = serialize(body, serializer=self.serializer)
+        if isinstance(data, str):
+            data = data.encode(content_encoding)
+        entry = json.dumps(
+            {
+                "body": base64.b64encode(data).decode("ascii"),
+                "content-encoding": content_encoding,
+                "content-type": content_type,
+                "headers": headers,
+                "properties": {
+                    **properties,
+                    "delivery_mode": self.delivery_mode,
+                    "delivery_info": {"exchange": "", "routing_key": queue},
+                    "priority": 0,
+                    "body_encoding": "base64",
+                    "delivery_tag": str(uuid.uuid4()),
+                },
+            }
+        )
+        policy = self.retry_policy
+        retry_over_time(
+            self.client.lpush, (redis.ConnectionError, redis.TimeoutError), args=(queue, entry),
+            max_retries=policy.get("max_retries", 3), interval_start=policy.get("interval_start", 0),
+            interval_step=policy.get("interval_step", 0.2), interval_max=policy.get("interval_max", 1),
+        )  # fmt: skip
+        if signals.after_task_publish.receivers:
+            signals.after_task_publish.send(
+                sender=name, body=body, headers=headers, exchange="", routing_key=queue
+            )
+
+
+_direct_lock = threading.Lock()
+_direct: dict[int, DirectPublisher | None] = {}
+
+
+def direct_publisher(app) -> DirectPublisher | None:
+    """``app``'s process-wide :class:`DirectPublisher`, or None where it cannot publish: the
+    broker is not a plain ``redis://``/``rediss://``/``unix://`` URL (Sentinel, failover lists and
+    other transports), its transport options set ``global_keyprefix``, or Celery sends
+    ``task-sent`` events (their dispatcher needs kombu's producer). Its Redis client is built
+    from the broker URL, so it reaches the server and database kombu would. Decided once per app.
+    """
+    key = id(app)
+    with _direct_lock:
+        if key not in _direct:
+            _direct[key] = _build_direct(app)
+        return _direct[key]
+
+
+def _build_direct(app) -> DirectPublisher | None:
+    url = app.conf.broker_url
+    if not isinstance(url, str) or app.conf.task_send_sent_event:
+        return None
+    if url.split("://", 1)[0] not in ("redis", "rediss", "unix") or ";" in url:
+        return None
+    if (app.conf.broker_transport_options or {}).get("global_keyprefix"):
+        return None
+    import redis
+
+    return DirectPublisher(app, redis.Redis.from_url(url, health_check_interval=25))

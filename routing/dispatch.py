@@ -38,6 +38,7 @@ from django.db import IntegrityError, transaction
 from kombu.transport import redis as kombu_redis
 from rest_framework.exceptions import AuthenticationFailed
 
+from muse_experiments.broker import direct_publisher
 from muse_experiments.embedded import result_ring
 from muse_experiments.queues import Queue
 
@@ -109,34 +110,41 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     """``run_completion`` for ``job_id`` on the completions queue (task id = job id).
 
     With Redis (no Celery result: the answer travels through :mod:`routing.handoff`) the message
-    is built and published by the two calls ``Task.apply_async`` makes itself,
-    ``app.amqp.as_task_v2`` and ``app.amqp.send_task_message`` (same headers, signals, publish
-    retry policy and wire format), without what it adds around them for a task whose caller
-    may want a result: task routing, an ``AsyncResult`` registered with the Redis result
-    backend and dropped at once, and ~20 configuration lookups through Django's settings. On a
-    Redis broker the queue is not declared on every publish either: kombu's Redis transport
-    pushes a direct message straight onto the queue's list, and declaring it again only copied
-    and re-bound kombu's queue and exchange objects. Measured (``bench/bench_publish.py``):
-    0.45 against 0.87 ms of CPU per publish, on the web's critical path before the worker can
-    start. Eager mode (tests) and other brokers take ``apply_async``.
+    is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
+    headers and signals), and pushed onto the queue's Redis list by
+    :class:`muse_experiments.broker.DirectPublisher` in kombu's wire format, with Celery's
+    publish retry policy. Left out is what ``apply_async`` and kombu's producer add for a task
+    whose caller may want a result or another broker: task routing, an ``AsyncResult``
+    registered with the result backend and dropped at once, a pooled connection and channel per
+    message, a queue declaration a direct publish on Redis does not need, and ~20 reads of
+    Celery's layered configuration. Measured (``bench/bench_publish.py``, 2026-12-02, CPU per
+    publish against ``apply_async``'s): 0.42-0.46x, where kombu's producer path was 0.65-0.70x.
+    It is on the web's critical path before the worker can start. Brokers
+    :func:`~muse_experiments.broker.direct_publisher` declines (Sentinel, key prefixes,
+    ``task-sent`` events) take ``send_task_message``; eager mode (tests) and the embedded
+    broker take ``apply_async``.
     """
     # the message's printable copy of its arguments (Celery's saferepr of them, shown by monitoring
     # tools) never holds the conversation, and costs nothing to build
     argsrepr = repr([job_id])
     kwargsrepr = repr({k: "…" if k == "row" else v for k, v in kwargs.items()})
-    app = run_completion.app
+    task = run_completion._get_current_object()  # the shared task's proxy, resolved once
+    app = task.app
     if not uses_redis() or app.conf.task_always_eager:
         run_completion.apply_async(
             args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS,
             argsrepr=argsrepr, kwargsrepr=kwargsrepr,
         )  # fmt: skip
         return
-    task = run_completion
     message = app.amqp.as_task_v2(
         job_id, task.name, args=[job_id], kwargs=kwargs, ignore_result=True,
         time_limit=task.time_limit, soft_time_limit=task.soft_time_limit,
         argsrepr=argsrepr, kwargsrepr=kwargsrepr,
     )  # fmt: skip
+    publisher = direct_publisher(app)
+    if publisher is not None:
+        publisher.push(message, name=task.name, queue=Queue.COMPLETIONS)
+        return
     with app.producer_or_acquire() as producer:
         app.amqp.send_task_message(
             producer, task.name, message, queue=Queue.COMPLETIONS,

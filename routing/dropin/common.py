@@ -37,6 +37,7 @@ from rest_framework.views import APIView
 from muse_experiments.api_base import MAX_JSON_DEPTH, RequestTooLarge, depth_exceeds
 from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.storage_text import unstorable_paths
+from muse_experiments.throttling import DeferredThrottleMixin, settle
 from muse_experiments.validation import tool_parameters_problem, unit_id_problem
 
 from ..attempts import EndpointRefused
@@ -366,6 +367,7 @@ def submit(
         body["anonymous"] = True
     if model:
         body["model"] = model
+    settle(request)
     return submit_completion(
         api_key=request.user.key if isinstance(request.user, ApiClient) else None,
         session_id=session_id,
@@ -544,8 +546,9 @@ def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:
     }
 
 
-class DropinView(APIView):
-    """Base view: completions scope, provider-shaped errors, left out of our OpenAPI schema."""
+class DropinView(DeferredThrottleMixin, APIView):
+    """Base view: completions scope, provider-shaped errors, left out of our OpenAPI schema. Its
+    rate-limit check is settled by :func:`submit`, after parsing and validation."""
 
     permission_classes = [HasScope]
     required_scope = "completions"

@@ -221,3 +221,59 @@ def test_the_redis_counter_counts_this_window_with_a_ttl_and_reads_the_previous_
     counter.undo(current)
     assert int(client.get(current)) == 1
     client.delete(current, previous)
+
+
+def _counted(redis_url: str, prefix: str) -> int:
+    """This minute's count of requests for the key with ``prefix`` (``muse_experiments.throttling``)."""
+    import time
+
+    import redis
+
+    from muse_experiments.throttling import WINDOW_S
+
+    value = redis.Redis.from_url(redis_url).get(f"muse:rl:{prefix}:{int(time.time() // WINDOW_S)}")
+    return int(value or 0)
+
+
+@pytest.mark.redis
+def test_a_drop_in_call_over_its_limit_is_refused_after_validation_and_dispatches_nothing(redis_url):
+    from muse_experiments.config_version import redis_client
+
+    key, raw = api_key_create(name="dropin-slow", scopes=["completions"], rate_limit_per_minute=1)
+    client = client_for(raw)
+    queued = redis_client().llen("completions")
+    chat = {"model": "muse-default", "messages": [{"role": "user", "content": "hi"}]}
+    # the one admitted request of the minute: an invalid body, a 400 (counted, as before)
+    assert client.post("/v1/chat/completions", {"messages": []}, format="json").status_code == 400
+    assert _counted(redis_url, key.prefix) == 1
+    # a valid call over the limit: the deferred check refuses it before any job exists
+    refused = client.post("/v1/chat/completions", chat, format="json")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert 1 <= int(refused["retry-after"]) <= 121
+    assert not CompletionJob.objects.exists()
+    assert redis_client().llen("completions") == queued  # no task published
+    # over the limit with an invalid body: the 400 is answered, and neither is counted
+    assert client.post("/v1/chat/completions", {"messages": []}, format="json").status_code == 400
+    assert _counted(redis_url, key.prefix) == 1
+    # Anthropic's endpoint shares the rule
+    messages = {"model": "muse-default", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    assert client.post("/v1/messages", messages, format="json").status_code == 429
+
+
+@pytest.mark.redis
+def test_a_deferred_check_a_view_never_settled_turns_its_success_into_a_429(redis_url, rf):
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    from muse_experiments.throttling import DeferredThrottleMixin
+
+    class Forgetful(DeferredThrottleMixin, APIView):
+        def get(self, request):
+            return Response({"ok": True})  # never calls settle()
+
+    key, raw = api_key_create(name="forgetful", scopes=["completions"], rate_limit_per_minute=1)
+    view = Forgetful.as_view()
+    statuses = [view(rf.get("/", HTTP_AUTHORIZATION=f"Bearer {raw}")).status_code for _ in range(3)]
+    assert statuses == [200, 429, 429]
+    assert _counted(redis_url, key.prefix) == 1

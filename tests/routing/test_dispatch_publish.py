@@ -87,3 +87,47 @@ def test_without_redis_or_in_eager_mode_the_publish_is_apply_async(monkeypatch):
     finally:
         app.conf.task_always_eager = False
     assert [c["task_id"] for c in calls] == ["job-1"]
+
+
+def _app(broker: str, **conf):
+    from celery import Celery
+
+    app = Celery("muse-test-direct", broker=broker, set_as_current=False)
+    app.conf.update(conf)
+    return app
+
+
+def test_the_direct_publish_is_for_plain_redis_brokers_only():
+    from muse_experiments.broker import DirectPublisher, direct_publisher
+
+    assert isinstance(direct_publisher(_app("redis://127.0.0.1:6379/3")), DirectPublisher)
+    assert isinstance(direct_publisher(_app("unix:///run/redis.sock")), DirectPublisher)
+    declined = [
+        _app("sentinel://127.0.0.1:26379"),
+        _app("redis://a:6379/0;redis://b:6379/0"),  # a failover list
+        _app("amqp://guest:guest@127.0.0.1:5672//"),
+        _app("redis://127.0.0.1:6379/3", broker_transport_options={"global_keyprefix": "muse:"}),
+        _app("redis://127.0.0.1:6379/3", task_send_sent_event=True),
+    ]
+    assert [direct_publisher(app) for app in declined] == [None] * 5
+
+
+def test_the_direct_publish_retries_by_the_publish_policy_then_raises():
+    import socket
+    import time
+
+    import redis
+
+    from muse_experiments.broker import direct_publisher
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.1}
+    app = _app(f"redis://127.0.0.1:{port}/0", task_publish_retry_policy=policy)
+    publisher = direct_publisher(app)
+    message = app.amqp.as_task_v2("job-1", "routing.run_completion", args=["job-1"], kwargs={})
+    started = time.monotonic()
+    with pytest.raises(redis.ConnectionError):
+        publisher.push(message, name="routing.run_completion", queue="completions")
+    assert time.monotonic() - started >= 0.2  # two waits of 0.1 s between the three tries
