@@ -185,21 +185,23 @@ class DirectPublisher:
 
 
 _direct_lock = threading.Lock()
-_direct: dict[int, DirectPublisher | None] = {}
+_UNSET = object()
 
 
 def direct_publisher(app) -> DirectPublisher | None:
-    """``app``'s process-wide :class:`DirectPublisher`, or None where it cannot publish: the
-    broker is not a plain ``redis://``/``rediss://``/``unix://`` URL (Sentinel, failover lists and
-    other transports), its transport options set ``global_keyprefix``, or Celery sends
+    """``app``'s :class:`DirectPublisher` (kept on the app), or None where it cannot publish:
+    the broker is not a plain ``redis://``/``rediss://``/``unix://`` URL (Sentinel, failover lists
+    and other transports), its transport options set ``global_keyprefix``, or Celery sends
     ``task-sent`` events (their dispatcher needs kombu's producer). Its Redis client is built
     from the broker URL, so it reaches the server and database kombu would. Decided once per app.
     """
-    key = id(app)
-    with _direct_lock:
-        if key not in _direct:
-            _direct[key] = _build_direct(app)
-        return _direct[key]
+    publisher = getattr(app, "_muse_direct_publisher", _UNSET)
+    if publisher is _UNSET:
+        with _direct_lock:
+            publisher = getattr(app, "_muse_direct_publisher", _UNSET)
+            if publisher is _UNSET:
+                publisher = app._muse_direct_publisher = _build_direct(app)
+    return publisher
 
 
 def _build_direct(app) -> DirectPublisher | None:

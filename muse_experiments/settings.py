@@ -55,11 +55,15 @@ INSTALLED_APPS = [
     "analytics",
 ]
 
-MIDDLEWARE = [
+# What every request goes through, the drop-ins included (API_MIDDLEWARE below).
+_CORE_MIDDLEWARE = [
     "muse_experiments.api_base.ChunkedBodyMiddleware",  # a chunked body reaches the parser (bounded)
     "muse_experiments.api_base.DrainRefusedBodyMiddleware",  # a 413 leaves keep-alive usable
     "muse_experiments.observability.ObservabilityMiddleware",  # request id, latency, access log
     "muse_experiments.api_errors.DependencyOutageMiddleware",  # database/broker/Redis down: JSON 503
+]
+MIDDLEWARE = [
+    *_CORE_MIDDLEWARE,
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files (admin CSS) under gunicorn
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -69,6 +73,11 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# The drop-in endpoints (official SDKs, API keys only) run through a shorter list: no sessions,
+# CSRF, messages, static files or frame headers (muse_experiments/wsgi.py). A staff session
+# does not authenticate there.
+API_PATH_PREFIXES = ("/v1/",)
+API_MIDDLEWARE = [*_CORE_MIDDLEWARE, "django.middleware.security.SecurityMiddleware"]
 
 ROOT_URLCONF = "muse_experiments.urls"
 WSGI_APPLICATION = "muse_experiments.wsgi.application"
