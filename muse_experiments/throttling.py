@@ -16,8 +16,10 @@ when ``REDIS_URL`` is set; otherwise Django's cache, which on the embedded defau
 Deferred check (views with ``throttle_deferred = True``: the drop-in completion endpoints): the
 counting script is *sent* when DRF checks throttles and its reply is *read* by :func:`settle`
 just before the call is dispatched, so the round trip overlaps the request's parsing and
-validation instead of adding to them (0.5 ms of a 1-client call's 13 ms in the web process,
-timed in ``bench/bench_stages.py`` runs on this 2-core VM). The rule is the same; what changes is
+validation instead of adding to them. The synchronous check took 0.64 ms of a 1-client call's
+~13 ms in the web process (timestamps inside ``bench/bench_stages.py`` runs, 2-core VM); sending
+still costs most of that in the server, so the net gain is ~0.1-0.2 ms (send and read: 0.065-0.095
+against 0.11-0.14 ms of CPU in a hot loop). The rule is the same; what changes is
 the order of errors: a request over its limit whose body is also invalid gets the 400, and is
 not counted. Every deferred check is settled: by the view before dispatching, or when the
 response is finalised (:meth:`DeferredThrottleMixin.finalize_response`).

@@ -108,8 +108,9 @@ def test_the_direct_publish_is_for_plain_redis_brokers_only():
         _app("amqp://guest:guest@127.0.0.1:5672//"),
         _app("redis://127.0.0.1:6379/3", broker_transport_options={"global_keyprefix": "muse:"}),
         _app("redis://127.0.0.1:6379/3", task_send_sent_event=True),
+        _app("rediss://127.0.0.1:6380/3", broker_use_ssl={"ssl_cert_reqs": "required"}),
     ]
-    assert [direct_publisher(app) for app in declined] == [None] * 5
+    assert [direct_publisher(app) for app in declined] == [None] * 6
 
 
 def test_the_direct_publish_retries_by_the_publish_policy_then_raises():
