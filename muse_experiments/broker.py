@@ -8,6 +8,9 @@ that was 15% of the web process's publish and 6.6% of a worker's CPU at 32 clien
 thread-safe (each command takes a connection from the channel's pool), so one per channel and
 pool is enough. Nothing else changes: same URL, pool, options and wire format.
 
+A worker's channel also records a delivered completion task as unacknowledged only once its task
+has run for a while (:class:`QoS`), not before it starts.
+
 Installed through :class:`AMQP` (``Celery(amqp=...)``), whose connections (and the pooled ones
 Celery publishes on) use :class:`Connection`; other transports (the embedded filesystem broker, RabbitMQ, Sentinel) are left as they are.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import uuid
 
@@ -26,12 +30,103 @@ from kombu import connection as kombu_connection
 from kombu.entity import DELIVERY_MODES
 from kombu.serialization import dumps as serialize
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual as kombu_virtual
 from kombu.utils.functional import retry_over_time
+
+log = logging.getLogger(__name__)
+
+#: Transport option: ``{queue: seconds}`` — a message delivered from ``queue`` is recorded as
+#: unacknowledged only if its task still runs that long after delivery (:class:`QoS`).
+RECORD_AFTER_OPTION = "unacked_record_after_s"
+
+
+class QoS(kombu_redis.QoS):
+    """kombu's Redis acknowledgement emulation, except that on the queues named in the transport
+    option :data:`RECORD_AFTER_OPTION` a delivery is written to the unacknowledged hash and index
+    only if it is still unsettled that many seconds later (a timer on the worker's event loop).
+
+    kombu writes every delivery there (``MULTI``: ``ZADD`` + ``HSET`` of the whole message) and
+    removes it at the acknowledgement (``MULTI``: ``ZREM`` + ``HDEL``), so that the message can be
+    delivered again (after the visibility timeout, 1 h here) if its worker dies. For a completion
+    task the job's own claim already is that record, written by the task a millisecond after it
+    starts (a Redis hash with a lease, :mod:`routing.claims`; or the job's row): a worker that dies
+    mid-call leaves a ``worker_lost`` job and an unclaimed one is published again by
+    :func:`routing.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
+    first on the event loop the moment the task was handed to its pool thread, so the thread waited
+    for the loop's ``MULTI`` before its claim could go out: 0.25-0.3 ms of each call's p50 at one
+    client (``bench/bench_stages.py``, 2026-12-02), and two round trips of worker CPU per task. A
+    completion task that ends within the delay now costs neither.
+
+    Everything else is kombu's: the in-memory count of unacknowledged messages (prefetch) is taken
+    at delivery; a message rejected with ``requeue``, or restored when the channel closes (a warm
+    shutdown, a lost connection) goes back to its queue from memory, as kombu restores a recorded
+    one; acknowledgement, timers and the record all run on the worker's event loop thread. What a
+    worker *killed* within the delay loses is the message, as kombu loses one killed between its
+    pop and its record: the job's claim and ``requeue_lost_jobs`` cover it. Without an event loop
+    (a synchronous consumer) nothing is deferred.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        options = self.channel.connection.client.transport_options or {}
+        self._record_after = dict(options.get(RECORD_AFTER_OPTION) or {})
+        self._unrecorded: set[str] = set()
+
+    def append(self, message, delivery_tag):
+        loop = getattr(self.channel.connection, "muse_event_loop", None)
+        delay = self._record_after.get(message.delivery_info.get("routing_key"))
+        if loop is None or not delay:
+            return super().append(message, delivery_tag)
+        kombu_virtual.QoS.append(self, message, delivery_tag)
+        self._unrecorded.add(delivery_tag)
+        loop.call_later(delay, self._record, message, delivery_tag)
+
+    def _record(self, message, delivery_tag) -> None:
+        """Write a still-unsettled delivery to the unacknowledged hash and index, as kombu does."""
+        if delivery_tag not in self._unrecorded:  # settled or restored meanwhile
+            return
+        self._unrecorded.discard(delivery_tag)
+        try:
+            super().append(message, delivery_tag)
+        except Exception:  # noqa: BLE001 - a timer must not stop the worker's event loop
+            log.exception("could not record delivery %s as unacknowledged", delivery_tag)
+
+    def ack(self, delivery_tag):
+        if delivery_tag in self._unrecorded:  # nothing written: nothing to remove
+            self._unrecorded.discard(delivery_tag)
+            return kombu_virtual.QoS.ack(self, delivery_tag)
+        return super().ack(delivery_tag)
+
+    def reject(self, delivery_tag, requeue=False):
+        if delivery_tag in self._unrecorded:
+            if requeue:
+                self.restore_by_tag(delivery_tag, leftmost=True)
+            self._unrecorded.discard(delivery_tag)
+            return kombu_virtual.QoS.ack(self, delivery_tag)
+        return super().reject(delivery_tag, requeue=requeue)
+
+    def restore_by_tag(self, tag, client=None, leftmost=False):
+        if tag not in self._unrecorded:
+            return super().restore_by_tag(tag, client=client, leftmost=leftmost)
+        self._unrecorded.discard(tag)
+        message = self._delivered.get(tag)
+        if message is None:
+            return None
+        delivery = message.delivery_info
+        with self.channel.conn_or_acquire(client) as conn:
+            pipe = conn.pipeline()
+            self.channel._do_restore_message(
+                message._raw, delivery["exchange"], delivery["routing_key"], pipe, leftmost
+            )
+            pipe.execute()
+        return None
 
 
 class Channel(kombu_redis.Channel):
-    """A Redis channel whose synchronous client is built once per connection pool."""
+    """A Redis channel whose synchronous client is built once per connection pool, with
+    :class:`QoS`."""
 
+    QoS = QoS
     _sync_client = None
 
     def _create_client(self, asynchronous=False):
@@ -72,9 +167,15 @@ class Channel(kombu_redis.Channel):
 
 
 class Transport(kombu_redis.Transport):
-    """kombu's Redis transport with :class:`Channel`."""
+    """kombu's Redis transport with :class:`Channel`; keeps the event loop it is registered with
+    (a worker's hub: :class:`QoS` schedules its records there)."""
 
     Channel = Channel
+    muse_event_loop = None
+
+    def register_with_event_loop(self, connection, loop):
+        self.muse_event_loop = loop
+        return super().register_with_event_loop(connection, loop)
 
 
 class Connection(KombuConnection):

@@ -193,6 +193,10 @@ if REDIS_URL:
         # interval * throttle seconds)
         "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL_S", default=10),
         "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
+        # a completion task is recorded as unacknowledged only if it still runs this many seconds
+        # after delivery: its job's claim is its record (muse_experiments.broker.QoS); 0 = kombu's
+        # record at delivery
+        "unacked_record_after_s": {"completions": env.float("CELERY_COMPLETION_RECORD_AFTER_S", default=1.0)},
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:

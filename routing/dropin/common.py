@@ -31,6 +31,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -546,11 +548,27 @@ def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:
     }
 
 
+class VendorJsonNegotiation(DefaultContentNegotiation):
+    """The vendors' APIs answer JSON whatever the request's ``Accept`` header says (a stream is an
+    ``text/event-stream`` response of its own, not rendered), so the drop-ins do too: no ``406``,
+    no HTML page for a browser's ``Accept``. DRF's negotiation parses ``Accept`` against each
+    renderer on every request: 6% of the web process's CPU for a drop-in call (48 of 783 py-spy
+    GIL samples, ``bench/bench_stages.py --profile``, 2026-12-02). Parsers are chosen as DRF
+    chooses them."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        renderer = renderers[0]
+        return renderer, renderer.media_type
+
+
 class DropinView(DeferredThrottleMixin, APIView):
     """Base view: completions scope, provider-shaped errors, left out of our OpenAPI schema. Its
-    rate-limit check is settled by :func:`submit`, after parsing and validation."""
+    rate-limit check is settled by :func:`submit`, after parsing and validation. Answers are
+    JSON whatever ``Accept`` says (:class:`VendorJsonNegotiation`)."""
 
     permission_classes = [HasScope]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = VendorJsonNegotiation
     required_scope = "completions"
     schema = None  # vendor wire formats, documented by the vendors
 

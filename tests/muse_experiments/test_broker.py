@@ -1,10 +1,16 @@
 """The Redis broker transport keeps one client per channel, on the producer pool's connections too
-(kombu builds a ``redis.Redis`` per published message otherwise: muse_experiments/broker.py)."""
+(kombu builds a ``redis.Redis`` per published message otherwise), hands a delivered task on before
+recording it, and records a completion task only once it has run for a while
+(muse_experiments/broker.py). On real Redis, with kombu's own event loop (``Hub``)."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import kombu.transport.redis as kombu_redis
 import pytest
+from kombu.asynchronous import Hub
 
 from muse_experiments import broker
 from muse_experiments.celery import app
@@ -82,3 +88,81 @@ def test_a_message_settled_during_delivery_is_not_recorded_unacknowledged(consum
     assert message.acknowledged
     assert client.hlen("muse-test-unacked") == 0 and client.zcard("muse-test-unacked-index") == 0
     assert client.llen("muse-test-consume") == 0  # rejected without requeue: gone, not redelivered
+
+
+LATER_S = 0.2
+
+
+@pytest.fixture
+def consuming_later(redis_url):
+    """As :func:`consuming`, on a worker's event loop, recording ``muse-test-consume`` deliveries
+    only after :data:`LATER_S`."""
+    options = {
+        "unacked_key": "muse-test-unacked",
+        "unacked_index_key": "muse-test-unacked-index",
+        broker.RECORD_AFTER_OPTION: {"muse-test-consume": LATER_S},
+    }
+    with broker.Connection(redis_url, transport_options=options) as conn:
+        hub = Hub()
+        conn.register_with_event_loop(hub)
+        channel = conn.channel()
+        client = channel.client
+        keys = ("muse-test-consume", "muse-test-other", "muse-test-unacked", "muse-test-unacked-index")
+        client.delete(*keys)
+        yield conn, channel, client, hub
+        hub.close()
+        client.delete(*keys)
+
+
+def recorded(client) -> tuple[int, int]:
+    return client.hlen("muse-test-unacked"), client.zcard("muse-test-unacked-index")
+
+
+def after_the_delay(hub) -> None:
+    time.sleep(LATER_S + 0.05)
+    hub.fire_timers(propagate=(Exception,))
+
+
+def test_a_task_settled_within_the_delay_is_never_written_as_unacknowledged(consuming_later):
+    conn, channel, client, hub = consuming_later
+    [message] = deliver(conn, channel, lambda m: None)
+    assert recorded(client) == (0, 0)
+    assert len(channel.qos._delivered) == 1  # counted against the prefetch limit at once
+    message.ack()
+    after_the_delay(hub)
+    assert recorded(client) == (0, 0)
+    assert channel.qos.can_consume() and not channel.qos._unrecorded
+
+
+def test_a_task_still_running_after_the_delay_is_recorded_as_kombu_records_it(consuming_later):
+    conn, channel, client, hub = consuming_later
+    [message] = deliver(conn, channel, lambda m: None)
+    after_the_delay(hub)
+    tag = message.delivery_tag
+    assert recorded(client) == (1, 1)
+    entry, exchange, routing_key = json.loads(client.hget("muse-test-unacked", tag))
+    assert (entry["body"], exchange, routing_key) == (message._raw["body"], "", "muse-test-consume")
+    message.ack()
+    assert recorded(client) == (0, 0)
+
+
+def test_an_unrecorded_task_goes_back_to_its_queue_when_requeued_or_restored(consuming_later):
+    conn, channel, client, hub = consuming_later
+    [message] = deliver(conn, channel, lambda m: None)
+    message.requeue()
+    assert client.llen("muse-test-consume") == 1
+    assert json.loads(client.lindex("muse-test-consume", 0))["headers"]["redelivered"] is True
+    conn.drain_events(timeout=5)  # delivered again, then the channel closes (a warm shutdown)
+    assert client.llen("muse-test-consume") == 0
+    channel.qos.restore_unacked_once()
+    assert client.llen("muse-test-consume") == 1
+    after_the_delay(hub)  # neither delivery is recorded afterwards
+    assert recorded(client) == (0, 0)
+
+
+def test_other_queues_are_recorded_at_delivery_as_kombu_records_them(consuming_later):
+    conn, channel, client, hub = consuming_later
+    channel.basic_consume("muse-test-other", False, lambda m: None, "muse-test-other")
+    channel.basic_publish(channel.prepare_message('{"n": 2}'), "", "muse-test-other")
+    conn.drain_events(timeout=5)
+    assert recorded(client) == (1, 1)

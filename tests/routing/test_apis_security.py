@@ -277,3 +277,19 @@ def test_a_deferred_check_a_view_never_settled_turns_its_success_into_a_429(redi
     statuses = [view(rf.get("/", HTTP_AUTHORIZATION=f"Bearer {raw}")).status_code for _ in range(3)]
     assert statuses == [200, 429, 429]
     assert _counted(redis_url, key.prefix) == 1
+
+
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "*/*"])
+def test_the_drop_ins_answer_json_whatever_accept_says_as_the_vendors_do(accept):
+    _, raw = api_key_create(name="accept", scopes=["completions"])
+    client = client_for(raw)
+    chat = client.post("/v1/chat/completions", {"messages": []}, format="json", HTTP_ACCEPT=accept)
+    assert chat.status_code == 400
+    assert chat["Content-Type"] == "application/json"
+    assert chat.json()["error"]["param"] == "model"
+    messages = client.post("/v1/messages", {"messages": []}, format="json", HTTP_ACCEPT=accept)
+    assert messages.status_code == 400 and messages["Content-Type"] == "application/json"
+    assert messages.json()["type"] == "error"
+    # our own API still negotiates: an Accept it cannot serve is DRF's 406
+    ours = client.post("/api/v1/completions", {}, format="json", HTTP_ACCEPT=accept)
+    assert ours.status_code == (406 if accept == "application/xml" else 400)
