@@ -41,8 +41,8 @@ RECORD_AFTER_OPTION = "unacked_record_after_s"
 
 
 class QoS(kombu_redis.QoS):
-    """kombu's Redis acknowledgement emulation, except that on the queues named in the transport
-    option :data:`RECORD_AFTER_OPTION` a delivery is written to the unacknowledged hash and index
+    """kombu's Redis acknowledgement emulation, except that a delivery from a queue named in the
+    transport option :data:`RECORD_AFTER_OPTION` is written to the unacknowledged hash and index
     only if it is still unsettled that many seconds later (a timer on the worker's event loop).
 
     kombu writes every delivery there (``MULTI``: ``ZADD`` + ``HSET`` of the whole message) and
@@ -53,72 +53,85 @@ class QoS(kombu_redis.QoS):
     mid-call leaves a ``worker_lost`` job and an unclaimed one is published again by
     :func:`routing.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
     first on the event loop the moment the task was handed to its pool thread, so the thread waited
-    for the loop's ``MULTI`` before its claim could go out: 0.25-0.3 ms of each call's p50 at one
-    client (``bench/bench_stages.py``, 2026-12-02), and two round trips of worker CPU per task. A
-    completion task that ends within the delay now costs neither.
+    for the loop's ``MULTI`` before its claim could go out (the claim step's p50 at one client was
+    ~13% longer relative to the next step, ``bench/bench_stages.py`` with timestamps, 2026-12-02),
+    and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
+    now costs neither.
 
     Everything else is kombu's: the in-memory count of unacknowledged messages (prefetch) is taken
     at delivery; a message rejected with ``requeue``, or restored when the channel closes (a warm
-    shutdown, a lost connection) goes back to its queue from memory, as kombu restores a recorded
-    one; acknowledgement, timers and the record all run on the worker's event loop thread. What a
-    worker *killed* within the delay loses is the message, as kombu loses one killed between its
-    pop and its record: the job's claim and ``requeue_lost_jobs`` cover it. Without an event loop
-    (a synchronous consumer) nothing is deferred.
+    shutdown, a lost connection), goes back to its queue from memory, as kombu restores a recorded
+    one; acknowledgement, timers and the record all run on the worker's event loop thread
+    (Celery's ``call_soon_ack``). A settled delivery's timer is cancelled. What a worker *killed*
+    before the record loses is the message, as kombu loses one killed between its pop and its
+    record: the job's claim and ``requeue_lost_jobs`` cover it. That window is the delay, or, for
+    a task delivered less than the delay before a warm shutdown, the whole drain of the pool
+    (timers do not fire while it drains; the channel's close then restores it from memory). A
+    failed write leaves the delivery unrecorded, to be restored from memory at close. Without an
+    event loop (a synchronous consumer) nothing is deferred.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         options = self.channel.connection.client.transport_options or {}
         self._record_after = dict(options.get(RECORD_AFTER_OPTION) or {})
-        self._unrecorded: set[str] = set()
+        self._unrecorded: dict[str, object] = {}  # delivery tag -> its timer entry
 
-    def append(self, message, delivery_tag):
+    def append(self, message, delivery_tag, queue: str | None = None):
+        """kombu's ``append``; with ``queue`` (the queue the message was popped from, passed by
+        :meth:`Channel.basic_consume`) named in :data:`RECORD_AFTER_OPTION`, the Redis write waits."""
         loop = getattr(self.channel.connection, "muse_event_loop", None)
-        delay = self._record_after.get(message.delivery_info.get("routing_key"))
+        delay = self._record_after.get(queue) if queue is not None else None
         if loop is None or not delay:
             return super().append(message, delivery_tag)
         kombu_virtual.QoS.append(self, message, delivery_tag)
-        self._unrecorded.add(delivery_tag)
-        loop.call_later(delay, self._record, message, delivery_tag)
+        self._unrecorded[delivery_tag] = loop.call_later(delay, self._record, message, delivery_tag)
 
     def _record(self, message, delivery_tag) -> None:
         """Write a still-unsettled delivery to the unacknowledged hash and index, as kombu does."""
-        if delivery_tag not in self._unrecorded:  # settled or restored meanwhile
+        if delivery_tag not in self._unrecorded or self.channel.closed:
             return
-        self._unrecorded.discard(delivery_tag)
         try:
             super().append(message, delivery_tag)
         except Exception:  # noqa: BLE001 - a timer must not stop the worker's event loop
             log.exception("could not record delivery %s as unacknowledged", delivery_tag)
+            return
+        self._unrecorded.pop(delivery_tag, None)
+
+    def _settled(self, delivery_tag) -> bool:
+        """Forget an unrecorded delivery (cancelling its timer); whether it was one."""
+        entry = self._unrecorded.pop(delivery_tag, None)
+        if entry is None:
+            return False
+        entry.cancel()
+        return True
 
     def ack(self, delivery_tag):
-        if delivery_tag in self._unrecorded:  # nothing written: nothing to remove
-            self._unrecorded.discard(delivery_tag)
+        if self._settled(delivery_tag):  # nothing written: nothing to remove
             return kombu_virtual.QoS.ack(self, delivery_tag)
         return super().ack(delivery_tag)
 
     def reject(self, delivery_tag, requeue=False):
-        if delivery_tag in self._unrecorded:
-            if requeue:
-                self.restore_by_tag(delivery_tag, leftmost=True)
-            self._unrecorded.discard(delivery_tag)
-            return kombu_virtual.QoS.ack(self, delivery_tag)
-        return super().reject(delivery_tag, requeue=requeue)
+        if delivery_tag not in self._unrecorded:
+            return super().reject(delivery_tag, requeue=requeue)
+        if requeue:
+            self.restore_by_tag(delivery_tag, leftmost=True)
+        self._settled(delivery_tag)
+        return kombu_virtual.QoS.ack(self, delivery_tag)
 
     def restore_by_tag(self, tag, client=None, leftmost=False):
         if tag not in self._unrecorded:
             return super().restore_by_tag(tag, client=client, leftmost=leftmost)
-        self._unrecorded.discard(tag)
         message = self._delivered.get(tag)
-        if message is None:
-            return None
-        delivery = message.delivery_info
-        with self.channel.conn_or_acquire(client) as conn:
-            pipe = conn.pipeline()
-            self.channel._do_restore_message(
-                message._raw, delivery["exchange"], delivery["routing_key"], pipe, leftmost
-            )
-            pipe.execute()
+        if message is not None:
+            delivery = message.delivery_info
+            with self.channel.conn_or_acquire(client) as conn:
+                pipe = conn.pipeline()
+                self.channel._do_restore_message(
+                    message._raw, delivery["exchange"], delivery["routing_key"], pipe, leftmost
+                )
+                pipe.execute()
+        self._settled(tag)
         return None
 
 
@@ -149,7 +162,8 @@ class Channel(kombu_redis.Channel):
         runs on, after this returns; a message the worker settled at once (rejected as
         malformed, say) is not recorded at all. What a worker killed in that moment loses is
         what kombu already loses between the pop and the record: the message, which
-        :func:`routing.tasks.requeue_lost_jobs` publishes again for a completion job.
+        :func:`routing.tasks.requeue_lost_jobs` publishes again for a completion job. A completion
+        task's record waits longer still (:class:`QoS`, told the queue the message came from).
         """
         super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
         if no_ack:
@@ -161,7 +175,7 @@ class Channel(kombu_redis.Channel):
                 return callback(message)
             finally:
                 if not message.acknowledged:
-                    self.qos.append(message, message.delivery_tag)
+                    self.qos.append(message, message.delivery_tag, queue=queue)
 
         self.connection._callbacks[queue] = _callback
 

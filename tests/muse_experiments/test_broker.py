@@ -10,6 +10,7 @@ import time
 
 import kombu.transport.redis as kombu_redis
 import pytest
+import redis
 from kombu.asynchronous import Hub
 
 from muse_experiments import broker
@@ -94,9 +95,9 @@ LATER_S = 0.2
 
 
 @pytest.fixture
-def consuming_later(redis_url):
-    """As :func:`consuming`, on a worker's event loop, recording ``muse-test-consume`` deliveries
-    only after :data:`LATER_S`."""
+def consuming_later(redis_url, caplog):
+    """As :func:`consuming`, on a worker's event loop (kombu's ``Hub``), recording
+    ``muse-test-consume`` deliveries only after :data:`LATER_S`; no record may fail."""
     options = {
         "unacked_key": "muse-test-unacked",
         "unacked_index_key": "muse-test-unacked-index",
@@ -112,6 +113,7 @@ def consuming_later(redis_url):
         yield conn, channel, client, hub
         hub.close()
         client.delete(*keys)
+    assert "could not record" not in caplog.text
 
 
 def recorded(client) -> tuple[int, int]:
@@ -120,18 +122,21 @@ def recorded(client) -> tuple[int, int]:
 
 def after_the_delay(hub) -> None:
     time.sleep(LATER_S + 0.05)
-    hub.fire_timers(propagate=(Exception,))
+    hub.fire_timers()
 
 
 def test_a_task_settled_within_the_delay_is_never_written_as_unacknowledged(consuming_later):
     conn, channel, client, hub = consuming_later
+    channel.basic_qos(0, 1, False)  # prefetch 1
     [message] = deliver(conn, channel, lambda m: None)
     assert recorded(client) == (0, 0)
-    assert len(channel.qos._delivered) == 1  # counted against the prefetch limit at once
+    assert not channel.qos.can_consume()  # counted against the prefetch limit at once
     message.ack()
+    assert channel.qos.can_consume()
+    [timer] = [s.entry for s in hub.timer.queue if getattr(s.entry.fun, "__name__", "") == "_record"]
+    assert timer.canceled  # skipped without counting against the hub's timers per tick
     after_the_delay(hub)
     assert recorded(client) == (0, 0)
-    assert channel.qos.can_consume() and not channel.qos._unrecorded
 
 
 def test_a_task_still_running_after_the_delay_is_recorded_as_kombu_records_it(consuming_later):
@@ -146,18 +151,35 @@ def test_a_task_still_running_after_the_delay_is_recorded_as_kombu_records_it(co
     assert recorded(client) == (0, 0)
 
 
-def test_an_unrecorded_task_goes_back_to_its_queue_when_requeued_or_restored(consuming_later):
+def test_an_unrecorded_task_goes_back_to_its_queue_when_requeued_or_its_channel_closes(consuming_later):
     conn, channel, client, hub = consuming_later
     [message] = deliver(conn, channel, lambda m: None)
     message.requeue()
     assert client.llen("muse-test-consume") == 1
     assert json.loads(client.lindex("muse-test-consume", 0))["headers"]["redelivered"] is True
-    conn.drain_events(timeout=5)  # delivered again, then the channel closes (a warm shutdown)
+    conn.drain_events(timeout=5)  # delivered again, then its channel closes (a warm shutdown)
     assert client.llen("muse-test-consume") == 0
-    channel.qos.restore_unacked_once()
+    channel.close()
     assert client.llen("muse-test-consume") == 1
     after_the_delay(hub)  # neither delivery is recorded afterwards
     assert recorded(client) == (0, 0)
+
+
+def test_a_failed_record_leaves_the_delivery_to_be_restored_at_close(consuming_later, monkeypatch, caplog):
+    conn, channel, client, hub = consuming_later
+    deliver(conn, channel, lambda m: None)
+
+    def refused(*args, **kwargs):
+        raise redis.ConnectionError("Redis went away")
+
+    with monkeypatch.context() as m:
+        m.setattr(kombu_redis.QoS, "append", refused)
+        after_the_delay(hub)
+    assert "could not record" in caplog.text
+    caplog.clear()
+    assert recorded(client) == (0, 0)
+    channel.close()  # still restored from memory: not lost
+    assert client.llen("muse-test-consume") == 1
 
 
 def test_other_queues_are_recorded_at_delivery_as_kombu_records_them(consuming_later):
