@@ -3,7 +3,9 @@
 It binds the request id (:mod:`muse_experiments.logs`), answers with ``X-Request-Id``, observes
 ``muse_http_request_duration_seconds`` by route pattern (:mod:`muse_experiments.metrics`) and
 writes one access log line (logger ``muse.access``, INFO: method, route, status, ms). It sits
-first in ``MIDDLEWARE`` so the figures include every other middleware.
+first in ``MIDDLEWARE`` so the figures include every other middleware. The figure and the line
+are written when the server closes the response, once its body is sent (as gunicorn writes its
+own access log), not before: the caller's answer does not wait for them.
 """
 
 from __future__ import annotations
@@ -34,12 +36,23 @@ class ObservabilityMiddleware:
             seconds = time.perf_counter() - started
         finally:
             request_id_var.reset(token)
+        response["X-Request-Id"] = rid
         match = getattr(request, "resolver_match", None)
         route = ("/" + match.route) if match is not None and match.route else "unmatched"
-        observe_request(method=request.method, route=route, status=response.status_code, seconds=seconds)
-        response["X-Request-Id"] = rid
-        if access_log.isEnabledFor(logging.INFO):
-            token = request_id_var.set(rid)
-            access_log.info("%s %s %s %.1fms", request.method, route, response.status_code, seconds * 1000.0)
-            request_id_var.reset(token)
+        closers = getattr(response, "_resource_closers", None)  # Django's, run by close()
+        if closers is None:
+            _observe(rid, request.method, route, response.status_code, seconds)
+        else:
+            closers.append(lambda: _observe(rid, request.method, route, response.status_code, seconds))
         return response
+
+
+def _observe(rid: str, method: str, route: str, status: int, seconds: float) -> None:
+    """The request's latency figure (s) and access log line (ms), under its request id."""
+    observe_request(method=method, route=route, status=status, seconds=seconds)
+    if access_log.isEnabledFor(logging.INFO):
+        token = request_id_var.set(rid)
+        try:
+            access_log.info("%s %s %s %.1fms", method, route, status, seconds * 1000.0)
+        finally:
+            request_id_var.reset(token)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 
 import pytest
+from django.core.signals import request_finished
+from django.db import close_old_connections
 from django.test import Client
 from prometheus_client import REGISTRY
 
 from muse_experiments.celery import app as celery_app
 from muse_experiments.logs import JsonFormatter, new_request_id
+from muse_experiments.wsgi import application  # imported once (its setup configures logging)
 
 pytestmark = pytest.mark.django_db
 
@@ -29,6 +33,32 @@ def test_every_request_line_carries_the_callers_request_id_and_echoes_it(caplog)
     assert access[0]["request_id"] == "req-abc.123"
     assert access[0]["msg"].startswith("GET /healthz 200 ")
     assert access[0]["level"] == "INFO" and access[0]["ts"].endswith("Z")
+
+
+def test_the_access_line_and_latency_figure_wait_until_the_body_is_sent(caplog):
+    """As gunicorn runs the application: the body is iterated (sent), then the response closed."""
+    caplog.set_level(logging.INFO, logger="muse.access")
+    environ = {
+        "REQUEST_METHOD": "POST", "PATH_INFO": "/v1/chat/completions", "QUERY_STRING": "",
+        "SERVER_NAME": "testserver", "SERVER_PORT": "80", "HTTP_HOST": "testserver",
+        "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(b"{}"), "CONTENT_LENGTH": "2",
+        "CONTENT_TYPE": "application/json", "HTTP_X_REQUEST_ID": "req-close.1",
+    }  # fmt: skip
+    labels = {"method": "POST", "route": "/v1/chat/completions", "status": "401"}
+    before = REGISTRY.get_sample_value("muse_http_request_duration_seconds_count", labels) or 0
+    response = application(environ, lambda status, headers, exc_info=None: None)
+    body = b"".join(response)
+    assert json.loads(body)["error"]["type"] == "authentication_error"
+    assert not [r for r in caplog.records if r.name == "muse.access"]
+    assert (REGISTRY.get_sample_value("muse_http_request_duration_seconds_count", labels) or 0) == before
+    request_finished.disconnect(close_old_connections)  # the test's transaction keeps its connection
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
+    [line] = [line for line in json_lines(caplog) if line["logger"] == "muse.access"]
+    assert line["request_id"] == "req-close.1" and line["msg"].startswith("POST /v1/chat/completions 401 ")
+    assert REGISTRY.get_sample_value("muse_http_request_duration_seconds_count", labels) == before + 1
 
 
 def test_a_503_answer_is_an_access_line_not_a_django_request_error(caplog, settings):
