@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -134,16 +134,42 @@ def claim(job_id: str, *, worker: str, row: dict[str, Any] | None) -> tuple[str,
     or :data:`LOST` (the holder's lease ran out: this delivery must fail the job ``worker_lost``;
     ``lost_row`` is its row, or None if it had none). Raises ``redis.RedisError``.
     """
-    client = redis_client()
-    reply = _script(client, _CLAIM)(
-        keys=[claim_key(job_id), LEASES],
-        args=[worker, _now_ms(), int(settings.COMPLETION_LEASE_S * 1000), ttl_s(),
-              json.dumps(row, separators=(",", ":")) if row is not None else "", job_id],
-        client=client,
-    )  # fmt: skip
-    state = reply[0].decode()
-    lost_row = json.loads(reply[1]) if state == LOST and len(reply) > 1 and reply[1] else None
-    return state, lost_row
+    return claim_send(job_id, worker=worker, row=row)()
+
+
+def claim_send(
+    job_id: str, *, worker: str, row: dict[str, Any] | None
+) -> Callable[[], tuple[str, dict | None]]:
+    """:func:`claim` in two halves: send the script now (``EVAL`` on a connection taken from the
+    pool) and return the function that reads its reply (and gives the connection back), so that
+    work which needs no claim can run while the reply is on its way. The reader must be called
+    once; both halves raise ``redis.RedisError`` (the connection is dropped and given back)."""
+    pool = redis_client().connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_command(
+            "EVAL", _CLAIM, 2, claim_key(job_id), LEASES, worker, _now_ms(),
+            int(settings.COMPLETION_LEASE_S * 1000), ttl_s(),
+            json.dumps(row, separators=(",", ":")) if row is not None else "", job_id,
+        )  # fmt: skip
+    except BaseException:
+        conn.disconnect()
+        pool.release(conn)
+        raise
+
+    def read() -> tuple[str, dict | None]:
+        try:
+            reply = conn.read_response()
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        state = reply[0].decode()
+        lost_row = json.loads(reply[1]) if state == LOST and len(reply) > 1 and reply[1] else None
+        return state, lost_row
+
+    return read
 
 
 def renew(job_ids: Iterable[str], *, worker: str) -> int:

@@ -5,7 +5,9 @@ each importable on its own:
 
 1. claim the job (:func:`routing.services.completion_job_claim`; with Redis, a job whose row
    came in the task message is claimed in Redis, :mod:`routing.claims`, and its row written
-   with its records; a redelivered task for a finished or claimed job does nothing);
+   with its records; a redelivered task for a finished or claimed job does nothing). Such a
+   job is planned (step 2) while the claim's reply is on its way, and the plan dropped if the
+   claim is lost: planning changes nothing;
 2. plan (:mod:`routing.planning`): the pure assignment engine on the cached configuration snapshot, with the unit's
    durable sticky assignments (one indexed query);
 3. serve (:mod:`routing.serving`, each try one guarded call of :mod:`routing.attempts`): try
@@ -69,11 +71,17 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
     :func:`routing.events.job_cancel_request`) has it cut off within ~0.2 s and the job ends
     ``cancelled`` / ``client_disconnected`` (:data:`routing.events.cancel_watcher`)."""
 
-    job = completion_job_claim(job_id=job_id, row=row)
+    planned: list = []  # the plan of a deferred job, made while its claim's reply is on its way
+    job = completion_job_claim(
+        job_id=job_id, row=row, meanwhile=lambda j: planned.append((j, *job_plan(j), build_request(j, {})))
+    )
     if job is None:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
-    decision, chain, reason = job_plan(job)
-    request = build_request(job, {})
+    if planned and planned[0][0] is job:
+        _, decision, chain, reason, request = planned[0]
+    else:
+        decision, chain, reason = job_plan(job)
+        request = build_request(job, {})
     with answer_first():
         outcome = serve(request, chain, reason, session_id=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)

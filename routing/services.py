@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -322,7 +322,11 @@ def worker_identity() -> str:
 
 
 def completion_job_claim(
-    *, job_id, worker: str | None = None, row: Mapping[str, Any] | None = None
+    *,
+    job_id,
+    worker: str | None = None,
+    row: Mapping[str, Any] | None = None,
+    meanwhile: Callable[[CompletionJob], None] | None = None,
 ) -> CompletionJob | None:
     """Take a job for this worker, under a row lock. Returns the running job, or None to do nothing.
 
@@ -346,16 +350,28 @@ def completion_job_claim(
     (``_state.adding``), and its row reaches the database with the call's records
     (:func:`routing.records.records_write`). A job claimed there whose lease ran out is failed
     ``worker_lost`` here; every other job (state ``db``) is claimed through its row, as above.
+
+    ``meanwhile(job)`` (a deferred job with Redis only) runs on the job this claim returns if it
+    wins, while the script's reply is on its way: work that needs the job but changes nothing
+    (the routing plan, :func:`routing.router.execute_job`). If the claim is not won, its result
+    is dropped and its exception too; if it is, its exception propagates.
     """
     now = timezone.now()
     identity = (worker or worker_identity())[:200]
     if uses_redis():
-        state, lost_row = _claim_in_redis(job_id, worker=identity, row=row)
-        if state == claims.CLAIMED:
-            return job_from_row(
+        job = None
+        if row is not None:
+            job = job_from_row(
                 job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
                 lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
             )  # fmt: skip
+        state, lost_row, failure = _claim_in_redis(
+            job_id, worker=identity, row=row, meanwhile=(lambda: meanwhile(job)) if meanwhile and job else None
+        )  # fmt: skip
+        if state == claims.CLAIMED:
+            if failure is not None:
+                raise failure
+            return job
         if state == claims.LOST and lost_row is not None:  # its worker died mid-call
             completion_job_fail(job_id=job_id, reason=WORKER_LOST, row=lost_row)
         if state != claims.DB:  # running elsewhere, done or lost
@@ -396,14 +412,24 @@ def completion_job_claim(
         return None
 
 
-def _claim_in_redis(job_id, *, worker: str, row: Mapping[str, Any] | None) -> tuple[str, dict | None]:
-    """:func:`routing.claims.claim`; if Redis fails, :data:`routing.claims.DB` (claim through the
-    row, as without Redis)."""
+def _claim_in_redis(
+    job_id, *, worker: str, row: Mapping[str, Any] | None, meanwhile: Callable[[], None] | None = None
+) -> tuple[str, dict | None, BaseException | None]:
+    """:func:`routing.claims.claim` (running ``meanwhile()`` between sending it and reading its
+    reply); if Redis fails, :data:`routing.claims.DB` (claim through the row, as without Redis).
+    Returns ``(state, lost row, what meanwhile raised)``."""
+    failure = None
     try:
-        return claims.claim(str(job_id), worker=worker, row=dict(row) if row is not None else None)
+        read = claims.claim_send(str(job_id), worker=worker, row=dict(row) if row is not None else None)
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception as exc:  # noqa: BLE001 - raised by the caller once the claim is known
+                failure = exc
+        return (*read(), failure)
     except Exception as exc:  # noqa: BLE001 - Redis down: the database row is the claim
         log.warning("claiming job %s in Redis failed (%s); claiming its row", job_id, type(exc).__name__)
-        return claims.DB, None
+        return claims.DB, None, None
 
 
 def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:

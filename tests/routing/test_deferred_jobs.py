@@ -112,7 +112,7 @@ def test_a_claim_without_redis_falls_back_to_writing_the_row(published, monkeypa
     def down(*args, **kwargs):
         raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(claims, "claim", down)
+    monkeypatch.setattr(claims, "claim_send", down)
     claimed = completion_job_claim(job_id=str(job.id), row=published[0]["row"], worker="w1:1")
     stored = CompletionJob.objects.get(pk=job.pk)
     assert (claimed.status, stored.status, stored.worker) == (JobStatus.RUNNING, JobStatus.RUNNING, "w1:1")
@@ -255,3 +255,26 @@ def test_the_task_message_carries_the_row_but_its_printable_arguments_never_hold
     assert headers["kwargsrepr"] == repr({"stream": False, "pinned": True, "row": "…"})
     args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
     assert args == [str(job.id)] and json.loads(kwargs["row"]["request"])["messages"] == MESSAGES
+
+
+def test_work_done_while_the_claim_is_on_its_way_counts_only_for_the_delivery_that_won_it(published):
+    job = submit()
+    row = published[0]["row"]
+    seen: list = []
+
+    def plan(claimed_job):
+        # the script is sent before this runs: its reply is read after (one connection is out)
+        seen.append(
+            (claimed_job, claimed_job.status, len(redis_client().connection_pool._in_use_connections))
+        )
+        raise ValueError("a planning error")
+
+    with pytest.raises(ValueError, match="a planning error"):  # the claim was won: it propagates
+        completion_job_claim(job_id=str(job.id), row=row, worker="w1:1", meanwhile=plan)
+    [(planned_job, status, in_use)] = seen
+    assert (str(planned_job.pk), status) == (str(job.id), JobStatus.RUNNING) and in_use >= 1
+    assert claims.running(str(job.id))[0] == "w1:1"
+    # a redelivery while the lease lives: its plan is made and dropped, its error too
+    assert completion_job_claim(job_id=str(job.id), row=row, worker="w2:2", meanwhile=plan) is None
+    assert len(seen) == 2
+    assert claims.running(str(job.id))[0] == "w1:1"

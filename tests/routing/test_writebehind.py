@@ -198,6 +198,19 @@ def deferred_job(api_key=None) -> tuple[CompletionJob, dict]:
     return j, job_row(j)
 
 
+def test_a_deferred_job_is_planned_once_while_its_claim_is_on_its_way(upstreams, monkeypatch):
+    from routing import router
+
+    plans: list[str] = []
+    real_plan = router.job_plan
+    monkeypatch.setattr(router, "job_plan", lambda j: plans.append(str(j.pk)) or real_plan(j))
+    j, row = deferred_job()
+    assert execute_job(job_id=str(j.id), row=row) == JobStatus.SUCCEEDED
+    assert plans == [str(j.id)] and upstreams.call_count() == 1
+    assert execute_job(job_id=str(j.id), row=row) == "missing"  # a redelivery: planned, dropped
+    assert plans == [str(j.id)] * 2 and upstreams.call_count() == 1
+
+
 def test_a_job_claimed_in_redis_reaches_the_database_with_its_records_and_is_never_run_twice(upstreams):
     key, _ = api_key_create(name="gone", scopes=["completions"])
     j, row = deferred_job(api_key=key)
