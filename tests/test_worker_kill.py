@@ -77,13 +77,25 @@ def calls_carrying(upstreams, marker: str) -> int:
     )
 
 
+def delivery_recorded(job_id: str) -> bool:
+    """Whether a task message for ``job_id`` is in the broker's unacknowledged hash."""
+    return any(job_id.encode() in entry for entry in redis_client().hvals("unacked"))
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["after-its-record", "before-its-record"])
 def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_completes_the_queued_one(
-    live_server, upstreams, redis_url, tmp_path
+    live_server, upstreams, redis_url, tmp_path, recorded
 ):
+    """Killed after its delivery was recorded (a call running longer than
+    ``CELERY_COMPLETION_RECORD_AFTER_S``), job one's message is redelivered to B, which must not
+    call the provider again; killed before (muse_experiments.broker.QoS), it is not redelivered and
+    the reaper fails the job: either way one upstream call, ``worker_lost``."""
     seed_catalogue(upstreams.url)
     upstreams.set_scenario("avocado-v15", latency_ms=60_000)  # in flight until the kill
     headers = {"Authorization": f"Bearer {api_key()}"}
-    worker_a = start_worker("a", tmp_path / "a.log")
+    worker_a = start_worker(
+        "a", tmp_path / "a.log", CELERY_COMPLETION_RECORD_AFTER_S="0.3" if recorded else "600"
+    )
     worker_b = None
     try:
         with httpx.Client(base_url=live_server.url, headers=headers, timeout=30) as client:
@@ -105,6 +117,10 @@ def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_complet
         one, two = ids
         assert CompletionJob.objects.get(pk=one).status == JobStatus.RUNNING
         assert CompletionJob.objects.get(pk=two).status == JobStatus.QUEUED
+        if recorded:
+            wait_for(lambda: delivery_recorded(one), 10, "job one's delivery recorded")
+        else:
+            assert not delivery_recorded(one)
 
         stop_process_group(worker_a, signal.SIGKILL)
         upstreams.set_scenario("avocado-v15", latency_ms=0)
@@ -114,10 +130,16 @@ def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_complet
             return CompletionJob.objects.get(pk=job_id).status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
 
         wait_for(lambda: finished(one) and finished(two), 60, "both jobs to finish")
-        # job one's unacknowledged message comes back to B after the visibility timeout; B must
-        # not call the provider for it again
         b_log = tmp_path / "b.log"
-        wait_for(lambda: f"run_completion[{one}] succeeded".encode() in b_log.read_bytes(), 60, "redelivery")
+        if recorded:
+            # job one's unacknowledged message comes back to B after the visibility timeout; B must
+            # not call the provider for it again
+            wait_for(
+                lambda: f"run_completion[{one}] succeeded".encode() in b_log.read_bytes(), 60, "redelivery"
+            )
+        else:  # past the visibility timeout and a restore interval: nothing to redeliver
+            time.sleep(5)
+            assert f"run_completion[{one}]".encode() not in b_log.read_bytes()
     finally:
         stop_process_group(worker_a, signal.SIGKILL)
         if worker_b is not None:
