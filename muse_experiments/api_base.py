@@ -255,7 +255,14 @@ class ChunkedBodyMiddleware:
         if "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower() and not meta.get("CONTENT_LENGTH"):
             limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
             stream = meta["wsgi.input"]
-            raw = _read_up_to(stream, limit + 1 if limit is not None else None)
+            try:
+                raw = _read_up_to(stream, limit + 1 if limit is not None else None)
+            except Exception as exc:  # noqa: BLE001 - whatever the server raises for a broken body
+                # (gunicorn: InvalidChunkSize, ChunkMissingTerminator, InvalidChunkExtension,
+                # NoMoreData): the view's parser answers its usual 400, in the API's shape
+                meta["CONTENT_LENGTH"] = "1"
+                request._stream = _BrokenBody(f"Malformed chunked request body ({type(exc).__name__}).")
+                return self.get_response(request)
             if limit is not None and len(raw) > limit:
                 with contextlib.suppress(OSError, ValueError):  # the client went away
                     _drain(stream)
@@ -263,6 +270,21 @@ class ChunkedBodyMiddleware:
             meta["wsgi.input"] = io.BytesIO(raw)  # what is left to drain is already drained
             request._stream = LimitedStream(io.BytesIO(raw), len(raw))
         return self.get_response(request)
+
+
+class _BrokenBody:
+    """A request body that could not be read: reading it raises DRF's ``ParseError`` (a 400)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def read(self, *args, **kwargs) -> bytes:
+        raise exceptions.ParseError(self.message)
+
+    readline = read
+
+    def close(self) -> None:
+        pass
 
 
 def _read_up_to(stream, size: int | None) -> bytes:

@@ -77,7 +77,11 @@ MIDDLEWARE = [
 # CSRF, messages, static files or frame headers (muse_experiments/wsgi.py). A staff session
 # does not authenticate there.
 API_PATH_PREFIXES = ("/v1/",)
-API_MIDDLEWARE = [*_CORE_MIDDLEWARE, "django.middleware.security.SecurityMiddleware"]
+API_MIDDLEWARE = [
+    *_CORE_MIDDLEWARE,
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",  # ALLOWED_HOSTS (a foreign Host header: 400)
+]
 
 ROOT_URLCONF = "muse_experiments.urls"
 WSGI_APPLICATION = "muse_experiments.wsgi.application"

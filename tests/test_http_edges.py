@@ -4,6 +4,7 @@ type is a 415."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -194,3 +195,41 @@ def test_a_utf8_id_header_reads_as_the_client_wrote_it():
     as_wsgi_gives_it = "café-42".encode().decode("latin-1")
     request = RequestFactory().post("/v1/chat/completions", HTTP_X_MUSE_SESSION_ID=as_wsgi_gives_it)
     assert header_text(request, "X-Muse-Session-Id") == "café-42"
+
+
+def _raw_post(url: str, path: str, key: str, body: bytes) -> tuple[int, dict]:
+    """``(status, JSON body)`` of a POST whose chunked framing is sent byte for byte as given."""
+    host, port = url.removeprefix("http://").split(":")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(head + body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head_part, _, payload = answer.partition(b"\r\n\r\n")
+    status_line, *header_lines = head_part.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
+    assert headers["content-type"] == "application/json", answer[:200]
+    if headers.get("transfer-encoding") == "chunked":
+        size, _, rest = payload.partition(b"\r\n")
+        payload = rest[: int(size, 16)]
+    return int(status_line.split()[1]), json.loads(payload)
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"zz\r\nab\r\n0\r\n\r\n", b"2\r\nabc\r\n0\r\n\r\n", b"2;\x01\r\nab\r\n0\r\n\r\n"],
+    ids=["bad-size", "missing-terminator", "bad-extension"],
+)
+def test_a_malformed_chunked_body_is_a_400_in_the_apis_shape_not_a_500(gunicorn_url, framing):
+    _, raw = api_key_create(name="bad-chunks", scopes=["events", "completions"])
+    status, body = _raw_post(gunicorn_url, "/v1/chat/completions", raw, framing)
+    assert status == 400 and body["error"]["type"] == "invalid_request_error", body
+    assert "Malformed chunked request body" in body["error"]["message"]
+    status, body = _raw_post(gunicorn_url, "/v1/messages", raw, framing)
+    assert status == 400 and body["type"] == "error", body
+    status, body = _raw_post(gunicorn_url, "/api/v1/events", raw, framing)
+    assert status == 400 and "Malformed chunked request body" in json.dumps(body), body

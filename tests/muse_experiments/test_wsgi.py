@@ -71,3 +71,10 @@ def test_the_setting_is_only_swapped_while_the_chain_is_built():
     assert before == list(settings.MIDDLEWARE)
     _, headers, _ = call("/healthz", app=handler)
     assert headers["x-request-id"] and "x-content-type-options" not in headers  # its one middleware
+
+
+def test_a_foreign_host_header_is_refused_on_the_drop_ins_as_on_the_site():
+    for path in ("/v1/chat/completions", "/api/v1/experiments"):
+        status, _, _ = call(path, "POST", b"{}", HTTP_HOST="evil.example")
+        assert status == 400, path
+    assert call("/v1/chat/completions", "POST", b"{}")[0] == 401  # the test server's own host
