@@ -115,8 +115,9 @@ class QoS(kombu_redis.QoS):
         if delivery_tag not in self._unrecorded:
             return super().reject(delivery_tag, requeue=requeue)
         if requeue:
-            self.restore_by_tag(delivery_tag, leftmost=True)
-        self._settled(delivery_tag)
+            self.restore_by_tag(delivery_tag, leftmost=True)  # settles it
+        else:
+            self._settled(delivery_tag)
         return kombu_virtual.QoS.ack(self, delivery_tag)
 
     def restore_by_tag(self, tag, client=None, leftmost=False):

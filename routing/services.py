@@ -426,6 +426,10 @@ def _claim_in_redis(
                 meanwhile()
             except Exception as exc:  # noqa: BLE001 - raised by the caller once the claim is known
                 failure = exc
+            except BaseException:  # interrupted: still read the reply (the connection goes back)
+                with contextlib.suppress(Exception):
+                    read()
+                raise
         return (*read(), failure)
     except Exception as exc:  # noqa: BLE001 - Redis down: the database row is the claim
         log.warning("claiming job %s in Redis failed (%s); claiming its row", job_id, type(exc).__name__)

@@ -5,6 +5,7 @@ recording it, and records a completion task only once it has run for a while
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -43,18 +44,32 @@ def test_other_transports_are_left_as_kombu_makes_them(url):
     assert not issubclass(conn.get_transport_cls(), broker.Transport)
 
 
-@pytest.fixture
-def consuming(redis_url):
-    """A channel of :class:`broker.Transport` on its own queue and unacknowledged-message keys."""
-    options = {"unacked_key": "muse-test-unacked", "unacked_index_key": "muse-test-unacked-index"}
+KEYS = ("muse-test-consume", "muse-test-other", "muse-test-unacked", "muse-test-unacked-index")
+
+
+@contextlib.contextmanager
+def open_channel(redis_url: str, hub: Hub | None = None, **options):
+    """``(connection, channel, client)``: a channel of :class:`broker.Transport` on its own queues
+    and unacknowledged-message keys, registered with ``hub`` if given (as a worker's is)."""
+    options = {"unacked_key": "muse-test-unacked", "unacked_index_key": "muse-test-unacked-index", **options}
     with broker.Connection(redis_url, transport_options=options) as conn:
+        if hub is not None:
+            conn.register_with_event_loop(hub)
         channel = conn.channel()
         assert isinstance(channel, broker.Channel)
         client = channel.client
-        keys = ("muse-test-consume", *options.values())
-        client.delete(*keys)
-        yield conn, channel, client
-        client.delete(*keys)
+        client.delete(*KEYS)
+        try:
+            yield conn, channel, client
+        finally:
+            client.delete(*KEYS)
+
+
+@pytest.fixture
+def consuming(redis_url):
+    """A synchronous consumer's channel (no event loop)."""
+    with open_channel(redis_url) as opened:
+        yield opened
 
 
 def deliver(conn, channel, on_message) -> list:
@@ -98,21 +113,13 @@ LATER_S = 0.2
 def consuming_later(redis_url, caplog):
     """As :func:`consuming`, on a worker's event loop (kombu's ``Hub``), recording
     ``muse-test-consume`` deliveries only after :data:`LATER_S`; no record may fail."""
-    options = {
-        "unacked_key": "muse-test-unacked",
-        "unacked_index_key": "muse-test-unacked-index",
-        broker.RECORD_AFTER_OPTION: {"muse-test-consume": LATER_S},
-    }
-    with broker.Connection(redis_url, transport_options=options) as conn:
-        hub = Hub()
-        conn.register_with_event_loop(hub)
-        channel = conn.channel()
-        client = channel.client
-        keys = ("muse-test-consume", "muse-test-other", "muse-test-unacked", "muse-test-unacked-index")
-        client.delete(*keys)
-        yield conn, channel, client, hub
+    hub = Hub()
+    try:
+        options = {broker.RECORD_AFTER_OPTION: {"muse-test-consume": LATER_S}}
+        with open_channel(redis_url, hub, **options) as (conn, channel, client):
+            yield conn, channel, client, hub
+    finally:
         hub.close()
-        client.delete(*keys)
     assert "could not record" not in caplog.text
 
 
