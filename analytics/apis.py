@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api_base import FiniteFloatField, StrictSerializer, UnitIdField
-from muse_experiments.auth import HasScope
+from muse_experiments.auth import HasScope, require_session_permission
 from muse_experiments.models import Experiment
 
 from .events import (
@@ -249,6 +249,8 @@ class ResultsApi(APIView):
         if not phase:
             return _not_found("The experiment has not started: no results.")
         if q["refresh"]:
+            # a new snapshot: what POST …/results/compute needs
+            require_session_permission(request, operation=("experiment-results-compute", "POST"))
             try:
                 snapshot = results_compute(experiment=experiment, phase=phase, trigger=SnapshotTrigger.API)
             except ValueError as exc:

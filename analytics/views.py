@@ -1,7 +1,9 @@
-"""Analyst pages (staff only): experiments list, results of one experiment, routing health.
+"""Analyst pages (staff login): experiments list, results of one experiment, routing health.
 
 Views stay thin: :mod:`analytics.dashboards` reads, :mod:`analytics.tables` exports. Every table
-answers ``?export=csv|json&table=<id>`` with its raw values.
+answers ``?export=csv|json&table=<id>`` with its raw values. Each page needs the Django
+permissions below (403 without them, as in the admin; README "Roles"); recomputing needs what
+``POST /api/v1/experiments/{key}/results/compute`` needs (``muse_experiments.auth``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import uuid
 
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import permission_required
 from django.db import transaction
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
@@ -17,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from muse_experiments.auth import SESSION_PERMISSIONS
 from muse_experiments.models import Experiment, ExperimentStatus, Layer
 
 from .dashboards import (
@@ -31,6 +35,12 @@ from .dashboards import (
 from .models import SnapshotTrigger
 from .tables import EXPORT_FORMATS, Table, export_response
 from .tasks import compute_results
+
+#: Django permissions each page needs (all of them).
+VIEW_EXPERIMENTS = SESSION_PERMISSIONS[("experiment-list", "GET")]
+VIEW_RESULTS = SESSION_PERMISSIONS[("experiment-results", "GET")]
+RECOMPUTE_RESULTS = SESSION_PERMISSIONS[("experiment-results-compute", "POST")]
+VIEW_ROUTING_HEALTH = ("routing.view_modelendpoint", "analytics.view_callrollup")
 
 
 def _export(request, tables: dict[str, Table], filename: str):
@@ -49,6 +59,7 @@ def _common() -> dict:
 
 
 @staff_member_required
+@permission_required(VIEW_EXPERIMENTS, raise_exception=True)
 def results_index(request):
     """Experiments list with status/layer filters and a search box."""
     status = request.GET.get("status", "")
@@ -74,6 +85,7 @@ def results_index(request):
 
 
 @staff_member_required
+@permission_required(VIEW_RESULTS, raise_exception=True)
 def results_page(request, key):
     """One experiment phase: health, metrics with forest plot, cumulative lift, power, distributions."""
     experiment = get_object_or_404(Experiment, key=key)
@@ -101,6 +113,7 @@ def results_page(request, key):
 
 
 @staff_member_required
+@permission_required(RECOMPUTE_RESULTS, raise_exception=True)
 @require_POST
 def results_recompute(request, key):
     """ "Recompute now": enqueue the same task as ``POST /api/v1/experiments/<key>/results/compute``."""
@@ -122,6 +135,7 @@ def results_recompute(request, key):
 
 
 @staff_member_required
+@permission_required(VIEW_ROUTING_HEALTH, raise_exception=True)
 def routing_health_page(request):
     """Model catalogue with per-endpoint health over the last hour and day."""
     data = routing_health()

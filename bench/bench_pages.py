@@ -129,12 +129,14 @@ def _compute(*, experiment, days: int) -> None:
 
 def _time_pages(*, experiment, repeat: int) -> list[tuple[str, float, float, float, int]]:
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
     from django.core.signals import request_started
     from django.db import connection, reset_queries
     from django.test import Client
 
     request_started.disconnect(reset_queries)  # keep every query of a request for the check below
     user, _ = get_user_model().objects.get_or_create(username="bench-analyst", defaults={"is_staff": True})
+    user.groups.add(Group.objects.get(name="Analyst"))  # the pages' view permissions (README "Roles")
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(user)
     key = experiment.key

@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -54,7 +55,30 @@ LIFECYCLE = {
 }
 
 
-class VariantInline(admin.TabularInline):
+class ExperimentPartInline(admin.TabularInline):
+    """Rows edited only as part of their experiment (variants, QA pins): the experiment's own
+    permissions apply, not the row model's -- add on the add page, change on the change page,
+    view to see them -- as ``PATCH /api/v1/experiments/{key}`` needs ``change_experiment``
+    (the way Django treats an auto-created many-to-many table)."""
+
+    def _experiment_perm(self, request: HttpRequest, action: str) -> bool:
+        opts = Experiment._meta
+        return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+
+    def has_view_permission(self, request, obj=None):
+        return self._experiment_perm(request, "view") or self._experiment_perm(request, "change")
+
+    def has_add_permission(self, request, obj):
+        return self._experiment_perm(request, "change" if obj is not None else "add")
+
+    def has_change_permission(self, request, obj=None):
+        return self._experiment_perm(request, "change" if obj is not None else "add")
+
+    def has_delete_permission(self, request, obj=None):
+        return self._experiment_perm(request, "change" if obj is not None else "add")
+
+
+class VariantInline(ExperimentPartInline):
     model = Variant
     form = VariantForm
     formset = VariantFormSet
@@ -65,7 +89,7 @@ class VariantInline(admin.TabularInline):
         return 0 if obj else 2
 
 
-class ForcedAssignmentInline(admin.TabularInline):
+class ForcedAssignmentInline(ExperimentPartInline):
     model = ForcedAssignment
     form = ForcedAssignmentForm
     formset = ForcedAssignmentFormSet
@@ -436,7 +460,7 @@ class PlatformConfigAdmin(admin.ModelAdmin):
     readonly_fields = ("version", "sticky_namespace")
 
     def has_add_permission(self, request):
-        return not PlatformConfig.objects.exists()
+        return super().has_add_permission(request) and not PlatformConfig.objects.exists()
 
     def has_delete_permission(self, request, obj=None):
         return False

@@ -122,17 +122,96 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "muse_<prefix>_<secret>"}
 
 
+#: What a login session (the admin's cookie + CSRF token, DRF's ``SessionAuthentication``) needs
+#: for each API operation, by URL name and method: Django permissions, all required (superusers
+#: hold every one, as in the admin; ``is_staff`` alone grants nothing). ``None``: API keys only, no
+#: session passes (the drop-ins, which in production run without the session middleware anyway).
+#: An operation missing here is refused to sessions. API keys are checked against the view's
+#: ``required_scope`` instead (noted per row); a HEAD or OPTIONS request needs what GET needs.
+#: The shipped roles (groups) are described in the README, "Roles".
+SESSION_PERMISSIONS: dict[tuple[str, str], tuple[str, ...] | None] = {
+    # scope completions
+    ("completion-create", "POST"): ("routing.request_completion",),
+    ("completion-detail", "GET"): ("routing.request_completion", "routing.view_completionjob"),
+    ("session-end", "POST"): ("routing.request_completion",),
+    ("dropin-chat-completions", "POST"): None,
+    ("dropin-responses", "POST"): None,
+    ("dropin-messages", "POST"): None,
+    # scope events
+    ("events-create", "POST"): ("analytics.add_outcomeevent",),
+    # scope analytics:read
+    ("experiment-list", "GET"): ("muse_experiments.view_experiment",),
+    ("experiment-detail", "GET"): ("muse_experiments.view_experiment",),
+    ("assignment-preview", "POST"): ("muse_experiments.view_experiment",),  # read-only
+    ("experiment-results", "GET"): ("muse_experiments.view_experiment", "analytics.view_resultsnapshot"),
+    # a new snapshot (also GET .../results?refresh=1); the results page's "Recompute now" alike
+    ("experiment-results-compute", "POST"): (
+        "muse_experiments.view_experiment",
+        "analytics.add_resultsnapshot",
+    ),
+    # scope experiments:write (variants are edited as part of their experiment, as in the admin)
+    ("experiment-detail", "PATCH"): ("muse_experiments.change_experiment",),
+    # scope ops: turning a switch on or off adds its row the first time, changes it after
+    ("ops-kill-switches", "GET"): ("routing.view_killswitch",),
+    ("ops-kill-switches", "POST"): ("routing.add_killswitch", "routing.change_killswitch"),
+    # scope training (an opt-out is a TrainingOptOut row; opting back in deletes it)
+    ("training-opt-out", "GET"): ("transcripts.view_trainingoptout",),
+    ("training-opt-out", "POST"): ("transcripts.add_trainingoptout",),
+    ("training-opt-out", "DELETE"): ("transcripts.delete_trainingoptout",),
+    # scopes training:export and training:ingest
+    ("training-export", "POST"): ("transcripts.export_training_data",),
+    ("training-ingest", "POST"): ("transcripts.ingest_training_data",),
+}
+
+
+def session_permissions_missing(user, *, operation: tuple[str, str]) -> list[str] | None:
+    """The Django permissions ``user`` (a logged-in session user) lacks for ``operation``
+    (``(URL name, method)``, a row of :data:`SESSION_PERMISSIONS`): ``[]`` when allowed, the
+    missing permission names otherwise, ``None`` when no session may do it at all (keys only,
+    or an operation not in the table). Inactive and non-staff users hold nothing, as in the admin."""
+    needed = SESSION_PERMISSIONS.get(operation)
+    if needed is None:
+        return None
+    if not (user.is_active and user.is_staff):
+        return list(needed)
+    return [p for p in needed if not user.has_perm(p)]
+
+
+def require_session_permission(request, *, operation: tuple[str, str]) -> None:
+    """Raise ``PermissionDenied`` (403) unless the caller may do ``operation`` (a row of
+    :data:`SESSION_PERMISSIONS`): for an API key, nothing more is checked (its scope was); for a
+    session user, the row's permissions. For a view that does more than its method says (``GET
+    …/results?refresh=1`` computes a snapshot, as ``POST …/results/compute`` does)."""
+    if isinstance(request.user, ApiClient):
+        return
+    missing = session_permissions_missing(request.user, operation=operation)
+    if missing is None:
+        raise exceptions.PermissionDenied("Only an API key may do this.")
+    if missing:
+        raise exceptions.PermissionDenied(f"Your account lacks the permission(s): {', '.join(missing)}.")
+
+
 class HasScope(permissions.BasePermission):
-    """Allows a key that holds the view's ``required_scope``; staff sessions pass for reads."""
+    """The API's one permission. An API key needs the view's ``required_scope``. A session user
+    (admin login) needs the Django permissions :data:`SESSION_PERMISSIONS` lists for the route and
+    method; a method the view does not implement passes, so the view answers 405."""
 
     message = "This API key lacks the required scope."
 
     def has_permission(self, request, view) -> bool:
-        scope = getattr(view, "required_scope", None)
         user = request.user
         if isinstance(user, ApiClient):
+            scope = getattr(view, "required_scope", None)
             return scope is None or scope in user.scopes
-        return bool(user and user.is_authenticated and user.is_staff)
+        if not (user and user.is_authenticated):
+            return False
+        method = "GET" if request.method in ("HEAD", "OPTIONS") else request.method
+        match = getattr(request, "resolver_match", None)
+        operation = (match.url_name if match else "", method)
+        if operation not in SESSION_PERMISSIONS and not hasattr(view, request.method.lower()):
+            return True  # not implemented: the view's 405
+        require_session_permission(request, operation=operation)
+        return True
 
 
 #: The largest per-minute limit a key can have (the column is a PostgreSQL ``integer``).

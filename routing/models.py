@@ -174,6 +174,12 @@ class CompletionJob(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["status", "lease_expires_at"], name="job_status_lease")]
+        permissions = [
+            (
+                "request_completion",
+                "Can call completions, read their jobs and end sessions with a login session",
+            )
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["api_key", "idempotency_key"],

@@ -34,7 +34,7 @@ class TranscriptTurnInline(admin.TabularInline):
     show_change_link = True
 
 
-@admin.action(description="Opt the selected sessions' users out of training")
+@admin.action(description="Opt the selected sessions' users out of training", permissions=["opt_out"])
 def opt_users_out(modeladmin, request, queryset):
     users = sorted(set(queryset.values_list("user_id", flat=True)))
     changed = sum(training_opt_out(user_id=u, actor=_actor(request))[1] for u in users)
@@ -45,7 +45,7 @@ def opt_users_out(modeladmin, request, queryset):
     )
 
 
-@admin.action(description="Opt the selected sessions' users back in to training")
+@admin.action(description="Opt the selected sessions' users back in to training", permissions=["opt_in"])
 def opt_users_in(modeladmin, request, queryset):
     users = sorted(set(queryset.values_list("user_id", flat=True)))
     changed = sum(training_opt_in(user_id=u, actor=_actor(request)) for u in users)
@@ -60,6 +60,14 @@ class TranscriptAdmin(ReadOnlyAdmin):
     search_fields = ("session_id", "user_id")
     inlines = [TranscriptTurnInline]
     actions = [opt_users_out, opt_users_in]
+
+    # The actions write opt-outs: they need the TrainingOptOut permissions (add opts out, delete
+    # opts back in), as the opt-out admin and ``/api/v1/users/{id}/training-opt-out`` do.
+    def has_opt_out_permission(self, request) -> bool:
+        return request.user.has_perm("transcripts.add_trainingoptout")
+
+    def has_opt_in_permission(self, request) -> bool:
+        return request.user.has_perm("transcripts.delete_trainingoptout")
 
 
 @admin.register(TranscriptTurn)
@@ -103,7 +111,7 @@ class TrainingOptOutAdmin(admin.ModelAdmin):
         for user_id in list(queryset.values_list("user_id", flat=True)):
             training_opt_in(user_id=user_id, actor=_actor(request))
 
-    @admin.action(description="Opt the selected users back in to training")
+    @admin.action(description="Opt the selected users back in to training", permissions=["delete"])
     def opt_back_in(self, request, queryset):
         self.delete_queryset(request, queryset)
         self.message_user(request, "Opted back in.", messages.SUCCESS)

@@ -84,6 +84,7 @@ class TranscriptTurn(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["transcript", "number"], name="unique_turn_number_per_transcript")
         ]
+        permissions = [("export_training_data", "Can export training data (marks the turns exported)")]
 
     def __str__(self) -> str:
         return f"{self.transcript_id}#{self.number} {self.served_model}"
@@ -112,6 +113,9 @@ class TrainingRecord(models.Model):
     body = models.TextField(help_text="The record's compact JSON, unchanged.")
     sha256 = models.CharField(max_length=64)
     ingested_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        permissions = [("ingest_training_data", "Can send training records through the ingestion gate")]
 
     def __str__(self) -> str:
         return self.record_id

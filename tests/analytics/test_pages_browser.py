@@ -69,9 +69,19 @@ def site(chromium, live_server, transactional_db, client):
     failed requests and any request to another host (all blocked: the pages must work offline).
     """
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    from analytics.views import VIEW_RESULTS, VIEW_ROUTING_HEALTH
 
     build_dashboard_experiment()
     user = get_user_model().objects.create_user("analyst", "a@example.com", "pw", is_staff=True)
+    # the pages' view permissions (not the Analyst group: a transactional test's flush drops
+    # the groups the migration made, and keeps the permissions post_migrate recreates)
+    for name in (*VIEW_RESULTS, *VIEW_ROUTING_HEALTH):
+        app_label, codename = name.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
     client.force_login(user)
     client.get("/results/")  # warm the URL conf and imports (slow on a busy machine) before timing out
     host = urlparse(live_server.url).hostname
