@@ -55,6 +55,7 @@ def _setup_django() -> None:
     os.environ.setdefault("DJANGO_DEBUG", "true")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
     os.environ.setdefault("MUSE_VAR_DIR", "/tmp/muse-bench")
+    os.environ.setdefault("SIMULATED_UPSTREAMS", "127.0.0.1:9")  # the seed's address (never called)
     import django
 
     django.setup()

@@ -93,6 +93,7 @@ def main() -> int:
              "--scenarios", str(scenarios)], "upstream",
         )  # fmt: skip
         upstream = f"http://127.0.0.1:{up_port}"
+        env["SIMULATED_UPSTREAMS"] = f"127.0.0.1:{up_port}"  # the keys may go there (web, worker, seed)
         wait_http(f"{upstream}/_fake/health")
         manage = [py, "manage.py"]
         subprocess.run([*manage, "migrate", "-v", "0"], env=env, cwd=REPO, check=True)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 def setup_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
     os.environ.setdefault("DJANGO_DEBUG", "true")
+    os.environ.setdefault("SIMULATED_UPSTREAMS", "127.0.0.1:9")  # the seed's address (never called)
     import django
 
     django.setup()

@@ -355,7 +355,10 @@ def platform_env(*, var: Path, embedded: bool, port: int) -> dict[str, str]:
 
 def prepare_platform(env: dict[str, str], *, upstream: str) -> str:
     """Migrate, seed the catalogue at the upstream, start a 50/50 Avocado v14/v15 experiment and
-    create an API key (scope completions, no practical rate limit), in this process; returns the key."""
+    create an API key (scope completions, no practical rate limit), in this process; returns the key.
+    ``env`` gets ``SIMULATED_UPSTREAMS`` (the provider keys may go to the upstream) for the
+    processes started with it after."""
+    env["SIMULATED_UPSTREAMS"] = upstream.removeprefix("http://")
     os.environ.update(env)
     sys.path.insert(0, str(REPO))
     import django

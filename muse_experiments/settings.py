@@ -17,8 +17,23 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-# FileAwareEnv: every variable may instead name a file holding it (SECRET_KEY_FILE, DATABASE_URL_FILE …).
-env = environ.FileAwareEnv()
+
+
+class _Env(environ.FileAwareEnv):
+    """FileAwareEnv (every variable may instead name a file holding it: SECRET_KEY_FILE,
+    DATABASE_URL_FILE …) that remembers the names it was asked for: SETTINGS_ENV_VARS below, which
+    a provider credential may never be (routing.credentials)."""
+
+    def __init__(self, **scheme):
+        super().__init__(**scheme)
+        self.names_read: set[str] = set()
+
+    def get_value(self, var, *args, **kwargs):
+        self.names_read.add(var)
+        return super().get_value(var, *args, **kwargs)
+
+
+env = _Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 TESTING = "pytest" in sys.modules
@@ -358,6 +373,33 @@ MUSE_KILL_EXTERNAL = env.bool("MUSE_KILL_EXTERNAL", default=False)
 # variant: a function (experiment key, variant key) -> {"scope", "target", "reason", "since"} | None.
 MUSE_ENROLMENT_KILL_LOOKUP = "routing.killswitch.enrolment_kill_info"
 
+# --- Provider credentials bound to their hosts (routing/credentials.py) ----------------------
+# Which environment variables a provider may name as its credential, and the hosts each may be
+# sent to: "host" (port 443), "host:port", or "*.domain" (exactly one label in front), always
+# over https. A catalogue row outside it is a form error, and the router refuses to send the
+# credential. PROVIDER_CREDENTIAL_HOSTS replaces the whole default, in django-environ's dict
+# format: "ANTHROPIC_API_KEY=api.anthropic.com;AZURE_OPENAI_API_KEY=*.openai.azure.com,eu.example.com:8443".
+# Django's and this platform's own variables can never be bound (refused at start-up).
+# The native Avocado service has no public host: production sets AVOCADO_HOSTS (e.g.
+# "avocado.internal.example.com"); unset, its key goes only to the simulated upstreams.
+AVOCADO_HOSTS = env.list("AVOCADO_HOSTS", default=[])
+if any(e.count("=") != 1 for e in env.str("PROVIDER_CREDENTIAL_HOSTS", default="").split(";") if e):
+    raise ImproperlyConfigured("PROVIDER_CREDENTIAL_HOSTS: use NAME=host,host;NAME=host (one '=' per entry).")
+PROVIDER_CREDENTIAL_HOSTS = env.dict(
+    "PROVIDER_CREDENTIAL_HOSTS",
+    cast={"value": list},
+    default={
+        "AVOCADO_API_KEY": AVOCADO_HOSTS,
+        "AZURE_OPENAI_API_KEY": ["*.openai.azure.com", "*.cognitiveservices.azure.com"],
+        "OPENAI_API_KEY": ["api.openai.com"],
+        "ANTHROPIC_API_KEY": ["api.anthropic.com"],
+    },
+)
+# The simulated upstreams (routing/fake_upstreams.py) as loopback host:port: every bound
+# credential may go there, over http. `make demo`, `seed_catalogue --simulated-base-url` and the
+# tests need it; in debug it defaults to `make upstreams`' address.
+SIMULATED_UPSTREAMS = env.list("SIMULATED_UPSTREAMS", default=["127.0.0.1:8900"] if DEBUG else [])
+
 # --- Observability (muse_experiments/logs.py, metrics.py, health.py) -------------------------
 # json: one JSON object per line with request_id / job_id (production default); plain: for a terminal.
 # Garbage collection thresholds applied after start-up, with start-up's objects frozen
@@ -405,3 +447,7 @@ LOGGING = {
         },
     },
 }
+
+#: Every environment variable the settings read (some only in some configurations, so
+#: routing.credentials also keeps a fixed list): never a provider credential.
+SETTINGS_ENV_VARS = frozenset(env.names_read)

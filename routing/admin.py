@@ -2,32 +2,85 @@
 
 Catalogue edits and kill-switch changes go through :mod:`routing.ops_services` (audited, and the
 configuration version is bumped so every process sees them within about a second). The catalogue
-shows only the *name* of each credential's environment variable, never a value.
+shows only the *name* of each credential's environment variable, never a value; where that
+credential may be sent is the credential binding's to say (:mod:`routing.credentials`), and who
+may change it is ``routing.change_provider_endpoint``'s.
 """
 
 from django import forms
 from django.contrib import admin
-from django.core.exceptions import ValidationError
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils.html import escape
 
 from muse_experiments.admin_base import ReadOnlyAdmin
 
+from .credentials import credential_binding_validate
 from .models import Attempt, CallRecord, CompletionJob, KillScope, KillSwitch, ModelEndpoint, Provider
-from .ops_services import catalogue_entry_save, kill_switch_set, kill_switch_validate
+from .ops_services import (
+    PROVIDER_ENDPOINT_PERMISSION,
+    catalogue_entry_save,
+    kill_switch_set,
+    kill_switch_validate,
+)
 
 
 class AuditedCatalogueAdmin(admin.ModelAdmin):
     """Saves through :func:`catalogue_entry_save`; deleting is not offered (disable instead)."""
 
     def save_model(self, request, obj, form, change):
-        catalogue_entry_save(obj=obj, actor=request.user.get_username(), changed=form.changed_data)
+        catalogue_entry_save(
+            obj=obj,
+            actor=request.user.get_username(),
+            changed=form.changed_data,
+            may_change_endpoint=may_change_provider_endpoint(request.user),
+        )
 
     def has_delete_permission(self, request, obj=None):
         return False
 
 
+def may_change_provider_endpoint(user) -> bool:
+    """Whether ``user`` may add providers and change their base URL or credential variable."""
+    return user.has_perm(PROVIDER_ENDPOINT_PERMISSION)
+
+
+class ProviderForm(forms.ModelForm):
+    """A provider's credential variable and base URL must be in the credential binding
+    (:func:`routing.credentials.credential_binding_validate`): field errors naming what is
+    allowed. When the two fields are read-only (no permission to change them) and the stored
+    values are outside the binding, the error is the form's own: nothing else can be saved until
+    someone allowed to fixes them. (The admin builds it for the model, without the read-only
+    fields.)"""
+
+    def clean(self):
+        data = super().clean()
+        if any(name in self.errors for name in Provider.ENDPOINT_FIELDS):
+            return data  # the field's own error says enough
+        values = {
+            name: data[name] if name in self.fields else getattr(self.instance, name)
+            for name in Provider.ENDPOINT_FIELDS
+        }
+        try:
+            credential_binding_validate(**values)
+        except ValidationError as exc:
+            for name, errors in exc.message_dict.items():
+                if name in self.fields:
+                    self.add_error(name, errors)
+                else:
+                    self.add_error(
+                        None, [f"{Provider._meta.get_field(name).verbose_name}: {e}" for e in errors]
+                    )
+        return data
+
+
 @admin.register(Provider)
 class ProviderAdmin(AuditedCatalogueAdmin):
+    """Providers. The base URL and credential variable say where a credential is sent: without
+    ``routing.change_provider_endpoint`` they are read-only, a POST that changes them anyway is
+    refused (403), and adding a provider is not offered."""
+
+    form = ProviderForm
     list_display = ("key", "kind", "base_url", "credential_env", "api_version", "enabled")
     list_filter = ("kind", "enabled")
 
@@ -35,6 +88,27 @@ class ProviderAdmin(AuditedCatalogueAdmin):
         if db_field.name == "base_url":
             kwargs["assume_scheme"] = "https"
         return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+    def get_readonly_fields(self, request, obj=None):
+        readonly = super().get_readonly_fields(request, obj)
+        if may_change_provider_endpoint(request.user):
+            return readonly
+        return (*readonly, *Provider.ENDPOINT_FIELDS)
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and may_change_provider_endpoint(request.user)
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method == "POST" and object_id and not may_change_provider_endpoint(request.user):
+            stored = self.get_object(request, unquote(object_id))
+            if stored is not None and any(
+                name in request.POST and request.POST[name] != getattr(stored, name)
+                for name in Provider.ENDPOINT_FIELDS
+            ):
+                raise PermissionDenied(
+                    f"Changing a provider's base URL or credential variable needs {PROVIDER_ENDPOINT_PERMISSION}."
+                )
+        return super().changeform_view(request, object_id, form_url, extra_context)
 
 
 @admin.register(ModelEndpoint)

@@ -24,7 +24,7 @@ from . import roundtrip
 from .circuit import OPEN, PROBE, breaker
 from .concurrency import Slot, limiter
 from .cooling import cooling_check
-from .credentials import MissingCredential, resolve_credential
+from .credentials import CredentialUnavailable, credential_for
 from .events import cancel_watcher
 from .killswitch import KillInForce, kill_state
 from .models import RoutingReason
@@ -225,7 +225,9 @@ def _guard(candidate: Candidate) -> _Permit:
     """Every check that must pass immediately before an upstream call: enabled, kill switch,
     cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
 
-    Raises EndpointRefused (nothing was called) or MissingCredential.
+    Raises EndpointRefused (nothing was called) or a
+    :class:`~routing.credentials.CredentialUnavailable` (missing, or not allowed to go to the
+    endpoint's host: :func:`~routing.credentials.credential_for`; nothing was sent).
     """
     info = candidate.endpoint
     if not info.enabled:
@@ -257,13 +259,15 @@ def _guard(candidate: Candidate) -> _Permit:
             breaker().release_probe(info.public_id)
         raise EndpointRefused(info.public_id, refusal)
     try:
-        config = endpoint_config(info, resolve_credential(info.credential_env))
-    except MissingCredential:
+        credential = credential_for(
+            provider=info.provider_key, env_name=info.credential_env, base_url=info.base_url
+        )
+    except CredentialUnavailable:
         slot.release()
         if permission == PROBE:  # a probe that cannot even call: the endpoint stays open
             breaker().record_failure(info.public_id, probe=True)
         raise
-    return _Permit(config, slot, permission == PROBE)
+    return _Permit(endpoint_config(info, credential), slot, permission == PROBE)
 
 
 def attempt(
@@ -278,7 +282,8 @@ def attempt(
     (:meth:`Candidate.request_for`).
 
     Returns the :class:`CompletionResult` (latency in ms, cost in USD). Raises
-    :class:`EndpointRefused` (not called), :class:`~routing.credentials.MissingCredential`, or a
+    :class:`EndpointRefused` (not called), :class:`~routing.credentials.CredentialUnavailable`
+    (missing, or bound to other hosts: not called), or a
     :class:`~routing.providers.errors.ProviderError` (called and failed; ``retryable`` and
     ``retry_after_s`` drive the caller's retry). The outcome is reported to the circuit breaker and
     the slot released before returning.
@@ -345,7 +350,7 @@ def attempt_stream(
     candidate: Candidate, request: CompletionRequest, *, session_id: str = ""
 ) -> GuardedStream:
     """ONE guarded streaming attempt. The guards of :func:`attempt` run *now* (before this returns),
-    raising :class:`EndpointRefused` / ``MissingCredential`` eagerly.
+    raising :class:`EndpointRefused` / ``CredentialUnavailable`` eagerly.
 
     The returned :class:`GuardedStream` yields the provider's :class:`StreamEvent` s and holds the
     concurrency slot until it is exhausted or closed (``.close()`` when the caller went away closes

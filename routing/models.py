@@ -49,6 +49,16 @@ class Provider(models.Model):
     )
     enabled = models.BooleanField(default=True)
 
+    #: The fields that say where the credential goes: changing them (or adding a provider) needs
+    #: ``routing.change_provider_endpoint``, and their values must be in the credential binding
+    #: (:mod:`routing.credentials`).
+    ENDPOINT_FIELDS = ("base_url", "credential_env")
+
+    class Meta:
+        permissions = [
+            ("change_provider_endpoint", "Can change a provider's base URL or credential variable")
+        ]
+
     def __str__(self) -> str:
         return f"{self.key} ({self.get_kind_display()})"
 

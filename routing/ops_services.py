@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,6 +19,7 @@ from muse_experiments import config_version
 from muse_experiments.models import AuditEntry
 from muse_experiments.selectors import experiment_by_key
 
+from .credentials import credential_binding_validate
 from .models import KillScope, KillSwitch, ModelEndpoint, Provider
 from .selectors import catalogue
 
@@ -35,14 +36,51 @@ def _audit(*, actor: str, action: str, obj: Any, changes: Mapping[str, Any] | No
     )
 
 
+#: The permission to add a provider or change where its credential goes (its base URL or
+#: credential variable); superusers hold it, no shipped group does.
+PROVIDER_ENDPOINT_PERMISSION = "routing.change_provider_endpoint"
+
+
 @transaction.atomic
-def catalogue_entry_save(*, obj: Provider | ModelEndpoint, actor: str, changed: Sequence[str] = ()) -> None:
-    """Save an admin-edited provider or endpoint, audit the changed fields (names and new values;
-    the catalogue holds no secrets), and bump the configuration version. Raises ValidationError."""
+def catalogue_entry_save(
+    *,
+    obj: Provider | ModelEndpoint,
+    actor: str,
+    changed: Sequence[str] = (),
+    may_change_endpoint: bool = False,
+) -> None:
+    """Save an admin-edited provider or endpoint, audit it, and bump the configuration version.
+
+    A provider's base URL and credential variable must be in the credential binding
+    (:func:`routing.credentials.credential_binding_validate`), whether they changed or not.
+    Adding a provider or changing either field needs ``may_change_endpoint`` (the actor holds
+    :data:`PROVIDER_ENDPOINT_PERMISSION`); the stored row is read under a lock to tell.
+
+    The audit entry holds the ``changed`` fields' new values, and ``[old, new]`` for a
+    provider's base URL and credential variable whenever they changed (``old`` None on create);
+    the catalogue holds no secrets (a variable's name, never its value).
+
+    Raises ValidationError (field errors; nothing written) or PermissionDenied.
+    """
     obj.full_clean()
     created = obj.pk is None
+    endpoint_changes: dict[str, list[str | None]] = {}
+    if isinstance(obj, Provider):
+        before = None if created else Provider.objects.select_for_update().filter(pk=obj.pk).first()
+        endpoint_changes = {
+            name: [getattr(before, name) if before else None, getattr(obj, name)]
+            for name in Provider.ENDPOINT_FIELDS
+            if before is None or getattr(before, name) != getattr(obj, name)
+        }
+        if endpoint_changes and not may_change_endpoint:
+            raise PermissionDenied(
+                "Adding a provider or changing its base URL or credential variable needs the "
+                f"{PROVIDER_ENDPOINT_PERMISSION} permission."
+            )
+        credential_binding_validate(credential_env=obj.credential_env, base_url=obj.base_url)
     obj.save()
-    changes = {name: str(getattr(obj, name, "")) for name in changed}
+    changes: dict[str, Any] = {name: str(getattr(obj, name, "")) for name in changed}
+    changes.update(endpoint_changes)
     _audit(actor=actor, action="create" if created else "update", obj=obj, changes=changes)
     config_version.bump()
 

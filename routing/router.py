@@ -33,8 +33,10 @@ that made routing leave the *first* candidate):
   flight), or the endpoint is at ``max_concurrency`` (Attempt outcome ``concurrency_limited``):
   in both cases the endpoint is protected and was not called;
 * ``error_fallback`` — retries exhausted on retryable errors (429, 5xx, 529, timeout, reset,
-  malformed body, in-stream error before content), an authentication failure or a missing
-  credential (both endpoint problems, not retried on the same endpoint).
+  malformed body, in-stream error before content), an authentication failure, a missing
+  credential, or a credential the binding does not let go to the endpoint's host
+  (``credential_not_allowed``, :func:`routing.credentials.credential_for`: nothing is sent) --
+  endpoint problems, not retried on the same endpoint.
 
 A 4xx caused by the request itself (``ClientRequestError`` other than 401/403) is not retried
 and ends the call: it would fail the same way elsewhere. When the first candidate serves, the

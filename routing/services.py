@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from rest_framework import exceptions
@@ -23,6 +24,7 @@ from muse_experiments.storage_text import storable
 
 from . import claims
 from .catalogue import EndpointSeed, ProviderSeed
+from .credentials import credential_binding_validate
 from .events import publish_failure, uses_redis
 from .handoff import publish_final
 from .models import CompletionJob, JobStatus, ModelEndpoint, Provider
@@ -34,7 +36,20 @@ log = logging.getLogger(__name__)
 def catalogue_seed(
     *, providers: Sequence[ProviderSeed], endpoints: Sequence[EndpointSeed], actor: str
 ) -> tuple[int, int]:
-    """Create or update providers and endpoints by key/public id. Returns ``(n_providers, n_endpoints)``."""
+    """Create or update providers and endpoints by key/public id. Returns ``(n_providers, n_endpoints)``.
+
+    Every provider's credential variable and base URL must be in the credential binding
+    (:func:`routing.credentials.credential_binding_validate`): otherwise ValidationError, keyed
+    ``<provider key>.<field>``, and nothing is written.
+    """
+    errors: dict[str, Any] = {}
+    for p in providers:
+        try:
+            credential_binding_validate(credential_env=p.credential_env, base_url=p.base_url)
+        except ValidationError as exc:
+            errors.update({f"{p.key}.{name}": messages for name, messages in exc.message_dict.items()})
+    if errors:
+        raise ValidationError(errors)
     by_key = {}
     for p in providers:
         obj, _ = Provider.objects.update_or_create(

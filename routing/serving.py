@@ -27,7 +27,7 @@ from .attempts import (
     usage_cost_usd,
 )
 from .cooling import cool
-from .credentials import MissingCredential
+from .credentials import CredentialUnavailable
 from .models import RoutingReason
 from .planning import Candidate
 from .providers.errors import AuthFailed, ClientRequestError, ProviderError
@@ -42,8 +42,8 @@ class AttemptLog:
 
     ``outcome``: ``ok``, an error class name (``RateLimited``, ``UpstreamTimeout`` …), or a refusal
     that made no upstream call (``killed``, ``disabled``, ``circuit_open``,
-    ``concurrency_limited``, ``missing_credential``), or ``client_disconnected`` (the caller went
-    away and the attempt was closed). ``latency_ms``: wall time of the attempt; ``backoff_ms``: the
+    ``concurrency_limited``, ``missing_credential``, ``credential_not_allowed``), or
+    ``client_disconnected`` (the caller went away and the attempt was closed). ``latency_ms``: wall time of the attempt; ``backoff_ms``: the
     wait before it; ``retry_after_s``: what the upstream asked for. ``usage`` / ``cost_usd``: what
     the provider billed for this attempt (tokens; USD) — a failed, incomplete or abandoned attempt
     costs what it had consumed; the call's cost is the sum over its attempts.
@@ -145,7 +145,7 @@ def serve(
             started = time.perf_counter()
             try:
                 result = attempt(candidate, call_request, session_id=session_id, job_id=job_id)
-            except (EndpointRefused, MissingCredential, ProviderError, AttemptCancelled) as exc:
+            except (EndpointRefused, CredentialUnavailable, ProviderError, AttemptCancelled) as exc:
                 step, delay_s = chain_state.failed(exc, info, started, backoff_ms, number)
                 if step == END:
                     return outcome
@@ -190,7 +190,7 @@ class _ChainState:
         ``(NEXT, 0)`` — fall back to the next candidate; ``(END, 0)`` — the call ends here (the
         request itself was rejected, the caller went away, or content was already ``sent``).
 
-        ``exc``: :class:`EndpointRefused` (nothing called), ``MissingCredential``,
+        ``exc``: :class:`EndpointRefused` (nothing called), ``CredentialUnavailable``,
         :class:`AttemptCancelled`, or a ``ProviderError``; the rules are the module docstring's."""
         outcome = self.outcome
         if isinstance(exc, AttemptKilled):  # cut off in flight: log what it ran and may have cost
@@ -215,11 +215,11 @@ class _ChainState:
         if isinstance(exc, AttemptCancelled):
             _log_cancelled(outcome, info, started, backoff_ms, exc.usage)
             return END, 0.0
-        if isinstance(exc, MissingCredential):
+        if isinstance(exc, CredentialUnavailable):  # permanent: nothing sent, not retried here
             outcome.attempts.append(
-                AttemptLog(info.public_id, "missing_credential", elapsed_ms(started), backoff_ms=backoff_ms)
+                AttemptLog(info.public_id, exc.kind, elapsed_ms(started), backoff_ms=backoff_ms)
             )
-            outcome.error_kind, outcome.error_message = "missing_credential", str(exc)
+            outcome.error_kind, outcome.error_message = exc.kind, str(exc)
             self.fell_back_because = self.fell_back_because or RoutingReason.ERROR_FALLBACK
             return NEXT, 0.0
         assert isinstance(exc, ProviderError)
@@ -343,7 +343,7 @@ def serve_stream(
                 if stream is not None:
                     _abandon(stream, outcome, info, started, backoff_ms)
                 raise
-            except (EndpointRefused, MissingCredential, ProviderError) as exc:
+            except (EndpointRefused, CredentialUnavailable, ProviderError) as exc:
                 step, delay_s = chain_state.failed(exc, info, started, backoff_ms, number, sent=sent)
                 if isinstance(exc, AttemptKilled) and sent:  # the answer had begun: it ends here
                     outcome.error_kind, outcome.error_message = "model_unavailable", exc.unavailable_message()

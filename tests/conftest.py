@@ -120,16 +120,55 @@ CREDENTIAL_ENV = {
 }
 
 
+def allow_simulated_upstream(url: str) -> str:
+    """Let provider credentials go to the simulated upstream at ``url``, as ``SIMULATED_UPSTREAMS``
+    does (routing.credentials): its ``host:port`` joins the setting in this process (the list
+    itself, so it holds whatever a test's ``settings`` fixture overrides) and in the environment
+    that worker subprocesses inherit. Returns the entry (see :func:`forget_simulated_upstream`)."""
+    from django.conf import settings
+
+    entry = url.split("://", 1)[-1].split("/", 1)[0]
+    if entry not in settings.SIMULATED_UPSTREAMS:
+        settings.SIMULATED_UPSTREAMS.append(entry)
+    os.environ["SIMULATED_UPSTREAMS"] = ",".join(settings.SIMULATED_UPSTREAMS)
+    return entry
+
+
+def forget_simulated_upstream(entry: str) -> None:
+    """Undo :func:`allow_simulated_upstream`."""
+    from django.conf import settings
+
+    if entry in settings.SIMULATED_UPSTREAMS:
+        settings.SIMULATED_UPSTREAMS.remove(entry)
+    os.environ["SIMULATED_UPSTREAMS"] = ",".join(settings.SIMULATED_UPSTREAMS)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _unused_upstream_allowed():
+    """The default seed's address (``tests.factories.UNUSED_UPSTREAM``) is a simulated upstream
+    for the whole session."""
+    from django.apps import apps
+
+    if apps.ready:  # (not in the Django-free runs with -p no:django)
+        from tests.factories import UNUSED_UPSTREAM
+
+        allow_simulated_upstream(UNUSED_UPSTREAM)
+    yield
+
+
 @pytest.fixture(scope="session")
 def upstreams_server():
-    """Simulated upstreams over real HTTP, knowing every seeded model, for the whole session."""
+    """Simulated upstreams over real HTTP, knowing every seeded model, for the whole session
+    (credentials may go there: :func:`allow_simulated_upstream`)."""
     from routing.catalogue import endpoint_seeds
     from routing.fake_upstreams import FakeUpstreams
 
     fake = FakeUpstreams(api_keys=UPSTREAM_KEYS)
     fake.add_models(*(e.upstream_model for e in endpoint_seeds()))
     fake.start()
+    entry = allow_simulated_upstream(fake.url)
     yield fake
+    forget_simulated_upstream(entry)
     fake.stop()
 
 

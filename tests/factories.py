@@ -11,8 +11,13 @@ from routing.services import catalogue_seed
 ALL_SCOPES = ["completions", "events", "analytics:read", "ops"]
 
 
-def seed_catalogue(base_url: str = "http://127.0.0.1:9") -> dict[str, ModelEndpoint]:
-    """Seed the real catalogue pointing at ``base_url``; returns endpoints by public id."""
+#: Where :func:`seed_catalogue` points by default: nothing listens there.
+UNUSED_UPSTREAM = "http://127.0.0.1:9"
+
+
+def seed_catalogue(base_url: str = UNUSED_UPSTREAM) -> dict[str, ModelEndpoint]:
+    """Seed the real catalogue pointing at ``base_url`` (a simulated upstream: see
+    ``tests.conftest.allow_simulated_upstream``); returns endpoints by public id."""
     catalogue_seed(providers=provider_seeds(base_url), endpoints=endpoint_seeds(), actor="test")
     return {e.public_id: e for e in ModelEndpoint.objects.select_related("provider")}
 

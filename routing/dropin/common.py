@@ -43,7 +43,7 @@ from muse_experiments.throttling import DeferredThrottleMixin, settle
 from muse_experiments.validation import tool_parameters_problem, unit_id_problem
 
 from ..attempts import EndpointRefused
-from ..credentials import MissingCredential, resolve_credential
+from ..credentials import CredentialUnavailable, credential_for
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job
 from ..events import uses_redis
 from ..killswitch import kill_state
@@ -261,10 +261,11 @@ def resolve_model(model: Any) -> str | None:
 
 def refuse_unavailable_pinned_stream(model: str | None) -> None:
     """A *streamed* call pinned to a model that is disabled or under a kill switch, or -- when this
-    process runs the stream itself (no Redis) -- whose credential is not set here: raise the 503
-    ``model_unavailable`` a non-streamed call gets (same message, naming the kill; for the
-    credential ``(missing_credential)``, not the variable) before the stream starts, rather than a
-    200 stream that ends in an error event. Nothing is recorded for it: no job is created. Routed
+    process runs the stream itself (no Redis) -- whose credential is not set here or may not go
+    to its host: raise the 503 ``model_unavailable`` a non-streamed call gets (same message,
+    naming the kill; for the credential ``(missing_credential)`` or ``(credential_not_allowed)``,
+    not the variable) before the stream starts, rather than a 200 stream that ends in an error
+    event. Nothing is recorded for it: no job is created. Routed
     calls (an alias) are not affected: they fall back."""
     info = catalogue().get(model) if model else None
     if info is None:
@@ -281,10 +282,10 @@ def refuse_unavailable_pinned_stream(model: str | None) -> None:
         raise DropinError(refused.unavailable_message(), kind="model_unavailable")
     if not uses_redis():  # the web process calls the upstream: it needs the credential
         try:
-            resolve_credential(info.credential_env)
-        except MissingCredential:
+            credential_for(provider=info.provider_key, env_name=info.credential_env, base_url=info.base_url)
+        except CredentialUnavailable as exc:
             raise DropinError(
-                f"The model {info.public_id} is unavailable (missing_credential).", kind="model_unavailable"
+                f"The model {info.public_id} is unavailable ({exc.kind}).", kind="model_unavailable"
             ) from None
 
 

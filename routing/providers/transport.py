@@ -168,10 +168,13 @@ class WatchedBackend(httpcore2.NetworkBackend):
 
 def watched_http_client(sdk: Any) -> httpx2.Client:
     """``sdk.DefaultHttpxClient()`` (``openai`` or ``anthropic``: the SDK's defaults) whose
-    connections, direct or through a proxy, use :class:`WatchedBackend`. If a future ``httpx2``
-    lays its pools out differently, logs an error and returns the client unwatched (calls then run
-    to their end when cancelled; ``tests/routing/test_transport.py`` fails first)."""
-    client = sdk.DefaultHttpxClient()
+    connections, direct or through a proxy, use :class:`WatchedBackend`, and which follows no
+    redirect: the SDKs' default client does, and ``httpx2`` strips only ``Authorization`` when it
+    leaves the origin, so a redirect would carry ``x-api-key`` / ``api-key`` to any host (a 3xx
+    is an error status instead). If a future ``httpx2`` lays its pools out differently, logs an
+    error and returns the client unwatched (calls then run to their end when cancelled;
+    ``tests/routing/test_transport.py`` fails first)."""
+    client = sdk.DefaultHttpxClient(follow_redirects=False)
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     pools = [getattr(t, "_pool", None) for t in transports if t is not None]
     if not pools or not all(isinstance(p, httpcore2.ConnectionPool) for p in pools):

@@ -15,6 +15,7 @@ from routing.credentials import MissingCredential, fingerprint, resolve_credenti
 from routing.fake_upstreams import FakeUpstreams
 from routing.models import CallRecord, CompletionJob, ModelEndpoint, Provider
 from routing.ops_services import kill_switch_set
+from tests.conftest import allow_simulated_upstream, forget_simulated_upstream
 from tests.factories import make_experiment, seed_catalogue
 from tests.routing.test_router import job, run
 
@@ -64,6 +65,7 @@ def canary_upstreams(monkeypatch, tmp_path):
     fake = FakeUpstreams(api_keys={"native": NATIVE_KEY, "azure": CANARY, "anthropic": "sk-ant-other"})
     fake.add_models(*(e.upstream_model for e in endpoint_seeds()))
     fake.start()
+    entry = allow_simulated_upstream(fake.url)
     secret = tmp_path / "azure-key"
     secret.write_text(CANARY)
     monkeypatch.setenv("AVOCADO_API_KEY", NATIVE_KEY)
@@ -71,6 +73,7 @@ def canary_upstreams(monkeypatch, tmp_path):
     monkeypatch.setenv("AZURE_OPENAI_API_KEY_FILE", str(secret))
     monkeypatch.setenv("ANTHROPIC_API_KEY", CANARY_REJECTED)
     yield fake
+    forget_simulated_upstream(entry)
     fake.stop()
 
 
