@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0007_attempt_usage_cancelled'),
+        ('routing', '0008_completion_request_permission'),
     ]
 
     operations = [
