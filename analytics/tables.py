@@ -3,12 +3,12 @@
 A view builds :class:`Table` objects from selectors; the template renders every cell through
 :func:`analytics.templatetags.dashboard.cell` (people-ready text by column ``kind``) and
 ``?export=csv|json&table=<id>`` answers the same rows with raw values (fractions, USD, ms, codes,
-ids, ISO 8601 times in UTC).
+ids, ISO 8601 times in UTC); in the CSV, text that a spreadsheet would read as a formula starts
+with ``'`` (:mod:`muse_experiments.csv_export`).
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from dataclasses import dataclass, field
@@ -17,6 +17,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, JsonResponse
+
+from muse_experiments.csv_export import csv_write
 
 #: Column kinds (how a raw value is shown): text, int, num, pct (fraction), lift (signed
 #: fraction), money (USD), ms, p, status (code → words), model (public id → version label),
@@ -97,7 +99,9 @@ class Table:
 
 def export_response(table: Table, fmt: str, filename: str) -> HttpResponse:
     """``table`` as a CSV (header row of column keys) or JSON (``{"table", "columns", "rows"}``)
-    download. Raises ValueError on an unknown format."""
+    download. CSV text cells that a spreadsheet would evaluate as a formula are written with a
+    leading ``'`` (:mod:`muse_experiments.csv_export`); numbers stay numbers, and the JSON keeps
+    the raw values. Raises ValueError on an unknown format."""
     rows = table.export_rows()
     if fmt == "json":
         payload = {
@@ -112,10 +116,10 @@ def export_response(table: Table, fmt: str, filename: str) -> HttpResponse:
     elif fmt == "csv":
         buffer = io.StringIO()
         keys = list(rows[0]) if rows else [c.key for c in table.export_columns]
-        writer = csv.DictWriter(buffer, fieldnames=keys, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()})
+        cells = (
+            {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()} for row in rows
+        )
+        csv_write(buffer, fieldnames=keys, rows=cells)  # formula-like text is quoted (CSV injection)
         response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
     else:
         raise ValueError(f"unknown export format {fmt!r}")

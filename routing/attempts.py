@@ -41,7 +41,7 @@ from .providers.types import (
     Usage,
     compute_cost_usd,
 )
-from .reasoning_store import reasoning_load, reasoning_save
+from .reasoning_store import OwnedSession, reasoning_load, reasoning_save
 from .selectors import EndpointInfo
 
 log = logging.getLogger(__name__)
@@ -271,7 +271,7 @@ def _guard(candidate: Candidate) -> _Permit:
 
 
 def attempt(
-    candidate: Candidate, request: CompletionRequest, *, session_id: str = "", job_id: str = ""
+    candidate: Candidate, request: CompletionRequest, *, session: OwnedSession | None = None, job_id: str = ""
 ) -> CompletionResult:
     """ONE guarded non-streaming attempt against ``candidate.endpoint`` (no retries, no fallback).
 
@@ -288,9 +288,11 @@ def attempt(
     ``retry_after_s`` drive the caller's retry). The outcome is reported to the circuit breaker and
     the slot released before returning.
 
-    With ``session_id``, encrypted reasoning from the session's earlier turns on *this* endpoint and
-    credential is passed back (:func:`routing.reasoning_store.reasoning_load`; state from any other
-    endpoint is dropped, never forwarded) and the new state is kept server-side for the next turn.
+    With ``session`` (the caller's session under its owner: :func:`routing.planning.state_session`),
+    encrypted reasoning from that session's earlier turns on *this* endpoint and credential is
+    passed back (:func:`routing.reasoning_store.reasoning_load`; state from any other endpoint, and
+    any other owner's session of the same id, is never forwarded) and the new state is kept
+    server-side for the next turn.
 
     With ``job_id`` (and Redis) the call is watched (:data:`routing.events.cancel_watcher`): once the
     job's cancel flag is set its upstream connection is shut down and :class:`AttemptCancelled` is
@@ -299,7 +301,7 @@ def attempt(
     counting against the endpoint.
     """
     permit = _guard(candidate)
-    request = _with_session_reasoning(request, permit.config, session_id)
+    request = _with_session_reasoning(request, permit.config, session)
     started = time.perf_counter()
     with cancel_watcher.watching(job_id, killed=lambda: kill_for(candidate)) as call:
         try:
@@ -316,38 +318,36 @@ def attempt(
                 raise AttemptKilled(permit.config.public_id, call.kill, usage, elapsed) from None
             raise AttemptCancelled(permit.config.public_id, usage) from None
     after_answer(permit.finish, None)
-    if session_id:
-        _keep_reasoning(session_id, result.reasoning_state)
+    if session is not None:
+        _keep_reasoning(session, result.reasoning_state)
     return result
 
 
-def _keep_reasoning(session_id: str, state: Any) -> None:
+def _keep_reasoning(session: OwnedSession, state: Any) -> None:
     """Keep a successful turn's reasoning state for the session's next turn: at once when there is
     state (the caller may send its next turn the moment it has this answer), after the answer
     (:func:`after_answer`) when the turn only renews the session's TTL (``state`` None: every
     Avocado turn; one Redis round trip less before the answer)."""
     if state is None:
-        after_answer(_renew_reasoning, session_id)
+        after_answer(_renew_reasoning, session)
     else:
-        reasoning_save(session_id=session_id, state=state)
+        reasoning_save(session=session, state=state)
 
 
-def _renew_reasoning(session_id: str) -> None:
-    reasoning_save(session_id=session_id, state=None)
+def _renew_reasoning(session: OwnedSession) -> None:
+    reasoning_save(session=session, state=None)
 
 
 def _with_session_reasoning(
-    request: CompletionRequest, config: EndpointConfig, session_id: str
+    request: CompletionRequest, config: EndpointConfig, session: OwnedSession | None
 ) -> CompletionRequest:
-    if not session_id or not config.has("reasoning"):
+    if session is None or not config.has("reasoning"):
         return request
-    return dataclasses.replace(
-        request, reasoning_state=reasoning_load(session_id=session_id, endpoint=config)
-    )
+    return dataclasses.replace(request, reasoning_state=reasoning_load(session=session, endpoint=config))
 
 
 def attempt_stream(
-    candidate: Candidate, request: CompletionRequest, *, session_id: str = ""
+    candidate: Candidate, request: CompletionRequest, *, session: OwnedSession | None = None
 ) -> GuardedStream:
     """ONE guarded streaming attempt. The guards of :func:`attempt` run *now* (before this returns),
     raising :class:`EndpointRefused` / ``CredentialUnavailable`` eagerly.
@@ -363,21 +363,21 @@ def attempt_stream(
     the circuit breaker; a ``done`` event counts as success.
     """
     permit = _guard(candidate)
-    request = _with_session_reasoning(request, permit.config, session_id)
+    request = _with_session_reasoning(request, permit.config, session)
     try:
         events = client_for(permit.config).stream(permit.config, request)
     except BaseException as exc:
         permit.finish(exc)
         raise
-    return GuardedStream(events, permit, session_id)
+    return GuardedStream(events, permit, session)
 
 
 class GuardedStream(Iterator[StreamEvent]):
     """A provider stream under a :class:`_Permit`: see :func:`attempt_stream`."""
 
-    def __init__(self, events: ProviderStream, permit: _Permit, session_id: str = "") -> None:
+    def __init__(self, events: ProviderStream, permit: _Permit, session: OwnedSession | None = None) -> None:
         self._stream = events
-        self._events = _guarded_events(events, permit, session_id)
+        self._events = _guarded_events(events, permit, session)
         self._permit = permit
         self.config = permit.config
 
@@ -398,7 +398,7 @@ class GuardedStream(Iterator[StreamEvent]):
 
 
 def _guarded_events(
-    events: Iterator[StreamEvent], permit: _Permit, session_id: str = ""
+    events: Iterator[StreamEvent], permit: _Permit, session: OwnedSession | None = None
 ) -> Iterator[StreamEvent]:
     finished = False
     try:
@@ -409,9 +409,9 @@ def _guarded_events(
             elif event.kind == "done" and not finished:
                 finished = True
                 permit.finish(None)
-                if session_id and event.result is not None:
+                if session is not None and event.result is not None:
                     reasoning_save(
-                        session_id=session_id,
+                        session=session,
                         state=event.result.reasoning_state,
                         endpoint_id=permit.config.public_id,
                     )

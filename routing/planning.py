@@ -22,6 +22,7 @@ from muse_experiments.selectors import assignment_snapshot, assignment_state, st
 from .killswitch import KillState, kill_state
 from .models import CompletionJob, RoutingReason
 from .providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec
+from .reasoning_store import OwnedSession, session_owner
 from .selectors import Catalogue, EndpointInfo, catalogue
 
 #: Aliases a drop-in client may send as ``model``: the experiments decide the endpoint.
@@ -66,11 +67,15 @@ def is_anonymous(job: CompletionJob) -> bool:
     return bool(job.request.get("anonymous"))
 
 
-def state_session(job: CompletionJob) -> str:
+def state_session(job: CompletionJob) -> OwnedSession | None:
     """The session whose server-side state (encrypted reasoning, :mod:`routing.reasoning_store`)
-    the job's upstream calls read and keep: the job's session id, or ``""`` for an anonymous call
-    (nothing can continue it, so nothing is read or kept)."""
-    return "" if is_anonymous(job) else job.session_id
+    the job's upstream calls read and keep: the job's session id under the job's owner (its API
+    key, or the keyless source: :func:`~routing.reasoning_store.session_owner`), so a key never
+    continues another key's session; ``None`` for an anonymous call (nothing can continue it, so
+    nothing is read or kept)."""
+    if is_anonymous(job) or not job.session_id:
+        return None
+    return OwnedSession(owner=session_owner(api_key_id=job.api_key_id), session_id=job.session_id)
 
 
 def decide(job: CompletionJob) -> Decision:

@@ -5,9 +5,10 @@ their reasoning items passed back *exactly* on the next turn of a tool-using ses
 (:class:`~routing.providers.types.ReasoningState`) must never reach the database, transcripts,
 logs, API responses or error messages, so they live here only:
 
-* with ``REASONING_STORE_URL`` (default: ``REDIS_URL``) set: a Redis list per session, key ``muse:reasoning:<sha256(session)>``,
-  expiring ``REASONING_SESSION_TTL_S`` seconds (default 3600) after the last save; each element
-  is one state as JSON.
+* with ``REASONING_STORE_URL`` (default: ``REDIS_URL``) set: a Redis list per session, key
+  ``muse:reasoning:<sha256(owner NUL session id)>`` (:attr:`OwnedSession.store_key`), expiring
+  ``REASONING_SESSION_TTL_S`` seconds (default 3600) after the last save; each element is one
+  state as JSON.
 * without it (the embedded laptop default), ``REASONING_STORE_DIR``: one file per session in a
   folder shared by the machine's processes (by default under ``/dev/shm``, a memory file
   system, so the blobs stay off disk), mode 0600 in a 0700 folder; the file's modification time
@@ -19,7 +20,15 @@ logs, API responses or error messages, so they live here only:
 
 Prefer a Redis without persistence (no RDB/AOF) so the blobs never touch a disk.
 
-Functions (stable signatures; the router calls them):
+A session belongs to whoever started it: the API key its calls came with, or, for calls without
+a key (a signed-in user's session cookie), the keyless source (:func:`session_owner`).
+Every function takes an :class:`OwnedSession` (owner + the caller's session id) and the store key
+is derived from both, so two keys that use the same session id have two separate sessions: key B
+never receives key A's reasoning and cannot end A's session. Keys written before sessions had
+owners (``sha256(session id)`` alone, and the ``muse:reasoning-pin:`` keys of older versions)
+are no longer read or deleted; they simply expire by their TTL (``REASONING_SESSION_TTL_S``).
+
+Functions (the router calls them):
 
 * :func:`reasoning_load` -- before the provider call: the states bound to *this* endpoint
   fingerprint (endpoint + credential); states from any other endpoint/credential are dropped
@@ -48,6 +57,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -60,16 +70,43 @@ log = logging.getLogger(__name__)
 MAX_STATES = 64
 DEFAULT_TTL_S = 3600
 KEY_PREFIX = "muse:reasoning:"
-#: Written by versions before the pin was removed; session_end still deletes it.
-PIN_PREFIX = "muse:reasoning-pin:"
+#: The owner of sessions whose calls came without an API key (signed-in users' session cookies).
+KEYLESS_OWNER = "keyless"
+
+
+def session_owner(*, api_key_id: int | None) -> str:
+    """Who a session's stored state belongs to: ``"key:<ApiKey id>"`` for calls made with an API
+    key (:attr:`routing.models.CompletionJob.api_key`), :data:`KEYLESS_OWNER` for calls made
+    without one (every signed-in user of the API shares it)."""
+    return KEYLESS_OWNER if api_key_id is None else f"key:{int(api_key_id)}"
+
+
+@dataclass(frozen=True)
+class OwnedSession:
+    """A session as the store knows it: the caller's ``session_id`` under its ``owner``
+    (:func:`session_owner`). The same session id under two owners is two separate sessions.
+
+    Raises ``ValueError`` for an empty owner or session id (an owner holding NUL is refused too:
+    NUL separates the two in :attr:`store_key`)."""
+
+    owner: str
+    session_id: str
+
+    def __post_init__(self) -> None:
+        if not self.owner or "\x00" in self.owner:
+            raise ValueError("a session needs an owner (routing.reasoning_store.session_owner)")
+        if not self.session_id:
+            raise ValueError("a session needs a session id")
+
+    @property
+    def store_key(self) -> str:
+        """``sha256(owner NUL session id)`` in hex: the session's name in every backend (neither
+        the owner nor the session id appears in Redis or in a file name)."""
+        return hashlib.sha256(f"{self.owner}\x00{self.session_id}".encode()).hexdigest()
 
 
 def _ttl_s() -> int:
     return int(getattr(settings, "REASONING_SESSION_TTL_S", DEFAULT_TTL_S))
-
-
-def _session_hash(session_id: str) -> str:
-    return hashlib.sha256(session_id.encode()).hexdigest()
 
 
 def state_to_json(state: ReasoningState) -> str:
@@ -260,7 +297,7 @@ class _RedisStore:
     def delete(self, key: str) -> int:
         pipe = self.client.pipeline(transaction=True)
         pipe.llen(KEY_PREFIX + key)
-        pipe.delete(KEY_PREFIX + key, PIN_PREFIX + key)
+        pipe.delete(KEY_PREFIX + key)
         n, _ = pipe.execute()
         return int(n)
 
@@ -300,16 +337,15 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     return (redis.RedisError, OSError)
 
 
-def reasoning_load(*, session_id: str, endpoint: EndpointConfig) -> tuple[ReasoningState, ...]:
+def reasoning_load(*, session: OwnedSession, endpoint: EndpointConfig) -> tuple[ReasoningState, ...]:
     """The session's stored reasoning states that ``endpoint`` (same fingerprint and API style)
     may receive, oldest first. Other states are dropped and counted in a log line (no content).
+    Only ``session.owner``'s states are read: another owner's session of the same id is not.
 
     Returns ``()`` for an unknown/expired session or when the store is unavailable.
     """
-    if not session_id:
-        return ()
     try:
-        raw = _store().load(_session_hash(session_id))
+        raw = _store().load(session.store_key)
     except _store_errors() as exc:
         log.warning(
             "reasoning store unavailable on load (%s); continuing without reasoning", type(exc).__name__
@@ -336,16 +372,17 @@ def reasoning_load(*, session_id: str, endpoint: EndpointConfig) -> tuple[Reason
     return tuple(usable)
 
 
-def reasoning_save(*, session_id: str, state: ReasoningState | None, endpoint_id: str | None = None) -> None:
-    """Append ``state`` (a result's ``reasoning_state``) to the session and renew its TTL.
+def reasoning_save(
+    *, session: OwnedSession, state: ReasoningState | None, endpoint_id: str | None = None
+) -> None:
+    """Append ``state`` (a result's ``reasoning_state``) to the session (``session.owner``'s) and
+    renew its TTL.
 
     ``state=None`` (the turn produced no reasoning) only renews the TTL. ``endpoint_id`` is
     accepted for the callers' convenience and not stored (no session pin: see the module
     docstring). Store failures are logged without content, never raised.
     """
-    if not session_id:
-        return
-    key = _session_hash(session_id)
+    key = session.store_key
     ttl = _ttl_s()
     if state is None and _renewals.recent(key, ttl):
         return
@@ -398,14 +435,16 @@ class ReasoningStoreUnavailable(Exception):
     """The configured store (Redis) could not be reached. The message never holds content."""
 
 
-def session_end(*, session_id: str) -> int:
-    """Delete the session's reasoning (and the pin key older versions wrote). Returns how many states were deleted (0 if none).
+def session_end(*, session: OwnedSession) -> int:
+    """Delete the session's reasoning: ``session.owner``'s only (the same session id under another
+    owner is untouched). Returns how many states were deleted (0 if none).
 
     Raises :class:`ReasoningStoreUnavailable` when Redis is configured but unreachable.
     """
-    _renewals.forget(_session_hash(session_id))
+    key = session.store_key
+    _renewals.forget(key)
     try:
-        return _store().delete(_session_hash(session_id))
+        return _store().delete(key)
     except _store_errors() as exc:
         raise ReasoningStoreUnavailable(f"reasoning store unavailable ({type(exc).__name__})") from None
 

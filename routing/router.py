@@ -85,6 +85,6 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
         decision, chain, reason = job_plan(job)
         request = build_request(job, {})
     with answer_first():
-        outcome = serve(request, chain, reason, session_id=state_session(job), job_id=job_id)
+        outcome = serve(request, chain, reason, session=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)
     return job.status

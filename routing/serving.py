@@ -32,6 +32,7 @@ from .models import RoutingReason
 from .planning import Candidate
 from .providers.errors import AuthFailed, ClientRequestError, ProviderError
 from .providers.types import CompletionRequest, CompletionResult, Usage, add_usage
+from .reasoning_store import OwnedSession
 from .retry import RetryPolicy
 from .selectors import EndpointInfo
 
@@ -119,7 +120,7 @@ def serve(
     *,
     policy: RetryPolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    session_id: str = "",
+    session: OwnedSession | None = None,
     job_id: str = "",
 ) -> ServeOutcome:
     """Try the chain in order, each candidate up to ``policy.max_attempts`` times.
@@ -127,7 +128,8 @@ def serve(
     ``request`` is the base request (no variant overrides). ``policy`` defaults to
     :func:`retry_policy`; ``sleep`` (seconds) is the backoff wait. Returns the first success, or the
     failure (``error_kind``/``error_message`` of the last error; messages never hold credentials).
-    See the module docstring for fallback triggers and reasons.
+    See the module docstring for fallback triggers and reasons. ``session`` (its owner's session,
+    :func:`routing.planning.state_session`) is where each attempt reads and keeps reasoning.
 
     With ``job_id`` each attempt is one non-streamed upstream call that the job's cancel flag cuts
     off (:func:`routing.attempts.attempt`): the attempt is logged ``client_disconnected`` (with the
@@ -144,7 +146,7 @@ def serve(
         for number in range(policy.max_attempts):
             started = time.perf_counter()
             try:
-                result = attempt(candidate, call_request, session_id=session_id, job_id=job_id)
+                result = attempt(candidate, call_request, session=session, job_id=job_id)
             except (EndpointRefused, CredentialUnavailable, ProviderError, AttemptCancelled) as exc:
                 step, delay_s = chain_state.failed(exc, info, started, backoff_ms, number)
                 if step == END:
@@ -280,7 +282,7 @@ def serve_stream(
     chain: list[Candidate],
     assigned_reason: str,
     *,
-    session_id: str = "",
+    session: OwnedSession | None = None,
     outcome: ServeOutcome | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> Iterator[dict[str, Any]]:
@@ -316,7 +318,7 @@ def serve_stream(
             started = time.perf_counter()
             stream = None
             try:
-                stream = attempt_stream(candidate, call_request, session_id=session_id)
+                stream = attempt_stream(candidate, call_request, session=session)
                 for event in stream:
                     if event.kind in ("text_delta", "tool_call_delta"):
                         if not sent:  # the answer's first delta: name the model that serves it

@@ -83,7 +83,7 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
             build_request(job, {}),
             chain,
             reason,
-            session_id=state_session(job),
+            session=state_session(job),
             outcome=outcome,
             cancelled=CancelWatch(job_id),
         )

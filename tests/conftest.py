@@ -40,6 +40,24 @@ def redis_url() -> str:
     return settings.REDIS_URL
 
 
+@pytest.fixture
+def redis_store(redis_url, settings):
+    """The reasoning store (:mod:`routing.reasoning_store`) on real Redis, emptied before and
+    after the test; yields a client of that Redis."""
+    import redis
+
+    settings.REASONING_STORE_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+
+    def clean():
+        for key in client.scan_iter("muse:reasoning*"):
+            client.delete(key)
+
+    clean()
+    yield client
+    clean()
+
+
 @pytest.fixture(autouse=True)
 def no_claims_of_other_tests() -> None:
     """Each test starts with no job claim in Redis's lease set (``routing.claims.LEASES``): claims

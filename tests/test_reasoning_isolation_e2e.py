@@ -21,6 +21,7 @@ from django.db import connection
 
 from muse_experiments import config_version
 from muse_experiments.models import ForcedAssignment
+from routing.catalogue import avocado_id
 from tests.conftest import wait_for_records_written
 from tests.factories import api_key, make_experiment, seed_catalogue
 from tests.routing.reasoning_session import issued_reasoning, secret_strings
@@ -178,3 +179,95 @@ def test_reasoning_reaches_the_upstream_on_later_turns_and_nowhere_else(
     for place, text in places.items():
         for blob in canaries:
             assert blob[:32] not in text, f"reasoning blob found in {place}"
+
+
+def turn(client: httpx.Client, session_id: str, messages: list[dict], *, stream: bool = False) -> dict | str:
+    """One turn through ``POST /api/v1/completions``: the finished job (JSON), or the SSE text."""
+    response = client.post(
+        "/api/v1/completions",
+        json={
+            "session_id": session_id,
+            "user_id": "u-shared",
+            "messages": messages,
+            "tools": TOOLS,
+            "stream": stream,
+        },
+    )
+    assert response.status_code == 200, response.text
+    if stream:
+        assert "event: done" in response.text, response.text
+        return response.text
+    body = response.json()
+    assert body["status"] == "succeeded", body
+    return body
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_session_id_belongs_to_the_key_that_started_it(
+    live_server, upstreams, celery_worker_process, redis_url
+):
+    """Issue 30, finding 4, over real HTTP with a real worker and Redis: key B naming key A's
+    session id (even replaying A's conversation) gets none of A's reasoning upstream, on the
+    streamed path too; B's session end deletes only B's own state; a key that never used the id
+    gets a 404; A's session carries on with its own reasoning."""
+    seed_catalogue(upstreams.url)
+    make_experiment(key="shared-e2e", arms=[("control", avocado_id(14), 0.0), ("azure", AZURE, 1.0)])
+    config_version.bump()
+    upstreams.set_scenario(
+        "muse-special", reasoning=True, encrypted_reasoning="always", verify_reasoning=True, thinking_text=""
+    )
+    session_id = "e2e-shared-session"
+    a, b, c = (
+        httpx.Client(
+            base_url=live_server.url,
+            headers={"Authorization": f"Bearer {api_key(['completions'])}"},
+            timeout=60,
+        )
+        for _ in range(3)
+    )
+    with a, b, c:
+        first = turn(a, session_id, [{"role": "user", "content": "Weather in Bern?"}])
+        tool_calls = first["result"]["tool_calls"]
+        assert tool_calls
+        replay = [
+            {"role": "user", "content": "Weather in Bern?"},
+            {"role": "assistant", "content": first["result"]["text"], "tool_calls": tool_calls},
+            *(
+                {"role": "tool", "tool_call_id": tc["id"], "content": json.dumps({"temp_c": 21})}
+                for tc in tool_calls
+            ),
+        ]
+        a_blobs = secret_strings(issued_reasoning(upstreams.calls(model="muse-special")[0]))
+        assert a_blobs
+
+        turn(b, session_id, replay, stream=True)  # B's turn: its request must carry none of A's reasoning
+        b_request = upstreams.calls(model="muse-special")[1]
+        assert b_request["outcome"] == "ok"
+        assert not [blob for blob in a_blobs if blob in b_request["raw_body"]]
+        assert [i for i in b_request["body"]["input"] if i.get("type") == "reasoning"] == []
+
+        ended_b = b.post(f"/api/v1/sessions/{session_id}/end")
+        assert ended_b.status_code == 200 and ended_b.json() == {
+            "session_id": session_id,
+            "deleted_states": 1,
+        }
+        stranger = c.post(f"/api/v1/sessions/{session_id}/end")
+        assert stranger.status_code == 404
+        assert stranger.json() == {
+            "error": {
+                "code": "not_found",
+                "message": f"No session '{session_id}' was started with this API key.",
+            }
+        }
+
+        turn(a, session_id, replay)  # A's second turn: A's own reasoning, untouched by B and C
+        a_request = upstreams.calls(model="muse-special")[2]
+        assert a_request["outcome"] == "ok"
+        sent = [i for i in a_request["body"]["input"] if i.get("type") == "reasoning"]
+        assert sent == issued_reasoning(upstreams.calls(model="muse-special")[0])
+        ended_a = a.post(f"/api/v1/sessions/{session_id}/end")
+        assert ended_a.json() == {"session_id": session_id, "deleted_states": 2}
+        wait_for_records_written()
+        assert b.post(f"/api/v1/sessions/{session_id}/end").json()["deleted_states"] == 0  # B's session: 200

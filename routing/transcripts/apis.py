@@ -1,7 +1,7 @@
 """REST API: session end, training opt-out, training export (streamed JSONL), ingestion gate.
 
-* ``POST /api/v1/sessions/{session_id}/end`` (scope ``completions``) -- forget the session's
-  server-side reasoning now instead of at TTL expiry.
+* ``POST /api/v1/sessions/{session_id}/end`` (scope ``completions``) -- forget the caller's
+  session's server-side reasoning now instead of at TTL expiry (404 for another key's session).
 * ``GET|POST|DELETE /api/v1/users/{user_id}/training-opt-out`` (scope ``training``).
 * ``POST /api/v1/training/export`` (scope ``training:export``) -- JSONL stream; last line is
   ``{"manifest": {...}}``.
@@ -15,18 +15,24 @@ import logging
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api_base import StrictSerializer
 from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.validation import unit_id_problem
-from routing.reasoning_store import ReasoningStoreUnavailable, session_end
+from routing.reasoning_store import ReasoningStoreUnavailable
 
 from .export import TrainingExport
 from .selectors import user_opted_out
-from .services import training_opt_in, training_opt_out, training_records_ingest
+from .services import (
+    SessionNotFound,
+    api_session_end,
+    training_opt_in,
+    training_opt_out,
+    training_records_ingest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +59,15 @@ def actor_of(request) -> str:
 
 
 class SessionEndApi(APIView):
-    """End a session: delete its server-side reasoning state (and endpoint pin) at once."""
+    """End one of the caller's sessions: delete its server-side reasoning state at once.
+
+    A session belongs to whoever started it (:func:`routing.reasoning_store.session_owner`): an
+    API key ends only the sessions its own calls started; the same session id used by another
+    key is that key's own, separate session, and is neither ended nor revealed: a session this
+    key never started answers 404 and changes nothing. A signed-in (session-cookie) user acts as
+    the keyless source: it ends only sessions started without a key (by any signed-in user),
+    never a key's session (404), whatever its permissions.
+    """
 
     permission_classes = [HasScope]
     required_scope = "completions"
@@ -63,13 +77,21 @@ class SessionEndApi(APIView):
         deleted_states = serializers.IntegerField(help_text="Reasoning states deleted.")
 
     @extend_schema(
-        request=None, responses={200: OutputSerializer, 503: OpenApiResponse(description="Store down")}
+        request=None,
+        responses={
+            200: OutputSerializer,
+            404: OpenApiResponse(description="No session of this id was started with this key"),
+            503: OpenApiResponse(description="Store down"),
+        },
     )
     def post(self, request, session_id: str):
         if bad := unit_id_error("session_id", session_id):
             return bad
+        api_key_id = request.user.key.pk if isinstance(request.user, ApiClient) else None
         try:
-            deleted = session_end(session_id=session_id)
+            deleted = api_session_end(api_key_id=api_key_id, session_id=session_id)
+        except SessionNotFound as exc:
+            raise exceptions.NotFound(str(exc)) from None
         except ReasoningStoreUnavailable as exc:
             log.warning("session end failed: %s", exc)
             return Response(

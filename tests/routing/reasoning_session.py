@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from routing.catalogue import endpoint_seeds, provider_seeds
 from routing.providers import CompletionRequest, CompletionResult, Message, ToolSpec, client_for
 from routing.providers.types import EndpointConfig
-from routing.reasoning_store import reasoning_load, reasoning_save
+from routing.reasoning_store import OwnedSession, reasoning_load, reasoning_save
 from tests.conftest import CREDENTIAL_ENV
 
 WEATHER = ToolSpec(
@@ -40,22 +40,26 @@ def seeded_endpoint(base_url: str, public_id: str, **overrides) -> EndpointConfi
 
 @dataclass
 class Session:
-    """A client conversation whose every turn loads/saves reasoning through the store."""
+    """A client conversation whose every turn loads/saves reasoning through the store, as the
+    session ``session_id`` of ``owner`` (an API key's owner string by default)."""
 
     session_id: str
     messages: list[Message] = field(default_factory=lambda: [Message("user", "Weather in Bern?")])
     results: list[CompletionResult] = field(default_factory=list)
+    owner: str = "key:1"
+
+    @property
+    def owned(self) -> OwnedSession:
+        return OwnedSession(owner=self.owner, session_id=self.session_id)
 
     def turn(self, endpoint: EndpointConfig) -> CompletionResult:
         request = CompletionRequest(
             messages=tuple(self.messages),
             tools=(WEATHER,),
-            reasoning_state=reasoning_load(session_id=self.session_id, endpoint=endpoint),
+            reasoning_state=reasoning_load(session=self.owned, endpoint=endpoint),
         )
         result = client_for(endpoint).complete(endpoint, request)
-        reasoning_save(
-            session_id=self.session_id, state=result.reasoning_state, endpoint_id=endpoint.public_id
-        )
+        reasoning_save(session=self.owned, state=result.reasoning_state, endpoint_id=endpoint.public_id)
         self.results.append(result)
         self.messages.append(Message("assistant", result.text, tool_calls=result.tool_calls))
         if result.tool_calls:

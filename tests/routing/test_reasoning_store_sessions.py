@@ -82,8 +82,8 @@ def test_azure_responses_session_replays_reasoning_exactly_on_turns_2_and_3(upst
     public = json.dumps([r.to_public_dict() for r in session.results])
     for blob in secret_strings(r1 + r2):
         assert blob not in public and blob not in caplog.text
-    session_end(session_id=session.session_id)
-    assert reasoning_load(session_id=session.session_id, endpoint=ep) == ()
+    session_end(session=session.owned)
+    assert reasoning_load(session=session.owned, endpoint=ep) == ()
 
 
 @pytest.mark.parametrize("thinking_text", ["Considering the weather.", ""], ids=["text", "empty-thinking"])
@@ -117,7 +117,7 @@ def test_claude_session_replays_thinking_and_redacted_thinking_before_tool_use(
     public = json.dumps([r.to_public_dict() for r in session.results])
     for blob in secret_strings(r1 + r2):
         assert blob not in public and blob not in caplog.text
-    session_end(session_id=session.session_id)
+    session_end(session=session.owned)
 
 
 def test_a_session_that_falls_back_to_avocado_sends_it_no_external_reasoning(upstreams, store):
@@ -132,7 +132,7 @@ def test_a_session_that_falls_back_to_avocado_sends_it_no_external_reasoning(ups
     upstreams.update_scenario("muse-special", failure="unavailable")
     with pytest.raises(UpstreamUnavailable):
         session.turn(azure)
-    assert reasoning_load(session_id=session.session_id, endpoint=avocado) == ()
+    assert reasoning_load(session=session.owned, endpoint=avocado) == ()
     result = session.turn(avocado)
     assert result.text and result.reasoning_state is None
     (avocado_call,) = upstreams.calls(model="avocado-v15")
@@ -142,7 +142,7 @@ def test_a_session_that_falls_back_to_avocado_sends_it_no_external_reasoning(ups
     assert all("reasoning" not in json.dumps(m) for m in avocado_call["body"]["messages"])
 
     # Even handed the Azure state directly, the Avocado client forwards nothing.
-    stored = reasoning_load(session_id=session.session_id, endpoint=azure)
+    stored = reasoning_load(session=session.owned, endpoint=azure)
     assert stored
     from routing.providers import CompletionRequest
 
@@ -158,7 +158,7 @@ def test_a_session_that_falls_back_to_avocado_sends_it_no_external_reasoning(ups
     last = upstreams.calls(model="muse-special")[-1]
     assert last["outcome"] == "ok"
     assert all(json.dumps(blob) in last["raw_body"] for blob in issued)
-    session_end(session_id=session.session_id)
+    session_end(session=session.owned)
 
 
 @pytest.mark.parametrize("public_id", [CLAUDE, AZURE])

@@ -166,7 +166,7 @@ def test_an_anonymous_job_looks_up_no_sticky_assignment_and_keeps_no_reasoning(
     """A unit id made for one call (the drop-ins' ``request["anonymous"]``) has no exposures to
     look up, and nothing can continue its session, so its encrypted reasoning is not kept."""
     from routing.planning import decide
-    from routing.reasoning_store import session_end
+    from routing.reasoning_store import KEYLESS_OWNER, OwnedSession, session_end
 
     make_experiment(arms=[("control", avocado_id(14), 0.0), ("treatment", "azure/muse-special", 1.0)])
     upstreams.set_scenario("muse-special", reasoning=True, encrypted_reasoning="always")
@@ -174,7 +174,7 @@ def test_an_anonymous_job_looks_up_no_sticky_assignment_and_keeps_no_reasoning(
     anonymous = run(job(session_id="anon-1", user_id="anon-1", anonymous=True))
 
     assert [j.result["served_model"] for j in (named, anonymous)] == ["azure/muse-special"] * 2
-    assert session_end(session_id="anon-1") == 0
-    assert session_end(session_id="s-named") == 1
+    assert session_end(session=OwnedSession(owner=KEYLESS_OWNER, session_id="anon-1")) == 0
+    assert session_end(session=OwnedSession(owner=KEYLESS_OWNER, session_id="s-named")) == 1
     with django_assert_num_queries(0):
         assert decide(anonymous).variant_key == "treatment"

@@ -174,14 +174,15 @@ def test_a_turn_without_reasoning_renews_the_sessions_reasoning_after_the_answer
     settings.REASONING_SESSION_TTL_S = 3600
     seed_catalogue(upstreams.url)
     client = redis.Redis.from_url(redis_url)
-    key = f"muse:reasoning:{reasoning_store._session_hash('s-renewed')}"
+    session = reasoning_store.OwnedSession(owner="key:1", session_id="s-renewed")
+    key = f"muse:reasoning:{session.store_key}"
     client.delete(key)
     client.rpush(key, "{}")  # the session kept reasoning from an earlier external turn
     client.expire(key, 100)
     monkeypatch.setattr(reasoning_store._Renewals, "RENEW_EVERY_S", 0.0)
     avocado = Candidate(catalogue().get(avocado_id(14)), "assigned")
     with answer_first():
-        result = attempt(avocado, REQUEST, session_id="s-renewed")
+        result = attempt(avocado, REQUEST, session=session)
         assert result.reasoning_state is None
         assert 0 < client.ttl(key) <= 100  # not yet: the answer does not wait for it
     assert client.ttl(key) > 3500
@@ -198,10 +199,11 @@ def test_a_turn_with_reasoning_keeps_it_before_the_answer(candidate, upstreams, 
 
     settings.REASONING_STORE_URL = redis_url
     client = redis.Redis.from_url(redis_url)
-    key = f"muse:reasoning:{reasoning_store._session_hash('s-kept')}"
+    session = reasoning_store.OwnedSession(owner="key:1", session_id="s-kept")
+    key = f"muse:reasoning:{session.store_key}"
     client.delete(key)
     with answer_first():
-        result = attempt(candidate, dataclasses.replace(REQUEST, tools=(WEATHER_TOOL,)), session_id="s-kept")
+        result = attempt(candidate, dataclasses.replace(REQUEST, tools=(WEATHER_TOOL,)), session=session)
         assert result.reasoning_state is not None
         assert client.llen(key) == 1  # the next turn may come the moment this answer is out
     client.delete(key)

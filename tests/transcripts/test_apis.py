@@ -6,13 +6,19 @@ import base64
 import json
 
 import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
 
+from muse_experiments.auth import api_key_create
+from muse_experiments.models import ApiKey
 from routing import reasoning_store
+from routing.models import CompletionJob
 from routing.providers.types import ReasoningState
+from routing.reasoning_store import OwnedSession, session_owner
 from routing.transcripts.gate import record_json
 from routing.transcripts.models import GateCounter, TrainingOptOut, TrainingRecord
 from routing.transcripts.selectors import gate_totals
-from tests.transcripts.conftest import AVOCADO, record_turn, scoped_client
+from tests.transcripts.conftest import AVOCADO, make_job, record_turn, scoped_client
 from tests.transcripts.test_gate import TRICKY, record
 
 pytestmark = pytest.mark.django_db
@@ -37,18 +43,95 @@ def test_opt_out_api_needs_the_training_scope(db):
     assert scoped_client("completions").post("/api/v1/users/u1/training-opt-out").status_code == 403
 
 
+STATE = ReasoningState(
+    "fp", "azure_openai", "responses", ({"type": "reasoning", "encrypted_content": "gAAAAAx"},)
+)
+
+
+def key_client(name: str) -> tuple[APIClient, ApiKey]:
+    """A client authenticated with a new ``completions`` key, and that key."""
+    key, raw = api_key_create(name=name, scopes=["completions"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client, key
+
+
+def started(session_id: str, key: ApiKey | None, states: int = 1) -> OwnedSession:
+    """A session that ``key`` (None: a signed-in user) started: its job and ``states`` stored states."""
+    job = make_job(session_id, "u1")
+    CompletionJob.objects.filter(pk=job.pk).update(api_key=key)
+    session = OwnedSession(owner=session_owner(api_key_id=key.pk if key else None), session_id=session_id)
+    for _ in range(states):
+        reasoning_store.reasoning_save(session=session, state=STATE, endpoint_id="azure/muse-special")
+    return session
+
+
 def test_session_end_api_deletes_the_sessions_reasoning(db, settings):
     settings.REASONING_STORE_URL = ""
     reasoning_store.local_store_clear()
-    state = ReasoningState(
-        "fp", "azure_openai", "responses", ({"type": "reasoning", "encrypted_content": "gAAAAAx"},)
-    )
-    reasoning_store.reasoning_save(session_id="s-end", state=state, endpoint_id="azure/muse-special")
-    client = scoped_client("completions")
+    client, key = key_client("a")
+    started("s-end", key)
     response = client.post("/api/v1/sessions/s-end/end")
     assert response.status_code == 200
     assert response.json() == {"session_id": "s-end", "deleted_states": 1}
-    assert client.post("/api/v1/sessions/s-end/end").json()["deleted_states"] == 0
+    assert client.post("/api/v1/sessions/s-end/end").json() == {"session_id": "s-end", "deleted_states": 0}
+
+
+@pytest.mark.redis
+def test_a_key_cannot_end_another_keys_session_it_gets_a_404_and_nothing_changes(db, redis_store):
+    """Issue 30, finding 4: key B ending key A's session used to answer ``deleted_states: 2``."""
+    client_a, key_a = key_client("a")
+    client_b, _ = key_client("b")
+    session_a = started("s-shared", key_a, states=2)
+
+    response = client_b.post("/api/v1/sessions/s-shared/end")
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": {"code": "not_found", "message": "No session 's-shared' was started with this API key."}
+    }
+    assert redis_store.llen("muse:reasoning:" + session_a.store_key) == 2  # A's reasoning is untouched
+    assert client_a.post("/api/v1/sessions/s-shared/end").json() == {
+        "session_id": "s-shared",
+        "deleted_states": 2,
+    }
+
+
+@pytest.mark.redis
+def test_two_keys_with_one_session_id_end_only_their_own_session(db, redis_store):
+    client_a, key_a = key_client("a")
+    client_b, key_b = key_client("b")
+    session_a = started("s-both", key_a, states=2)
+    session_b = started("s-both", key_b, states=1)
+    assert client_b.post("/api/v1/sessions/s-both/end").json()["deleted_states"] == 1
+    assert redis_store.llen("muse:reasoning:" + session_a.store_key) == 2
+    assert not redis_store.exists("muse:reasoning:" + session_b.store_key)
+    assert client_b.post("/api/v1/sessions/s-both/end").json()["deleted_states"] == 0  # B's, still 200
+    assert client_a.post("/api/v1/sessions/s-both/end").json()["deleted_states"] == 2
+
+
+@pytest.mark.redis
+def test_a_signed_in_user_ends_only_sessions_started_without_a_key(db, redis_store):
+    """Session-cookie callers act as the keyless source: never a key's session, whatever their
+    permissions (a superuser here)."""
+    _, key_a = key_client("a")
+    session_a = started("s-keyed", key_a)
+    keyless = started("s-keyless", None, states=2)
+    admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client = APIClient()
+    client.force_login(admin)
+
+    refused = client.post("/api/v1/sessions/s-keyed/end")
+    assert refused.status_code == 404
+    assert refused.json()["error"] == {
+        "code": "not_found",
+        "message": "No session 's-keyed' was started without an API key.",
+    }
+    assert redis_store.llen("muse:reasoning:" + session_a.store_key) == 1
+    assert client.post("/api/v1/sessions/s-keyless/end").json() == {
+        "session_id": "s-keyless",
+        "deleted_states": 2,
+    }
+    assert not redis_store.exists("muse:reasoning:" + keyless.store_key)
 
 
 def test_session_end_api_answers_503_without_details_when_redis_is_down(db, settings):
