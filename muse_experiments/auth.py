@@ -1,8 +1,12 @@
 """API-key authentication and scope permissions for the REST API.
 
 Keys look like ``muse_<prefix>_<secret>``. Only the SHA-256 digest of the whole key is stored; the
-prefix (public) finds the row, and the digest is compared in constant time. SHA-256 without a salt
-is adequate because keys carry 192 bits of randomness (no dictionary to attack).
+prefix (public) finds the key in the in-process snapshot of active keys (:func:`active_keys`, never
+the database on the request path), and the digest is compared in constant time, against a
+stand-in digest when the prefix is unknown, so an unknown prefix and a wrong secret do the same
+work. Failed authentications are counted per client address and refused over a limit
+(:mod:`muse_experiments.auth_failures`). SHA-256 without a salt is adequate because keys carry 192
+bits of randomness (no dictionary to attack).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
-from . import config_version
+from . import auth_failures, config_version
 from .config_version import VersionedSnapshot
 from .models import ApiKey
 
@@ -72,10 +76,16 @@ _active_keys = VersionedSnapshot(_load_active_keys)
 
 def active_keys() -> dict[str, ApiKey]:
     """Unrevoked keys by prefix, cached in process and rebuilt when the configuration version
-    moves (:mod:`muse_experiments.config_version`), so a revocation or a scope or rate-limit
-    change reaches every process within ``CONFIG_REFRESH_INTERVAL_S`` (0.5 s by default). A key
-    created since the last rebuild is looked up in the database."""
+    moves (:mod:`muse_experiments.config_version`), so a new key, a revocation or a scope or
+    rate-limit change reaches every process within ``CONFIG_REFRESH_INTERVAL_S`` (0.5 s by
+    default) of its commit: :func:`api_key_create` bumps the version like every other change. It
+    is the only source the request path asks; a prefix it does not hold is refused (401) without
+    a database query, so a key works in every process within that bound of its creation."""
     return _active_keys.get()
+
+
+#: Compared against when the prefix is unknown, so that costs what a wrong secret does.
+_UNKNOWN_KEY_DIGEST = digest_key(f"{KEY_PREFIX}_unknown_{secrets.token_urlsafe(24)}")
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -85,16 +95,25 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request):
+        """``(ApiClient, ApiKey)``, or None without a key. Raises ``AuthenticationFailed`` (401)
+        for a malformed, unknown, wrong or revoked key, each counted against the client's address,
+        and :class:`~muse_experiments.auth_failures.AuthFailuresThrottled` (429) from an address
+        over its failure limit, before the key is looked at. No database query: keys come from
+        :func:`active_keys`; an unknown prefix and a wrong secret run the same code."""
         raw = self._raw_key(request)
         if raw is None:
             return None
+        address = auth_failures.client_address(request)
+        auth_failures.check(address)
         parts = raw.split("_")
         if len(parts) < 3 or parts[0] != KEY_PREFIX:
+            auth_failures.record(address)
             raise exceptions.AuthenticationFailed("Malformed API key.")
         key = active_keys().get(parts[1])
-        if key is None:  # created since the snapshot was built
-            key = ApiKey.objects.filter(prefix=parts[1], revoked_at__isnull=True).first()
-        if key is None or not hmac.compare_digest(key.digest, digest_key(raw)):
+        expected = _UNKNOWN_KEY_DIGEST if key is None else key.digest
+        matches = hmac.compare_digest(expected, digest_key(raw))
+        if key is None or not matches:
+            auth_failures.record(address)  # an address already at its limit: 429 instead
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         return ApiClient(key), key
 
@@ -221,7 +240,9 @@ MAX_RATE_LIMIT_PER_MINUTE = 2_147_483_647
 def api_key_create(
     *, name: str, scopes: list[str], rate_limit_per_minute: int = 6000, owner=None
 ) -> tuple[ApiKey, str]:
-    """Create a key. Returns ``(ApiKey, raw_key)``; the raw key is not recoverable afterwards.
+    """Create a key. Returns ``(ApiKey, raw_key)``; the raw key is not recoverable afterwards. It
+    authenticates in every process within ``CONFIG_REFRESH_INTERVAL_S`` (0.5 s by default) of
+    the commit (:func:`active_keys`).
 
     ``scopes`` ⊆ :data:`SCOPES`; ``rate_limit_per_minute`` ≥ 0 requests per sliding minute (0
     refuses everything; at most :data:`MAX_RATE_LIMIT_PER_MINUTE`). Raises ``ValueError`` for an empty
@@ -236,14 +257,16 @@ def api_key_create(
     if not 0 <= rate_limit_per_minute <= MAX_RATE_LIMIT_PER_MINUTE:
         raise ValueError(f"rate_limit_per_minute must be between 0 and {MAX_RATE_LIMIT_PER_MINUTE}.")
     raw, prefix, digest = generate_key()
-    key = ApiKey.objects.create(
-        name=name[:100],
-        prefix=prefix,
-        digest=digest,
-        scopes=sorted(set(scopes)),
-        rate_limit_per_minute=rate_limit_per_minute,
-        owner=owner,
-    )
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            name=name[:100],
+            prefix=prefix,
+            digest=digest,
+            scopes=sorted(set(scopes)),
+            rate_limit_per_minute=rate_limit_per_minute,
+            owner=owner,
+        )
+        config_version.bump()  # every process's active_keys learns the key
     return key, raw
 
 

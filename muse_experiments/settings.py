@@ -8,6 +8,7 @@ simulated upstreams. Production sets ``DATABASE_URL``, ``REDIS_URL``, ``SECRET_K
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -288,6 +289,24 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "muse_experiments.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
+# Failed API-key authentications (muse_experiments/auth_failures.py): from AUTH_FAILURE_LIMIT failures
+# within AUTH_FAILURE_WINDOW_S seconds of an address's first one, the address is refused (429 with
+# Retry-After) for the rest of that window, whatever key it sends.
+AUTH_FAILURE_LIMIT = env.int("AUTH_FAILURE_LIMIT", default=20)
+AUTH_FAILURE_WINDOW_S = env.int("AUTH_FAILURE_WINDOW_S", default=60)
+if AUTH_FAILURE_LIMIT < 1 or AUTH_FAILURE_WINDOW_S < 1:
+    raise ImproperlyConfigured("AUTH_FAILURE_LIMIT and AUTH_FAILURE_WINDOW_S must be at least 1.")
+# Your own reverse proxies or load balancers (addresses or networks, comma-separated). Only a request
+# whose peer is one of them has its client address read from X-Forwarded-For (the rightmost address
+# that is not a trusted proxy); empty (the default): the peer's address, X-Forwarded-For ignored.
+# Never list a network clients can connect from: they could then choose their address.
+try:
+    TRUSTED_PROXIES = tuple(
+        ipaddress.ip_network(n, strict=False) for n in env.list("TRUSTED_PROXIES", default=[])
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"TRUSTED_PROXIES: {exc}") from None
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Muse Experiments API",
     "DESCRIPTION": "Routed LLM completions under A/B experiments, outcome events and results.",

@@ -13,6 +13,10 @@ Storage: Redis (``INCR``/``EXPIRE`` on ``muse:rl:<key prefix>:<window>`` in one 
 when ``REDIS_URL`` is set; otherwise Django's cache, which on the embedded default is per process
 (a laptop runs one web process). Staff sessions (admin, dashboards) are not limited.
 
+The same script reads the client address's failed-authentication counter
+(:mod:`muse_experiments.auth_failures`): a valid key sent from an address refused for its failures
+is refused (429), and nothing is counted, without a round trip of its own.
+
 Deferred check (views with ``throttle_deferred = True``: the drop-in completion endpoints): the
 counting script is *sent* when DRF checks throttles and its reply is *read* by :func:`settle`
 just before the call is dispatched, so the round trip overlaps the request's parsing and
@@ -37,6 +41,7 @@ from django.core.cache import cache
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import BaseThrottle
 
+from . import auth_failures
 from .auth import ApiClient
 
 log = logging.getLogger(__name__)
@@ -48,11 +53,15 @@ def _counter_key(key_id: str, window: int) -> str:
     return f"muse:rl:{key_id}:{window}"
 
 
-# KEYS: this window's counter, the previous window's. ARGV: TTL (s). Returns {current, previous}.
+# KEYS: this window's counter, the previous window's, the client address's failed-authentication
+# counter. ARGV: TTL (s), the failure limit. Returns {current, previous, 0}; for an address at its
+# failure limit {0, 0, ms until it may try again}, and nothing is counted.
 _HIT = """
+local failures = tonumber(redis.call('GET', KEYS[3]) or '0')
+if failures >= tonumber(ARGV[2]) then return {0, 0, math.max(redis.call('PTTL', KEYS[3]), 1)} end
 local current = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
-return {current, tonumber(redis.call('GET', KEYS[2]) or '0')}
+return {current, tonumber(redis.call('GET', KEYS[2]) or '0'), 0}
 """
 
 
@@ -68,48 +77,60 @@ class _RedisCounter:
         self.client = redis.Redis.from_url(settings.REDIS_URL)
         self._hit = self.client.register_script(_HIT)
 
-    def hit(self, key: str, previous: str) -> tuple[int, int]:
-        current, prev = self._hit(keys=[key, previous], args=[2 * WINDOW_S + 5])
-        return int(current), int(prev)
+    def hit(self, key: str, previous: str, failures: str) -> tuple[int, int, float]:
+        """``(current, previous, 0)`` counting this request; ``(0, 0, seconds)`` counting nothing
+        when the address whose failure counter is ``failures`` is refused for that long."""
+        reply = self._hit(keys=[key, previous, failures], args=[2 * WINDOW_S + 5, auth_failures.limit()])
+        return _counts(reply)
 
     def undo(self, key: str) -> None:
         self.client.decr(key)
 
-    def send_hit(self, key: str, previous: str):
+    def send_hit(self, key: str, previous: str, failures: str):
         """Send :meth:`hit`'s script on a connection taken from the pool and return that
         connection, whose reply :meth:`read_hit` reads (and then gives the connection back).
         Raises redis-py's connection errors (the connection is given back)."""
         pool = self.client.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_command("EVAL", _HIT, 2, key, previous, 2 * WINDOW_S + 5)
+            conn.send_command(
+                "EVAL", _HIT, 3, key, previous, failures, 2 * WINDOW_S + 5, auth_failures.limit()
+            )
         except BaseException:
             conn.disconnect()
             pool.release(conn)
             raise
         return conn
 
-    def read_hit(self, conn) -> tuple[int, int]:
-        """The ``(current, previous)`` counts replied on ``conn`` (from :meth:`send_hit`)."""
+    def read_hit(self, conn) -> tuple[int, int, float]:
+        """:meth:`hit`'s answer, replied on ``conn`` (from :meth:`send_hit`)."""
         try:
-            current, prev = conn.read_response()
+            reply = conn.read_response()
         except BaseException:
             conn.disconnect()
             raise
         finally:
             self.client.connection_pool.release(conn)
-        return int(current), int(prev)
+        return _counts(reply)
+
+
+def _counts(reply) -> tuple[int, int, float]:
+    current, previous, refused_ms = reply
+    return int(current), int(previous), int(refused_ms) / 1000
 
 
 class _CacheCounter:
-    def hit(self, key: str, previous: str) -> tuple[int, int]:
+    """Without Redis: a refused address is known to this process's memo, checked before the key
+    was looked up (:func:`auth_failures.check`), so ``failures`` needs no reading here."""
+
+    def hit(self, key: str, previous: str, failures: str) -> tuple[int, int, float]:
         cache.add(key, 0, timeout=2 * WINDOW_S + 5)
         try:
             current = cache.incr(key)
         except ValueError:  # expired between add and incr
             cache.set(key, 1, timeout=2 * WINDOW_S + 5)
             current = 1
-        return current, int(cache.get(previous) or 0)
+        return current, int(cache.get(previous) or 0), 0.0
 
     def undo(self, key: str) -> None:
         with contextlib.suppress(ValueError):  # expired meanwhile: nothing to undo
@@ -160,11 +181,15 @@ class ApiKeyRateThrottle(BaseThrottle):
         counter = _counter()
         current_key = _counter_key(key.prefix, window)
         previous_key = _counter_key(key.prefix, window - 1)
+        address = auth_failures.client_address(request)
+        failures_key = auth_failures.counter_key(address)
         if getattr(view, "throttle_deferred", False) and isinstance(counter, _RedisCounter):
-            conn = counter.send_hit(current_key, previous_key)
-            request._muse_throttle = _Deferred(self, counter, conn, current_key, limit, elapsed)
+            conn = counter.send_hit(current_key, previous_key, failures_key)
+            request._muse_throttle = _Deferred(self, counter, conn, current_key, limit, elapsed, address)
             return True
-        current, previous = counter.hit(current_key, previous_key)
+        current, previous, refused_s = counter.hit(current_key, previous_key, failures_key)
+        if refused_s:
+            raise auth_failures.refusal(address, refused_s)
         return self._admit(counter, current_key, limit, elapsed, current, previous)
 
     def _admit(self, counter, key: str, limit: int, elapsed: float, current: int, previous: int) -> bool:
@@ -183,23 +208,29 @@ class ApiKeyRateThrottle(BaseThrottle):
 class _Deferred:
     """A rate-limit check sent to Redis whose reply :func:`settle` reads."""
 
-    __slots__ = ("throttle", "counter", "conn", "key", "limit", "elapsed")
+    __slots__ = ("throttle", "counter", "conn", "key", "limit", "elapsed", "address")
 
-    def __init__(self, throttle, counter, conn, key, limit, elapsed) -> None:
+    def __init__(self, throttle, counter, conn, key, limit, elapsed, address) -> None:
         self.throttle, self.counter, self.conn = throttle, counter, conn
-        self.key, self.limit, self.elapsed = key, limit, elapsed
+        self.key, self.limit, self.elapsed, self.address = key, limit, elapsed, address
 
 
 def settle(request, *, raise_throttled: bool = True) -> None:
     """Finish the request's deferred rate-limit check, if it has one (once; later calls do
-    nothing). Over the limit, the request is not counted and, with ``raise_throttled``, DRF's
-    ``Throttled`` is raised with the wait in seconds (the view answers 429 with
-    ``Retry-After``). Raises redis-py's connection errors (Redis down: the caller gets a 503)."""
+    nothing). Over the limit, or from an address refused for its failed authentications, the
+    request is not counted and, with ``raise_throttled``, DRF's ``Throttled`` is raised with the
+    wait in seconds (the view answers 429 with ``Retry-After``). Raises redis-py's connection
+    errors (Redis down: the caller gets a 503)."""
     pending = getattr(request, "_muse_throttle", None)
     if pending is None:
         return
     request._muse_throttle = None
-    current, previous = pending.counter.read_hit(pending.conn)
+    current, previous, refused_s = pending.counter.read_hit(pending.conn)
+    if refused_s:
+        refused = auth_failures.refusal(pending.address, refused_s)
+        if raise_throttled:
+            raise refused
+        return
     throttle = pending.throttle
     if throttle._admit(pending.counter, pending.key, pending.limit, pending.elapsed, current, previous):
         return

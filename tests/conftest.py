@@ -86,6 +86,23 @@ def no_claims_of_other_tests() -> None:
 _redis_for_claims = None
 
 
+@pytest.fixture(autouse=True)
+def _no_auth_failures_of_other_tests(no_claims_of_other_tests):
+    """Each test starts with no failed authentication counted (``muse_experiments.auth_failures``):
+    the test client's requests all come from 127.0.0.1, and other tests' 401s would add up to a 429."""
+    from django.apps import apps
+
+    if not apps.ready:  # pure-core tests may run with -p no:django
+        return
+    from muse_experiments import auth_failures
+
+    auth_failures.forget_all()
+    if _redis_for_claims:  # no_claims_of_other_tests's client (None or False: no Redis here)
+        keys = list(_redis_for_claims.scan_iter(match=auth_failures.KEY_PREFIX + "*", count=1000))
+        if keys:
+            _redis_for_claims.delete(*keys)
+
+
 @pytest.fixture(scope="session")
 def postgres(django_db_setup, django_db_blocker) -> None:
     """Require that the test database is PostgreSQL."""

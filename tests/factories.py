@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from muse_experiments import services
+from muse_experiments import config_version, services
 from muse_experiments.auth import api_key_create
 from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
 from routing.models import ModelEndpoint
@@ -62,6 +62,10 @@ def variant_inputs(arms: list[tuple[str, str, float]], **overrides_by_key) -> li
 
 
 def api_key(scopes: list[str] | None = None) -> str:
-    """A raw API key with the given scopes (all by default)."""
+    """A raw API key with the given scopes (all by default), known to this process at once: its
+    in-process key snapshot is dropped, as the configuration refresh would drop it within
+    ``CONFIG_REFRESH_INTERVAL_S`` once the key's commit moved the version (a test's transaction
+    never commits)."""
     _, raw = api_key_create(name="test", scopes=scopes or ALL_SCOPES)
+    config_version.invalidate_all()
     return raw

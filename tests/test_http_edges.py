@@ -29,12 +29,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def gunicorn_url(django_db_setup):
-    """One gunicorn for the module's tests, on the test database. Each test makes its own API key;
-    a key the server has not cached yet is looked up in the database (muse_experiments.auth)."""
+    """One gunicorn for the module's tests, on the test database. Each test makes its own API key,
+    which the server learns when its configuration version moves (muse_experiments.auth): checked
+    on every request here (``CONFIG_REFRESH_INTERVAL_S=0``), so a key works from its commit on."""
     from django.conf import settings
 
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": database_url_for_subprocess(), "DJANGO_DEBUG": "true"}
+    env["CONFIG_REFRESH_INTERVAL_S"] = "0"
     env["REDIS_URL"] = settings.REDIS_URL or ""
     env["MAX_REQUEST_BYTES"] = str(1024 * 1024)
     proc = subprocess.Popen(

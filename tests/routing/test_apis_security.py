@@ -213,14 +213,19 @@ def test_the_redis_counter_counts_this_window_with_a_ttl_and_reads_the_previous_
 
     client = redis.Redis.from_url(redis_url)
     current, previous = f"muse:rl:test-{uuid.uuid4().hex}:2", f"muse:rl:test-{uuid.uuid4().hex}:1"
+    failures = f"muse:authfail:test-{uuid.uuid4().hex}"
     counter = _RedisCounter()
-    assert counter.hit(current, previous) == (1, 0)  # no previous window yet
+    assert counter.hit(current, previous, failures) == (1, 0, 0)  # no previous window yet
     client.set(previous, 7)
-    assert counter.hit(current, previous) == (2, 7)
+    assert counter.hit(current, previous, failures) == (2, 7, 0)
     assert 0 < client.ttl(current) <= 2 * WINDOW_S + 5
     counter.undo(current)
     assert int(client.get(current)) == 1
-    client.delete(current, previous)
+    # the client's address at its failure limit: refused for the counter's remaining time, not counted
+    client.set(failures, 20, px=30_000)
+    _, _, refused_s = counter.hit(current, previous, failures)
+    assert 29 < refused_s <= 30 and int(client.get(current)) == 1
+    client.delete(current, previous, failures)
 
 
 def _counted(redis_url: str, prefix: str) -> int:
