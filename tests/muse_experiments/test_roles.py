@@ -57,6 +57,8 @@ GROUPS = {
     "catalogue": "Catalogue admin",
     "steward": "Training-data steward",
 }
+#: A session started without an API key: the one kind a signed-in user may end (routing.reasoning_store).
+KEYLESS_SESSION = reasoning_store.OwnedSession(owner=reasoning_store.KEYLESS_OWNER, session_id="s-end")
 REASONING = ReasoningState(
     "fp", "azure_openai", "responses", ({"type": "reasoning", "encrypted_content": "x"},)
 )
@@ -185,9 +187,9 @@ CASES = [
         "403 403 403 403 403 403 200",
         lambda c, _: c.post(f"{API}/sessions/s-end/end"),
         arrange=lambda: reasoning_store.reasoning_save(
-            session_id="s-end", state=REASONING, endpoint_id="azure/muse-special"
+            session=KEYLESS_SESSION, state=REASONING, endpoint_id="azure/muse-special"
         ),
-        written=lambda _: reasoning_store.session_end(session_id="s-end") == 0,
+        written=lambda _: reasoning_store.session_end(session=KEYLESS_SESSION) == 0,
         ok=200,
     ),
     # --- the drop-ins: API keys only, whatever the session's permissions
