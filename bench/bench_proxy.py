@@ -11,7 +11,7 @@ Starts ONE instant upstream (``bench/instant_upstream.py``: a fixed chat complet
   ``beat``; ``DJANGO_DEBUG=false`` with a ``SECRET_KEY``) on ``BENCH_DATABASE_URL`` (PostgreSQL,
   dropped and created anew) and ``BENCH_REDIS_URL`` (flushed), with a running 50/50 experiment
   between Avocado v14 and v15 whose endpoints point at the upstream, and an API key; or, with
-  ``--embedded``, the embedded default (SQLite + filesystem broker in a fresh folder, as
+  ``--embedded``, the embedded default (SQLite + private Redis in a fresh folder, as
   ``make demo`` runs it);
 
 and drives all three with ``openai.AsyncOpenAI`` (``chat.completions.create``, model
@@ -412,7 +412,11 @@ def start_platform(
 
     port = free_port(PORTS)
     env = platform_env(var=var, embedded=embedded, port=port)
-    if not embedded:
+    if embedded:  # the private Redis server the settings point at (muse_experiments.private_redis)
+        from muse_experiments.private_redis import ensure_running
+
+        procs.stoppers.append(ensure_running(Path(env["MUSE_VAR_DIR"]) / "redis").stop)
+    else:
         import redis
 
         recreate_database(env["DATABASE_URL"])
@@ -473,7 +477,7 @@ def git_revision() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--embedded", action="store_true", help="platform on SQLite + filesystem broker")
+    parser.add_argument("--embedded", action="store_true", help="platform on SQLite + private Redis")
     parser.add_argument("--requests", type=int, default=400, help="requests per target, level and round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per level (order alternates)")
     parser.add_argument("--warmup", type=int, default=200, help="uncounted requests per target first")
@@ -534,7 +538,7 @@ def main() -> int:
         except TimeoutError:
             raise SystemExit(f"the measurement did not finish within --timeout {args.timeout:.0f}s") from None
 
-    mode = "embedded default (SQLite + filesystem broker)" if args.embedded else "PostgreSQL + Redis"
+    mode = "embedded default (SQLite + private Redis)" if args.embedded else "PostgreSQL + Redis"
     mode = "the architecture's floor (bench/floor_app.py) on Redis" if args.floor else mode
     print(
         f"\nbench-proxy at {git_revision()} on {os.cpu_count()} cores; platform: {mode}, DJANGO_DEBUG=false"

@@ -174,7 +174,7 @@ def start_py_spy(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--embedded", action="store_true", help="platform on SQLite + filesystem broker")
+    parser.add_argument("--embedded", action="store_true", help="platform on SQLite + private Redis")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=200)

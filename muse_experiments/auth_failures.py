@@ -19,7 +19,6 @@ Where the count is read, without a new Redis round trip for a request that authe
 * a valid key: its per-key rate-limit script (:mod:`muse_experiments.throttling`) reads the same
   counter in the same round trip, so an address refused by another process is refused here too.
 
-Without Redis (the embedded default, one web process) the counts live in this process.
 **Fails open** like the circuit breaker and the concurrency limiter (:mod:`routing.circuit`): if
 Redis cannot be reached nothing is counted or refused, Redis is not asked again for
 :data:`REDIS_RETRY_S`, and one warning is logged for the outage (and one line when it ends).
@@ -36,14 +35,14 @@ from itertools import islice
 from django.conf import settings
 from rest_framework.exceptions import Throttled
 
-from .config_version import redis_client
+from .redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "muse:authfail:"
 #: After a Redis error, do not count failures (allow them) for this many seconds.
 REDIS_RETRY_S = 5.0
-#: The most addresses a process remembers as refused (or, without Redis, counts); beyond it the
+#: The most addresses a process remembers as refused; beyond it the
 #: oldest are forgotten (their count is still in Redis).
 MEMO_MAX = 10_000
 #: Where :func:`client_address` keeps its answer in the request's ``META`` (a WSGI environ key).
@@ -131,13 +130,12 @@ def _counted_as(ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> str
 
 
 class _FailureCounter:
-    """The per-process side: the memo of refused addresses, the Redis script (or, without
-    Redis, the counts), and the outage state."""
+    """The per-process side: the memo of refused addresses, the Redis script and the outage
+    state."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.refused: dict[str, float] = {}  # address -> time.monotonic() when it may try again
-        self.local: dict[str, tuple[int, float]] = {}  # without Redis: address -> (failures, window end)
         self.script = None
         self.skip_until = 0.0
         self.down = False
@@ -147,8 +145,6 @@ class _FailureCounter:
         unreachable (fail open)."""
         client = redis_client()
         window_s = float(settings.AUTH_FAILURE_WINDOW_S)
-        if client is None:
-            return self._count_here(address, window_s)
         if time.monotonic() < self.skip_until:
             return None
         try:
@@ -171,19 +167,6 @@ class _FailureCounter:
             self.down = False
             log.warning("failed-authentication counter: Redis answers again; counting failures")
         return bool(counted), int(failures), max(int(left_ms), 1) / 1000
-
-    def _count_here(self, address: str, window_s: float) -> tuple[bool, int, float]:
-        now = time.monotonic()
-        with self.lock:
-            failures, ends = self.local.get(address, (0, 0.0))
-            if now >= ends:
-                failures, ends = 0, now + window_s
-            counted = failures < limit()
-            if counted:
-                failures += 1
-                self.local[address] = (failures, ends)
-                _bound(self.local, now, key=lambda entry: entry[1])
-        return counted, failures, ends - now
 
     def refuse(self, address: str, wait_s: float) -> None:
         now = time.monotonic()
@@ -242,9 +225,8 @@ def refusal(address: str, wait_s: float) -> AuthFailuresThrottled:
 
 
 def forget_all() -> None:
-    """Forget this process's memo and counts (tests; the counts in Redis stay)."""
+    """Forget this process's memo (tests; the counts in Redis stay)."""
     with _counter.lock:
         _counter.refused.clear()
-        _counter.local.clear()
     _counter.skip_until = 0.0
     _counter.down = False

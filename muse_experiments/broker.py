@@ -12,7 +12,7 @@ A worker's channel also records a delivered completion task as unacknowledged on
 has run for a while (:class:`QoS`), not before it starts.
 
 Installed through :class:`AMQP` (``Celery(amqp=...)``), whose connections (and the pooled ones
-Celery publishes on) use :class:`Connection`; other transports (the embedded filesystem broker, RabbitMQ, Sentinel) are left as they are.
+Celery publishes on) use :class:`Connection`; other transports (RabbitMQ, Sentinel) are left as they are.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from kombu.serialization import dumps as serialize
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual as kombu_virtual
 from kombu.utils.functional import retry_over_time
+
+from .redis_client import client_url, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -306,11 +308,12 @@ _UNSET = object()
 
 def direct_publisher(app) -> DirectPublisher | None:
     """``app``'s :class:`DirectPublisher` (kept on the app), or None where it cannot publish:
-    the broker is not a plain ``redis://``/``rediss://``/``unix://`` URL (Sentinel, failover lists
-    and other transports), its transport options set ``global_keyprefix``, TLS options are set
+    the broker is not a plain ``redis://``/``rediss://`` URL or a Unix socket (``redis+socket://``,
+    ``unix://``) (Sentinel, failover lists and other transports), its transport options set ``global_keyprefix``, TLS options are set
     (``broker_use_ssl``: kombu applies them, a client built from the URL would not), or Celery
-    sends ``task-sent`` events (their dispatcher needs kombu's producer). Its Redis client is built
-    from the broker URL, so it reaches the server and database kombu would. Decided once per app.
+    sends ``task-sent`` events (their dispatcher needs kombu's producer). Its Redis client is the
+    one :func:`~muse_experiments.redis_client.redis_client` keeps for the broker URL, so it reaches
+    the server and database kombu would. Decided once per app.
     """
     publisher = getattr(app, "_muse_direct_publisher", _UNSET)
     if publisher is _UNSET:
@@ -325,10 +328,9 @@ def _build_direct(app) -> DirectPublisher | None:
     url = app.conf.broker_url
     if not isinstance(url, str) or app.conf.task_send_sent_event:
         return None
+    url = client_url(url)
     if url.split("://", 1)[0] not in ("redis", "rediss", "unix") or ";" in url:
         return None
     if (app.conf.broker_transport_options or {}).get("global_keyprefix") or app.conf.broker_use_ssl:
         return None
-    import redis
-
-    return DirectPublisher(app, redis.Redis.from_url(url, health_check_interval=25))
+    return DirectPublisher(app, redis_client(url))

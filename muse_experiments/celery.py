@@ -17,8 +17,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
 app = Celery("muse_experiments", amqp="muse_experiments.broker:AMQP")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Celery's Django fixup closes every database connection before and after each task unless
-# CELERY_DB_REUSE_MAX is set, whatever CONN_MAX_AGE says: on the embedded default every task
-# reconnected to SQLite (connect, SQL functions, four PRAGMAs). Its count is put out of reach and
+# CELERY_DB_REUSE_MAX is set, whatever CONN_MAX_AGE says: on SQLite every task
+# reconnected (connect, SQL functions, four PRAGMAs). Its count is put out of reach and
 # Django's own rule decides instead (close_old_connections: CONN_MAX_AGE, errors, autocommit left
 # off), before and after each task as around a web request. PostgreSQL (CONN_MAX_AGE 0) still
 # closes (or returns to the pool) after every task.

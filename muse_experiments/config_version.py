@@ -2,8 +2,9 @@
 
 Writers call :func:`bump` inside the transaction that changes configuration (experiments, the model
 catalogue, kill switches). Readers call :func:`current` at most every
-``CONFIG_REFRESH_INTERVAL_S`` and rebuild their in-process snapshot when it moved. With Redis the
-version is a Redis key (one GET per interval); without Redis it is a row in the database.
+``CONFIG_REFRESH_INTERVAL_S`` and rebuild their in-process snapshot when it moved. The version is a
+Redis key (one GET per interval), and a row in the database that readers fall back to when Redis
+is unreachable.
 """
 
 from __future__ import annotations
@@ -19,57 +20,36 @@ from django.db import transaction
 from django.db.models import F
 
 from .models import PlatformConfig
+from .redis_client import redis_client
 
 log = logging.getLogger(__name__)
 REDIS_KEY = "muse:config-version"
 T = TypeVar("T")
 
-_redis_client = None
-_redis_lock = threading.Lock()
 _snapshots: list[VersionedSnapshot] = []
-
-
-def redis_client():
-    """The process-wide Redis client, or None when running on the embedded default."""
-    global _redis_client
-    if not settings.REDIS_URL:
-        return None
-    with _redis_lock:
-        if _redis_client is None:
-            import redis
-
-            _redis_client = redis.Redis.from_url(
-                settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0
-            )
-        return _redis_client
 
 
 def bump() -> None:
     """Record that configuration changed. Call inside the writing transaction."""
     PlatformConfig.objects.get_or_create(pk=1)
     PlatformConfig.objects.filter(pk=1).update(version=F("version") + 1)
-    client = redis_client()
-    if client is not None:
-        transaction.on_commit(lambda: _redis_incr(client))
+    transaction.on_commit(_redis_incr)
 
 
-def _redis_incr(client) -> None:
+def _redis_incr() -> None:
     try:
-        client.incr(REDIS_KEY)
+        redis_client().incr(REDIS_KEY)
     except Exception:  # noqa: BLE001 - readers fall back to the database version
         log.warning("could not publish config version to Redis; readers fall back to the database")
 
 
 def current() -> str:
     """An opaque token that changes whenever configuration changes."""
-    client = redis_client()
-    db_version = None
-    if client is not None:
-        try:
-            value = client.get(REDIS_KEY)
-            return f"r{int(value or 0)}"
-        except Exception:  # noqa: BLE001 - Redis down: the database still knows
-            log.warning("Redis unavailable for config version; reading the database")
+    try:
+        value = redis_client().get(REDIS_KEY)
+        return f"r{int(value or 0)}"
+    except Exception:  # noqa: BLE001 - Redis down: the database still knows
+        log.warning("Redis unavailable for config version; reading the database")
     db_version = PlatformConfig.objects.filter(pk=1).values_list("version", flat=True).first()
     return f"d{db_version or 0}"
 

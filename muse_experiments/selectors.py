@@ -171,8 +171,8 @@ def sticky_variants(
     matches the id of its unit type (a session id never picks up a user's exposure, even when
     the two strings are equal).
 
-    With Redis: served from the sticky cache (:mod:`muse_experiments.sticky`), normally one Redis
-    round trip and no database query. Without Redis, or when it is down: one indexed query.
+    Served from the sticky cache (:mod:`muse_experiments.sticky`), normally one Redis round trip
+    and no database query; when Redis is down, one indexed query.
     """
     wanted = set(experiment_ids)
     units = [u for u in dict.fromkeys((session_id, user_id)) if u]

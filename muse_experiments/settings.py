@@ -1,13 +1,13 @@
 """Django settings for Muse Experiments, read from the environment (django-environ).
 
-Defaults are for a laptop: SQLite in ``var/``, an embedded Celery broker on the filesystem and
-simulated upstreams. Production sets ``DATABASE_URL``, ``REDIS_URL``, ``SECRET_KEY`` and
-``ALLOWED_HOSTS``; a missing ``SECRET_KEY`` outside DEBUG fails loudly at start-up.
+Defaults are for a laptop: SQLite in ``var/``, a private Redis server on a Unix socket under
+``var/`` (:mod:`muse_experiments.private_redis`) and simulated upstreams. Production sets
+``DATABASE_URL``, ``REDIS_URL``, ``SECRET_KEY`` and ``ALLOWED_HOSTS``; a missing ``SECRET_KEY``
+outside DEBUG fails loudly at start-up.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import os
 import sys
@@ -16,6 +16,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from muse_experiments import private_redis
+from muse_experiments.redis_client import broker_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -38,7 +41,7 @@ env = _Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 TESTING = "pytest" in sys.modules
-# Local state (SQLite file, embedded broker, logs); the test suite keeps its own apart.
+# Local state (SQLite file, private Redis socket, logs); the test suite keeps its own apart.
 VAR_DIR = Path(env.str("MUSE_VAR_DIR", default=str(BASE_DIR / "var" / ("test" if TESTING else ""))))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
@@ -198,44 +201,35 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MAX_REQUEST_BYTES", default=2 * 1024 * 10
 LOGIN_URL = "/admin/login/"
 
 # --- Redis / Celery -------------------------------------------------------------------------
-# REDIS_URL unset means the embedded default: a filesystem broker and result store under var/,
-# shared by the web and worker processes of one machine.
-REDIS_URL = env.str("REDIS_URL", default="")
+# One runtime: Redis carries tasks, claims, hand-offs, streams, buffered records and shared guard
+# state. REDIS_URL unset means a private server of this checkout's own on a Unix socket under
+# var/ (muse_experiments.private_redis; the demo, the test session and the Makefile start it); the
+# test suite's is apart from the demo's (var/test/, one per pytest-xdist process).
+_REDIS_URL = env.str("REDIS_URL", default="")
+_XDIST = os.environ.get("PYTEST_XDIST_WORKER", "") if TESTING else ""
+PRIVATE_REDIS_DIR = "" if _REDIS_URL else str(VAR_DIR / (f"redis-{_XDIST}" if _XDIST else "redis"))
+REDIS_URL = _REDIS_URL or private_redis.url(PRIVATE_REDIS_DIR)
+# Every client comes from muse_experiments.redis_client; keep the socket timeout above the longest
+# blocking read (1 s).
+REDIS_CONNECT_TIMEOUT_S = env.float("REDIS_CONNECT_TIMEOUT_S", default=1.0)
+REDIS_SOCKET_TIMEOUT_S = env.float("REDIS_SOCKET_TIMEOUT_S", default=5.0)
 
-if REDIS_URL:
-    CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
-    CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=REDIS_URL)
-    # Seconds before an unacknowledged task (its worker died) is redelivered. Keep every task
-    # countdown/ETA below it, or the task would be delivered twice.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_S", default=3600),
-        # how often a worker looks for unacknowledged messages past the timeout (kombu: every
-        # interval * throttle seconds)
-        "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL_S", default=10),
-        "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
-        # a completion task is recorded as unacknowledged only if it still runs this many seconds
-        # after delivery: its job's claim is its record (muse_experiments.broker.QoS); 0 = kombu's
-        # record at delivery
-        "unacked_record_after_s": {"completions": env.float("CELERY_COMPLETION_RECORD_AFTER_S", default=1.0)},
-    }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
-else:
-    _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed", "results", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = None
-    CELERY_BROKER_TRANSPORT = "muse_experiments.embedded:AtomicFilesystemTransport"
-    CELERY_RESULT_BACKEND = f"muse_experiments.embedded:AtomicFilesystemBackend://{_broker_dir / 'results'}"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "queue"),
-        "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "control_folder": str(_broker_dir / "control"),
-        "store_processed": False,
-        # a waiting worker sleeps on its doorbell (muse_experiments.embedded), rung by every publish
-        "polling_interval": 0.1,
-    }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=broker_url(REDIS_URL))
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=broker_url(REDIS_URL))
+# Seconds before an unacknowledged task (its worker died) is redelivered. Keep every task
+# countdown/ETA below it, or the task would be delivered twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT_S", default=3600),
+    # how often a worker looks for unacknowledged messages past the timeout (kombu: every
+    # interval * throttle seconds)
+    "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL_S", default=10),
+    "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
+    # a completion task is recorded as unacknowledged only if it still runs this many seconds
+    # after delivery: its job's claim is its record (muse_experiments.broker.QoS); 0 = kombu's
+    # record at delivery
+    "unacked_record_after_s": {"completions": env.float("CELERY_COMPLETION_RECORD_AFTER_S", default=1.0)},
+}
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
 # Publishing retries ride out a broker restart of a few seconds before the request fails (503).
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
@@ -325,26 +319,12 @@ METRIC_NAMES_LOOKUP = "analytics.selectors.metric_names"
 # How long POST /api/v1/completions waits for the worker before answering 202 with a job URL.
 COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
 # Seconds a session's encrypted provider reasoning stays in the server-side store after its last
-# turn (routing.reasoning_store; Redis when REDIS_URL is set, else in-process).
+# turn (routing.reasoning_store).
 REASONING_SESSION_TTL_S = env.int("REASONING_SESSION_TTL_S", default=3600)
-# Redis for that store (default REDIS_URL; empty = the folder store below).
-# A dedicated instance without persistence (no RDB/AOF) keeps the blobs off disk.
-REASONING_STORE_URL = env.str("REASONING_STORE_URL", default=REDIS_URL)
-# Without that Redis: a folder shared by this machine's web and worker processes (one file per
-# session; /dev/shm keeps the blobs in memory, off disk). Empty = in-process (one process only;
-# the test suite's default, whose tests of the folder store set it).
-_SHM = Path("/dev/shm")
-_VAR_TAG = hashlib.sha256(str(VAR_DIR).encode()).hexdigest()[:12]
-REASONING_STORE_DIR = env.str(
-    "REASONING_STORE_DIR",
-    default=(
-        ""
-        if REASONING_STORE_URL or TESTING
-        else str(
-            _SHM / f"muse-reasoning-{os.getuid()}-{_VAR_TAG}" if _SHM.is_dir() else VAR_DIR / "reasoning"
-        )
-    ),
-)
+# The Redis of that store (default REDIS_URL). Production may give it a dedicated instance without
+# persistence (no RDB/AOF), so the blobs never reach a disk while the main Redis persists its
+# queues and buffered records; the private server keeps nothing on disk.
+REASONING_STORE_URL = env.str("REASONING_STORE_URL", default="") or REDIS_URL
 # A running job's lease (s), renewed by its worker every third of it; a lapsed lease means the
 # worker died and the job is failed ("worker_lost") by the next redelivery or the reaper.
 COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)
@@ -353,13 +333,14 @@ COMPLETION_REQUEUE_AFTER_S = env.float("COMPLETION_REQUEUE_AFTER_S", default=120
 # How often (s) workers (and beat) fail running jobs whose lease lapsed.
 COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)
 # Write the records of each call (exposure, call record, attempts, transcript turn) behind the
-# answer: buffered in Redis, drained in bulk by every worker (routing.writebehind). Needs Redis.
-# In-process tests write them synchronously unless a test turns this on.
-RECORDS_WRITE_BEHIND = env.bool("RECORDS_WRITE_BEHIND", default=bool(REDIS_URL) and not TESTING)
+# answer: buffered in Redis, drained in bulk by a drainer (routing.writebehind). The test process
+# writes them synchronously (no drainer runs in it, and each test's database transaction is rolled
+# back) unless a test turns this on; the worker processes tests start write behind.
+RECORDS_WRITE_BEHIND = env.bool("RECORDS_WRITE_BEHIND", default=not TESTING)
 # Whether each worker process runs a drainer thread (the Procfile turns it off: its drainer process,
 # manage.py drain_records, drains; beat's maintenance.drain_call_records is the safety net).
 RECORDS_DRAINER = env.bool("RECORDS_DRAINER", default=True)
-# Most buffered call records one drain writes in one transaction (routing.writebehind; Redis only).
+# Most buffered call records one drain writes in one transaction (routing.writebehind).
 RECORDS_DRAIN_BATCH = env.int("RECORDS_DRAIN_BATCH", default=500)
 # How long (ms) a worker's drainer waits after a batch so the next one gathers the calls answered
 # meanwhile (fewer, larger transactions; adds at most this much to the records' lag).

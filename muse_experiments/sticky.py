@@ -16,7 +16,7 @@ and unit). This module keeps a copy per unit id in Redis:
 * ``<namespace>`` is ``PlatformConfig.sticky_namespace``: rotating it (e.g. after restoring the
   database) orphans every cached entry at once.
 
-When Redis is not configured, or fails (connection refused, timeout), callers get ``None`` and
+When Redis fails (connection refused, timeout), callers get ``None`` and
 read the database; after a failure Redis is skipped for :data:`BACKOFF_S` seconds so a dead Redis
 costs one timeout, not one per call.
 
@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping
 
 from django.db import connection
 
-from .config_version import redis_client
 from .models import Exposure
+from .redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,8 @@ def _load_sql() -> str:
 def lookup(namespace: str, unit_ids: Iterable[str]) -> dict[str, StickyMap] | None:
     """Sticky maps of these units from Redis, loading misses from the database.
 
-    Returns ``{unit id: {(experiment id, phase): variant key}}``, or ``None`` when Redis is not
-    configured or unavailable (the caller then queries the database itself). Costs one Redis
+    Returns ``{unit id: {(experiment id, phase): variant key}}``, or ``None`` when Redis is
+    unavailable (the caller then queries the database itself). Costs one Redis
     round trip when every unit is cached; one more round trip and one indexed query otherwise.
     """
     client = _client()

@@ -9,9 +9,10 @@ A request is admitted when ``estimate < limit`` after counting it; a refused req
 counted. When refused, ``wait`` (seconds, DRF sends it as ``Retry-After``) is the time until the
 estimate falls below the limit.
 
-Storage: Redis (``INCR``/``EXPIRE`` on ``muse:rl:<key prefix>:<window>`` in one script, shared by every process)
-when ``REDIS_URL`` is set; otherwise Django's cache, which on the embedded default is per process
-(a laptop runs one web process). Staff sessions (admin, dashboards) are not limited.
+Storage: Redis (``INCR``/``EXPIRE`` on ``muse:rl:<key prefix>:<window>`` in one script, shared by
+every process). When Redis is unreachable the request is refused 503 (the limit cannot be checked:
+:class:`muse_experiments.api_errors.DependencyOutageMiddleware`). Staff sessions (admin,
+dashboards) are not limited.
 
 The same script reads the client address's failed-authentication counter
 (:mod:`muse_experiments.auth_failures`): a valid key sent from an address refused for its failures
@@ -31,18 +32,17 @@ response is finalised (:meth:`DeferredThrottleMixin.finalize_response`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
 
 from django.conf import settings
-from django.core.cache import cache
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import BaseThrottle
 
 from . import auth_failures
 from .auth import ApiClient
+from .redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,7 @@ class _RedisCounter:
     (3,000 calls each, measured here)."""
 
     def __init__(self) -> None:
-        import redis
-
-        self.client = redis.Redis.from_url(settings.REDIS_URL)
+        self.client = redis_client()
         self._hit = self.client.register_script(_HIT)
 
     def hit(self, key: str, previous: str, failures: str) -> tuple[int, int, float]:
@@ -119,32 +117,14 @@ def _counts(reply) -> tuple[int, int, float]:
     return int(current), int(previous), int(refused_ms) / 1000
 
 
-class _CacheCounter:
-    """Without Redis: a refused address is known to this process's memo, checked before the key
-    was looked up (:func:`auth_failures.check`), so ``failures`` needs no reading here."""
-
-    def hit(self, key: str, previous: str, failures: str) -> tuple[int, int, float]:
-        cache.add(key, 0, timeout=2 * WINDOW_S + 5)
-        try:
-            current = cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, timeout=2 * WINDOW_S + 5)
-            current = 1
-        return current, int(cache.get(previous) or 0), 0.0
-
-    def undo(self, key: str) -> None:
-        with contextlib.suppress(ValueError):  # expired meanwhile: nothing to undo
-            cache.decr(key)
+_counters: dict[str, _RedisCounter] = {}
 
 
-_counters: dict[str, object] = {}
-
-
-def _counter():
-    name = settings.REDIS_URL or "cache"
-    if name not in _counters:
-        _counters[name] = _RedisCounter() if settings.REDIS_URL else _CacheCounter()
-    return _counters[name]
+def _counter() -> _RedisCounter:
+    url = settings.REDIS_URL
+    if url not in _counters:
+        _counters[url] = _RedisCounter()
+    return _counters[url]
 
 
 def sliding_wait_s(*, limit: int, current: int, previous: int, elapsed_fraction: float) -> float:
@@ -183,7 +163,7 @@ class ApiKeyRateThrottle(BaseThrottle):
         previous_key = _counter_key(key.prefix, window - 1)
         address = auth_failures.client_address(request)
         failures_key = auth_failures.counter_key(address)
-        if getattr(view, "throttle_deferred", False) and isinstance(counter, _RedisCounter):
+        if getattr(view, "throttle_deferred", False):
             conn = counter.send_hit(current_key, previous_key, failures_key)
             request._muse_throttle = _Deferred(self, counter, conn, current_key, limit, elapsed, address)
             return True

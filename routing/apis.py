@@ -25,7 +25,7 @@ from .dispatch import submit_completion, wait_for_job
 from .dropin.common import DropinError, header_text
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 from .selectors import completion_job_current, completion_job_unwritten
-from .streaming import KEEPALIVE_FRAME, STREAM_IN_PROGRESS, job_events, sse, sse_response, stream_taken
+from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response
 
 
 class ToolCallSerializer(StrictSerializer):
@@ -152,10 +152,6 @@ class CompletionCreateApi(APIView):
                 CompletionOutputSerializer, description="Still running: poll the Location URL."
             ),
             400: OpenApiResponse(description="Field errors"),
-            409: OpenApiResponse(
-                description="stream=true with the idempotency key of a job another request is still "
-                "streaming (embedded default only; retry once it finished to replay the answer)"
-            ),
             413: OpenApiResponse(description="Body too large"),
             422: OpenApiResponse(description="The idempotency key was used with a different body"),
             429: OpenApiResponse(description="Rate limited; see Retry-After"),
@@ -188,7 +184,7 @@ class CompletionCreateApi(APIView):
         data.is_valid(raise_exception=True)
         d = data.validated_data
         api_key = request.user.key if isinstance(request.user, ApiClient) else None
-        job, created = submit_completion(
+        job, _ = submit_completion(
             api_key=api_key,
             session_id=d["session_id"],
             user_id=d["user_id"],
@@ -200,12 +196,7 @@ class CompletionCreateApi(APIView):
             durable=d["async"],  # a job id handed out for later must survive a crash
         )
         if d["stream"]:
-            if stream_taken(job, created=created):
-                return Response(
-                    {"error": {"code": "conflict", "message": STREAM_IN_PROGRESS}},
-                    status=status.HTTP_409_CONFLICT,
-                )
-            return sse_response(_api_stream(job, created))
+            return sse_response(_api_stream(job))
         if not d["async"] and job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
             job = wait_for_job(job, timeout_s=settings.COMPLETION_SYNC_WAIT_S)
         finished = job.status in FINISHED_STATUSES
@@ -240,10 +231,10 @@ class CompletionDetailApi(APIView):
         return Response(CompletionOutputSerializer(job_payload(job)).data)
 
 
-def _api_stream(job: CompletionJob, created: bool) -> Iterator[bytes]:
+def _api_stream(job: CompletionJob) -> Iterator[bytes]:
     """Our own SSE dialect: ``event: <type>`` + ``data: <json>`` per :mod:`routing.streaming` event."""
     yield sse("job", {"type": "job", "id": str(job.id), "status": job.status})
-    for event in job_events(job_id=str(job.id), created=created):
+    for event in job_events(job_id=str(job.id)):
         if event["type"] == "keepalive":
             yield KEEPALIVE_FRAME
             continue

@@ -15,8 +15,7 @@ States (per endpoint public id)::
   callers are refused until the probe reports. A probe whose process died is forgotten after its
   lease (the endpoint timeout + 5 s), so the circuit can never stick in half-open.
 
-With ``REDIS_URL`` the state lives in Redis (atomic Lua scripts; keys ``muse:cb:<endpoint>:*``);
-without it, in this process. **Fail open**: if Redis cannot be reached the breaker allows every
+The state lives in Redis (atomic Lua scripts; keys ``muse:cb:<endpoint>:*``). **Fail open**: if Redis cannot be reached the breaker allows every
 call (and stops asking Redis for :data:`REDIS_RETRY_S`), because a broken breaker must never take
 healthy traffic down. (The kill switch, by contrast, fails closed: see :mod:`routing.killswitch`.)
 """
@@ -24,15 +23,13 @@ healthy traffic down. (The kill switch, by contrast, fails closed: see :mod:`rou
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.conf import settings
 
-from muse_experiments.config_version import redis_client
+from muse_experiments.redis_client import redis_client
 
 from . import roundtrip
 
@@ -112,8 +109,6 @@ class RedisCircuitBreaker:
         if time.monotonic() < self._skip_until:
             return None
         client = redis_client()
-        if client is None:
-            return None
         try:
             return int(self._script(client, name, source)(keys=keys, args=args, client=client))
         except Exception as exc:  # noqa: BLE001 - any Redis failure: fail open
@@ -128,7 +123,7 @@ class RedisCircuitBreaker:
 
     def allow_check(self, pipe, endpoint_id: str, *, probe_lease_s: float = 65.0) -> roundtrip.Pending[str]:
         """:meth:`allow` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open."""
-        if pipe is None or time.monotonic() < self._skip_until:
+        if time.monotonic() < self._skip_until:
             return roundtrip.Pending(lambda _: CLOSED, queued=False)
         cfg = BreakerSettings.from_settings()
         pipe.eval(
@@ -203,85 +198,6 @@ class RedisCircuitBreaker:
             client.delete(*keys)
 
 
-@dataclass
-class _LocalState:
-    failures: deque[float] = field(default_factory=deque)
-    opened_at: float | None = None
-    probe_until: float | None = None
-
-
-class InProcessCircuitBreaker:
-    """The same state machine for one process (no Redis configured). Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._states: dict[str, _LocalState] = {}
-
-    def allow(self, endpoint_id: str, *, probe_lease_s: float = 65.0) -> str:
-        cfg = BreakerSettings.from_settings()
-        now = time.time()
-        with self._lock:
-            st = self._states.get(endpoint_id)
-            if st is None or st.opened_at is None:
-                return CLOSED
-            if now < st.opened_at + cfg.cooldown_s:
-                return OPEN
-            if st.probe_until is not None and st.probe_until > now:
-                return OPEN
-            st.probe_until = now + probe_lease_s
-            return PROBE
-
-    def allow_check(self, pipe, endpoint_id: str, *, probe_lease_s: float = 65.0) -> roundtrip.Pending[str]:
-        """:meth:`allow`, answered in this process when read (no Redis command)."""
-        return roundtrip.Pending(lambda _: self.allow(endpoint_id, probe_lease_s=probe_lease_s), queued=False)
-
-    def release_probe(self, endpoint_id: str) -> None:
-        """Give back a :data:`PROBE` permission that made no call."""
-        with self._lock:
-            st = self._states.get(endpoint_id)
-            if st is not None:
-                st.probe_until = None
-
-    def record_failure(self, endpoint_id: str, *, probe: bool = False) -> bool:
-        cfg = BreakerSettings.from_settings()
-        now = time.time()
-        with self._lock:
-            st = self._states.setdefault(endpoint_id, _LocalState())
-            if probe:
-                st.opened_at, st.probe_until = now, None
-                return True
-            if st.opened_at is not None:
-                return False
-            st.failures.append(now)
-            while st.failures and st.failures[0] <= now - cfg.window_s:
-                st.failures.popleft()
-            if len(st.failures) >= cfg.failures:
-                st.opened_at = now
-                st.failures.clear()
-                return True
-            return False
-
-    def record_success(self, endpoint_id: str, *, probe: bool = False) -> None:
-        if probe:
-            with self._lock:
-                self._states.pop(endpoint_id, None)
-
-    def state(self, endpoint_id: str) -> str:
-        with self._lock:
-            st = self._states.get(endpoint_id)
-            if st is None:
-                return "closed"
-            return _state_of(
-                None if st.opened_at is None else st.opened_at * 1000.0,
-                None if st.probe_until is None else st.probe_until * 1000.0,
-                BreakerSettings.from_settings().cooldown_s,
-            )
-
-    def reset(self) -> None:
-        with self._lock:
-            self._states.clear()
-
-
 def _now_ms() -> float:
     return time.time() * 1000.0
 
@@ -295,10 +211,9 @@ def _state_of(opened_at, probe_until, cooldown_s: float) -> str:
     return "half_open"
 
 
-_redis_breaker = RedisCircuitBreaker()
-_local_breaker = InProcessCircuitBreaker()
+_breaker = RedisCircuitBreaker()
 
 
-def breaker() -> RedisCircuitBreaker | InProcessCircuitBreaker:
-    """The breaker for this process: Redis-backed when ``REDIS_URL`` is set, else in-process."""
-    return _redis_breaker if settings.REDIS_URL else _local_breaker
+def breaker() -> RedisCircuitBreaker:
+    """The process's circuit breaker."""
+    return _breaker

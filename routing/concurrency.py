@@ -1,9 +1,8 @@
 """Cap on concurrent calls per model endpoint (``ModelEndpoint.max_concurrency``).
 
-With ``REDIS_URL``: a cluster-wide semaphore, one Redis sorted set per endpoint
-(``muse:conc:<endpoint>``) whose members are slot tokens scored by their lease expiry (ms), so a
-slot held by a crashed process frees itself after ``ROUTING_CONCURRENCY_LEASE_S``. Without Redis:
-a counter in this process.
+A cluster-wide semaphore, one Redis sorted set per endpoint (``muse:conc:<endpoint>``) whose
+members are slot tokens scored by their lease expiry (ms), so a slot held by a crashed process
+frees itself after ``ROUTING_CONCURRENCY_LEASE_S``.
 
 Acquisition never waits: when the endpoint is full the call falls back to the next candidate at
 once (Attempt outcome ``concurrency_limited``, routing reason ``circuit_open`` — the endpoint was
@@ -14,13 +13,12 @@ slot is granted.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 
 from django.conf import settings
 
-from muse_experiments.config_version import redis_client
+from muse_experiments.redis_client import redis_client
 
 from . import roundtrip
 
@@ -56,8 +54,6 @@ class ConcurrencyLimiter:
     """``acquire(endpoint_id, limit) -> Slot | None`` (None: the endpoint is at its limit)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._local: dict[str, int] = {}
         self._skip_redis_until = 0.0
 
     def acquire(self, endpoint_id: str, limit: int) -> Slot | None:
@@ -66,11 +62,8 @@ class ConcurrencyLimiter:
         return slot
 
     def acquire_check(self, pipe, endpoint_id: str, limit: int) -> roundtrip.Pending[Slot | None]:
-        """:meth:`acquire` as a check queued on ``pipe`` (:mod:`routing.roundtrip`; None without
-        Redis: this process's counter). Fails open: a Redis error grants the slot and Redis is
-        skipped for :data:`REDIS_RETRY_S`."""
-        if pipe is None:
-            return roundtrip.Pending(lambda _: self._acquire_local(endpoint_id, limit), queued=False)
+        """:meth:`acquire` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open: a
+        Redis error grants the slot and Redis is skipped for :data:`REDIS_RETRY_S`."""
         if time.monotonic() < self._skip_redis_until:
             return roundtrip.Pending(lambda _: Slot(None), queued=False)
         key = KEY_PREFIX + endpoint_id
@@ -99,37 +92,17 @@ class ConcurrencyLimiter:
 
         return Slot(release)
 
-    def _acquire_local(self, endpoint_id: str, limit: int) -> Slot | None:
-        with self._lock:
-            held = self._local.get(endpoint_id, 0)
-            if held >= limit:
-                return None
-            self._local[endpoint_id] = held + 1
-
-        def release() -> None:
-            with self._lock:
-                self._local[endpoint_id] = max(0, self._local.get(endpoint_id, 1) - 1)
-
-        return Slot(release)
-
     def in_flight(self, endpoint_id: str) -> int:
         """Slots currently held for the endpoint (expired leases excluded)."""
-        client = redis_client()
-        if client is None:
-            with self._lock:
-                return self._local.get(endpoint_id, 0)
-        return int(client.zcount(KEY_PREFIX + endpoint_id, time.time() * 1000.0, "+inf"))
+        return int(redis_client().zcount(KEY_PREFIX + endpoint_id, time.time() * 1000.0, "+inf"))
 
     def reset(self) -> None:
         """Forget all slots (tests)."""
         self._skip_redis_until = 0.0
-        with self._lock:
-            self._local.clear()
         client = redis_client()
-        if client is not None:
-            keys = list(client.scan_iter(match=KEY_PREFIX + "*", count=500))
-            if keys:
-                client.delete(*keys)
+        keys = list(client.scan_iter(match=KEY_PREFIX + "*", count=500))
+        if keys:
+            client.delete(*keys)
 
 
 limiter = ConcurrencyLimiter()

@@ -6,20 +6,19 @@ retrying the same endpoint cannot succeed before the upstream's own deadline. Se
 back at once (reason ``cooling``) and calls :func:`cool`, so every call skips the endpoint until
 that deadline (the guard refuses it with outcome ``cooling``, nothing is sent upstream).
 
-With ``REDIS_URL`` the deadline is shared by every process: key ``muse:cool:<endpoint>`` holding
-the deadline (epoch seconds) with a matching expiry (``SET … PXAT``, kept only if later than what
-is there). Without it, an in-process dictionary. **Fails open** like the circuit breaker: if Redis
-cannot be reached an endpoint is treated as not cooling (a broken store must not take healthy
+The deadline is shared by every process: key ``muse:cool:<endpoint>`` holding the deadline
+(epoch seconds) with a matching expiry (``SET … PXAT``, kept only if later than what is there).
+**Fails open** like the circuit breaker: if Redis cannot be reached an endpoint is treated as not
+cooling (a broken store must not take healthy
 traffic down). Cooling is capped at :data:`MAX_COOL_S` so a bogus header cannot park an endpoint.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
-from muse_experiments.config_version import redis_client
+from muse_experiments.redis_client import redis_client
 
 from . import roundtrip
 
@@ -40,28 +39,18 @@ end
 return 0
 """
 
-_local: dict[str, float] = {}
-_lock = threading.Lock()
-
 
 def cool(endpoint_id: str, seconds: float) -> float:
     """Park ``endpoint_id`` for ``seconds`` (capped at :data:`MAX_COOL_S`) from now.
 
     Returns the deadline (epoch seconds). A later deadline already stored is kept. Store failures
-    are logged and swallowed (the in-process deadline is still set)."""
+    are logged and swallowed (the endpoint does not cool: fail open)."""
     until = time.time() + min(max(float(seconds), 0.0), MAX_COOL_S)
-    with _lock:
-        _local[endpoint_id] = max(until, _local.get(endpoint_id, 0.0))
-    client = redis_client()
-    if client is not None:
-        try:
-            client.eval(_COOL, 1, KEY_PREFIX + endpoint_id, repr(until))
-        except Exception as exc:  # noqa: BLE001 - any store failure: this process still knows
-            log.warning(
-                "cooling store unavailable (%s); %s cools in this process only",
-                type(exc).__name__,
-                endpoint_id,
-            )
+    try:
+        redis_client().eval(_COOL, 1, KEY_PREFIX + endpoint_id, repr(until))
+    except Exception as exc:  # noqa: BLE001 - any store failure: fail open
+        log.warning("cooling store unavailable (%s); %s does not cool", type(exc).__name__, endpoint_id)
+        return until
     log.info(
         "endpoint %s cooling for %.1f s (upstream retry-after beyond the retry policy)",
         endpoint_id,
@@ -78,47 +67,27 @@ def cooling_until(endpoint_id: str) -> float | None:
 
 
 def cooling_check(pipe, endpoint_id: str) -> roundtrip.Pending[float | None]:
-    """:func:`cooling_until` as a check queued on ``pipe`` (:mod:`routing.roundtrip`; None without
-    Redis: this process's deadline only). Fails open: a Redis error reads as this process's
-    deadline alone."""
-    if pipe is not None:
-        pipe.get(KEY_PREFIX + endpoint_id)
+    """:func:`cooling_until` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open:
+    a Redis error reads as not cooling."""
+    pipe.get(KEY_PREFIX + endpoint_id)
 
     def read(value) -> float | None:
-        now = time.time()
-        with _lock:
-            local = _local.get(endpoint_id)
-            if local is not None and local <= now:
-                del _local[endpoint_id]
-                local = None
-        if pipe is None:
-            return local
         if isinstance(value, Exception):
             log.warning(
                 "cooling store unavailable (%s); treating %s as not cooling",
                 type(value).__name__,
                 endpoint_id,
             )
-            return local
-        shared = float(value) if value else None
-        deadline = max(d for d in (local, shared) if d is not None) if (local or shared) else None
-        return deadline if deadline is not None and deadline > now else None
+            return None
+        deadline = float(value) if value else None
+        return deadline if deadline is not None and deadline > time.time() else None
 
-    return roundtrip.Pending(read, queued=pipe is not None)
-
-
-def cooling_local_forget() -> None:
-    """Forget this process's deadlines only (what another process would know: only Redis's)."""
-    with _lock:
-        _local.clear()
+    return roundtrip.Pending(read)
 
 
 def cooling_clear() -> None:
-    """Forget every deadline, in this process and in Redis (tests and operators' reset)."""
-    with _lock:
-        _local.clear()
+    """Forget every deadline (tests and operators' reset)."""
     client = redis_client()
-    if client is not None:
-        keys = list(client.scan_iter(KEY_PREFIX + "*"))
-        if keys:
-            client.delete(*keys)
+    keys = list(client.scan_iter(KEY_PREFIX + "*"))
+    if keys:
+        client.delete(*keys)

@@ -1,13 +1,11 @@
 """Hand a completion job to a Celery worker and wait (bounded) for it to finish.
 
-With Redis the web process waits on the job's hand-off list (:mod:`routing.handoff`: one
-``BLPOP``) and answers from the final state the worker published, without reloading the job from
-the database; it re-reads the job row once a second as a safety net (a job failed by another
-path). On the embedded default the task id is the job id, so the web process waits on Celery's
-result store (a file) and then reads the job row.
+The web process waits on the job's hand-off list (:mod:`routing.handoff`: one ``BLPOP``) and
+answers from the final state the worker published, without reloading the job from the database;
+it re-reads the job row once a second as a safety net (a job failed by another path).
 
-A caller that waits on this request, with Redis, without an idempotency key and without streaming,
-costs no database round trip before the publish: the message carries the job's row
+A caller that waits on this request, without an idempotency key and without streaming, costs no
+database round trip before the publish: the message carries the job's row
 (:func:`routing.services.job_row`) and the worker writes it as it claims the job. The
 waiting request writes it itself (``queued``) before handing the id out unanswered, and when no
 worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
@@ -27,23 +25,20 @@ import contextlib
 import logging
 import select
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from kombu.transport import redis as kombu_redis
 from rest_framework.exceptions import AuthenticationFailed
 
 from muse_experiments.broker import direct_publisher
-from muse_experiments.embedded import result_ring
 from muse_experiments.queues import Queue
 
-from .events import job_cancel_request, uses_redis
-from .handoff import FINAL_FIELDS, apply_final, wait_final
+from .events import job_cancel_request
+from .handoff import apply_final, wait_final
 from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from .services import (
     completion_job_create,
@@ -56,25 +51,17 @@ from .tasks import run_completion
 
 log = logging.getLogger(__name__)
 
-#: How often (s) a request waiting on Redis re-reads the job row.
+#: How often (s) a waiting request re-reads the job row.
 RECHECK_S = 1.0
 
 
 def enqueue_completion(job: CompletionJob) -> None:
     """Enqueue the worker task once the job row is committed (a worker never sees a rolled-back job).
 
-    The message says whether the job streams and whether its caller pinned a model, so the worker
-    claims it without reading it first.
+    The message says whether the job streams, so the worker claims it without reading it first.
     """
-    job_id, stream, pinned = str(job.id), bool(job.stream), _pinned(job)
-    transaction.on_commit(lambda: publish_completion(job_id, stream=stream, pinned=pinned))
-
-
-def _pinned(job: CompletionJob) -> bool:
-    """A pinned model, or a drop-in caller that may give up. With Redis the worker makes one
-    non-streamed upstream call that its cancel watcher cuts off when the caller goes away; without
-    Redis it streams the upstream call and checks the job between chunks (routing.tasks)."""
-    return bool(job.request.get("model") or job.request.get("cancellable"))
+    job_id, stream = str(job.id), bool(job.stream)
+    transaction.on_commit(lambda: publish_completion(job_id, stream=stream))
 
 
 #: Error of a job whose task could not be handed to the broker (it never ran).
@@ -82,21 +69,15 @@ BROKER_UNAVAILABLE = "broker_unavailable: the job could not be queued and was no
 
 
 def publish_completion(
-    job_id: str,
-    *,
-    stream: bool | None = None,
-    pinned: bool | None = None,
-    row: Mapping[str, Any] | None = None,
+    job_id: str, *, stream: bool | None = None, row: Mapping[str, Any] | None = None
 ) -> None:
     """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise.
 
     ``row``: a deferred job's row (:func:`routing.services.job_row`), which the worker writes as
-    it claims the job. With Redis no Celery result is stored: the final state travels through
+    it claims the job. No Celery result is stored: the final state travels through
     :mod:`routing.handoff`.
     """
-    kwargs: dict[str, Any] = (
-        {"stream": stream, "pinned": pinned} if stream is not None and pinned is not None else {}
-    )
+    kwargs: dict[str, Any] = {"stream": stream} if stream is not None else {}
     if row is not None:
         kwargs["row"] = row
     try:
@@ -109,7 +90,7 @@ def publish_completion(
 def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     """``run_completion`` for ``job_id`` on the completions queue (task id = job id).
 
-    With Redis (no Celery result: the answer travels through :mod:`routing.handoff`) the message
+    No Celery result is stored (the answer travels through :mod:`routing.handoff`): the message
     is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
     headers and signals), and pushed onto the queue's Redis list by
     :class:`muse_experiments.broker.DirectPublisher` in kombu's wire format, with Celery's
@@ -121,8 +102,7 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     publish against ``apply_async``'s): 0.42-0.46x, where kombu's producer path was 0.65-0.70x.
     It is on the web's critical path before the worker can start. Brokers
     :func:`~muse_experiments.broker.direct_publisher` declines (Sentinel, key prefixes,
-    ``task-sent`` events) take ``send_task_message``; eager mode (tests) and the embedded
-    broker take ``apply_async``.
+    ``task-sent`` events) take ``send_task_message``; eager mode (tests) takes ``apply_async``.
     """
     # the message's printable copy of its arguments (Celery's saferepr of them, shown by monitoring
     # tools) never holds the conversation, and costs nothing to build
@@ -130,7 +110,7 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     kwargsrepr = repr({k: "…" if k == "row" else v for k, v in kwargs.items()})
     task = run_completion._get_current_object()  # the shared task's proxy, resolved once
     app = task.app
-    if not uses_redis() or app.conf.task_always_eager:
+    if app.conf.task_always_eager:
         run_completion.apply_async(
             args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS,
             argsrepr=argsrepr, kwargsrepr=kwargsrepr,
@@ -174,9 +154,6 @@ def submit_completion(
 
     ``durable=False`` for callers that wait for the answer on this request
     (:func:`routing.services.completion_job_create`).
-
-    A streamed job goes to a worker only when deltas can travel through Redis; without Redis the
-    web request runs it itself (:func:`routing.streaming.job_events`).
     """
     try:
         job, created = _create_and_enqueue(
@@ -196,13 +173,13 @@ def submit_completion(
 def _create_and_enqueue(
     *, api_key, session_id, user_id, subagent, attributes, request, idempotency_key, stream, durable
 ) -> tuple[CompletionJob, bool]:
-    if uses_redis() and not (durable or idempotency_key or stream):
+    if not (durable or idempotency_key or stream):
         # the caller waits here and has no job id yet: the worker claims it (in Redis) from its message
         job = completion_job_new(
             api_key=api_key, session_id=session_id, user_id=user_id, subagent=subagent,
             attributes=attributes, request=request,
         )  # fmt: skip
-        publish_completion(str(job.id), stream=False, pinned=_pinned(job), row=job_row(job))
+        publish_completion(str(job.id), stream=False, row=job_row(job))
         return job, True
     with transaction.atomic():
         job, created = completion_job_create(
@@ -216,7 +193,7 @@ def _create_and_enqueue(
             stream=stream,
             durable=durable,
         )
-        if created and (not stream or uses_redis()):
+        if created:
             enqueue_completion(job)
     return job, created
 
@@ -226,39 +203,13 @@ def wait_for_job(
 ) -> CompletionJob:
     """Block up to ``timeout_s`` seconds for the job to finish; return it with its latest state.
 
-    With ``caller_gone`` (see :func:`caller_gone_check`), the caller's connection is checked every
-    ``CALLER_CHECK_S`` seconds of the wait: once it has gone (its HTTP client gave up) the job's
-    cancel flag is set (:func:`routing.events.job_cancel_request`: the worker closes the upstream
-    call and records the job ``cancelled``) and the wait ends.
+    Waits on the job's hand-off list, re-reading the row every :data:`RECHECK_S` (and only the
+    row if the hand-off channel broke, e.g. Redis restarted). With ``caller_gone`` (see
+    :func:`caller_gone_check`), the caller's connection is checked every :data:`CALLER_CHECK_S`
+    seconds of the wait, without a database read: once it has gone (its HTTP client gave up) the
+    job's cancel flag is set (:func:`routing.events.job_cancel_request`: the worker closes the
+    upstream call and records the job ``cancelled``) and the wait ends.
     """
-    if uses_redis():
-        return _wait_redis(job, timeout_s=timeout_s, caller_gone=caller_gone)
-    deadline = time.monotonic() + timeout_s
-    result = run_completion.AsyncResult(str(job.id))
-    try:
-        with result_ring(result.backend, str(job.id)) as rung:
-            _wait_result(result, job, timeout_s, caller_gone, rung)
-    except CeleryTimeout:
-        log.info("completion %s still running after %.1fs; answering 202", job.id, timeout_s)
-    except Exception as exc:  # noqa: BLE001 - the result channel broke (Redis restarted): read the row
-        log.warning("result channel lost (%s); waiting on the job row", type(exc).__name__)
-        while time.monotonic() < deadline:
-            job.refresh_from_db(fields=["status"])
-            if job.status in FINISHED_STATUSES:
-                break
-            time.sleep(0.1)
-    # only what a worker's final state carries (as with Redis, routing.handoff): the request and
-    # attributes this process already holds are not read and decoded again
-    job.refresh_from_db(fields=FINAL_FIELDS)
-    return job
-
-
-def _wait_redis(
-    job: CompletionJob, *, timeout_s: float, caller_gone: Callable[[], bool] | None = None
-) -> CompletionJob:
-    """Wait on the job's hand-off list, re-reading the row every :data:`RECHECK_S` (and only the
-    row if the hand-off channel broke, e.g. Redis restarted). The caller's connection is checked
-    every :data:`CALLER_CHECK_S` without a database read."""
     started = time.monotonic()
     deadline = started + timeout_s
     next_recheck = started + RECHECK_S
@@ -318,42 +269,6 @@ def _publish_again(job_id: str) -> None:
 
 #: How often a waiting request checks whether its caller is still connected (seconds).
 CALLER_CHECK_S = 0.25
-#: How often the wait without Redis looks at the task's state (one file read), seconds: between
-#: looks it sleeps on the process's result bell, which the worker rings when it stores the result.
-READY_POLL_S = 0.05
-#: The same when the bell works (the look is only a safety net then).
-READY_POLL_RUNG_S = 0.25
-
-
-def _wait_result(
-    result,
-    job: CompletionJob,
-    timeout_s: float,
-    caller_gone: Callable[[], bool] | None,
-    rung: threading.Event | None,
-) -> None:
-    """Wait for the task's result (one file read per look), woken by ``rung``
-    (:func:`muse_experiments.embedded.result_ring`) or after :data:`READY_POLL_S`; with
-    ``caller_gone``, cancel the job once the caller has gone."""
-    deadline = time.monotonic() + timeout_s
-    next_check = time.monotonic() + CALLER_CHECK_S
-    poll_s = READY_POLL_S if rung is None else READY_POLL_RUNG_S
-    while not result.ready():
-        now = time.monotonic()
-        if now >= deadline:
-            log.info("completion %s still running after %.1fs", job.id, timeout_s)
-            return
-        if caller_gone is not None and now >= next_check:
-            next_check = now + CALLER_CHECK_S
-            if caller_gone():
-                log.info("the caller of completion %s went away; cancelling it", job.id)
-                job_cancel_request(job_id=str(job.id))
-                return
-        step = min(poll_s, deadline - now, CALLER_CHECK_S if caller_gone is not None else poll_s)
-        if rung is None:
-            time.sleep(step)
-        elif rung.wait(step):
-            rung.clear()
 
 
 def caller_gone_check(environ: Mapping[str, Any]) -> Callable[[], bool] | None:

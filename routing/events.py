@@ -2,8 +2,7 @@
 
 One Redis Stream per job, ``muse:job:<id>:events`` (``XADD``; the key expires
 ``COMPLETION_STREAM_TTL_S`` after the first event). The web process reads it from the first entry
-(``XREAD BLOCK`` from id ``0``), so a reader that arrives late misses nothing. Without Redis
-(``uses_redis()`` False) there is no cross-process channel; see :mod:`routing.streaming`.
+(``XREAD BLOCK`` from id ``0``), so a reader that arrives late misses nothing.
 
 Event shapes are listed in :mod:`routing.streaming`.
 """
@@ -21,6 +20,8 @@ from typing import Any
 
 from django.conf import settings
 
+from muse_experiments.redis_client import redis_client
+
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 from .providers.transport import UpstreamCall, upstream_call
 
@@ -34,21 +35,6 @@ def stream_key(job_id: str) -> str:
     return f"muse:job:{job_id}:events"
 
 
-_redis_lock = threading.Lock()
-_redis_clients: dict[str, Any] = {}
-
-
-def redis_client():
-    """A process-wide Redis client for ``settings.REDIS_URL`` (connection pool shared by threads)."""
-    import redis
-
-    url = settings.REDIS_URL
-    with _redis_lock:
-        if url not in _redis_clients:
-            _redis_clients[url] = redis.Redis.from_url(url, health_check_interval=30)
-        return _redis_clients[url]
-
-
 def cancel_key(job_id: str) -> str:
     """The Redis key that says a job's caller went away (set by the web process)."""
     return f"muse:job:{job_id}:cancel"
@@ -57,18 +43,16 @@ def cancel_key(job_id: str) -> str:
 def job_cancel_request(*, job_id: str) -> None:
     """Ask whoever runs the job to stop: its caller went away (stream closed, or gave up waiting).
 
-    With Redis a key with a TTL (``COMPLETION_STREAM_TTL_S``); without Redis the job row's
-    ``cancel_requested`` flag (the worker is another process, sharing only the database). The
-    runner checks it between stream chunks (:class:`CancelWatch`), closes the upstream call and
-    records the job ``cancelled`` (a non-streamed call: :data:`cancel_watcher` cuts the upstream
-    connection). Harmless on a finished job.
+    A Redis key with a TTL (``COMPLETION_STREAM_TTL_S``); if Redis refuses it, the job row's
+    ``cancel_requested`` flag. The runner checks it between stream chunks (:class:`CancelWatch`),
+    closes the upstream call and records the job ``cancelled`` (a non-streamed call:
+    :data:`cancel_watcher` cuts the upstream connection). Harmless on a finished job.
     """
-    if uses_redis():
-        try:
-            redis_client().set(cancel_key(job_id), b"1", ex=settings.COMPLETION_STREAM_TTL_S)
-            return
-        except Exception:  # noqa: BLE001 - fall back to the row: the flag must not be lost
-            log.exception("could not set the cancel key of job %s; flagging the row", job_id)
+    try:
+        redis_client().set(cancel_key(job_id), b"1", ex=settings.COMPLETION_STREAM_TTL_S)
+        return
+    except Exception:  # noqa: BLE001 - fall back to the row: the flag must not be lost
+        log.exception("could not set the cancel key of job %s; flagging the row", job_id)
     CompletionJob.objects.filter(pk=job_id).exclude(status__in=FINISHED_STATUSES).update(
         cancel_requested=True
     )
@@ -78,7 +62,8 @@ class CancelWatch:
     """``watch()`` -> True once the job's caller asked to stop (:func:`job_cancel_request`).
 
     Reads the flag at most every ``every_s`` seconds (default 0.2 s), so checking between every
-    chunk of a fast stream costs one Redis ``EXISTS`` (or one indexed row read) per interval.
+    chunk of a fast stream costs one Redis ``EXISTS`` per interval (one indexed row read when
+    Redis fails: the flag may be on the row then).
     """
 
     def __init__(self, job_id: str, every_s: float = 0.2) -> None:
@@ -94,12 +79,11 @@ class CancelWatch:
         if now < self._next_check:
             return False
         self._next_check = now + self.every_s
-        if uses_redis():
-            try:
-                self._cancelled = bool(redis_client().exists(cancel_key(self.job_id)))
-                return self._cancelled
-            except Exception:  # noqa: BLE001 - a Redis hiccup must not end the call; read the row
-                log.warning("could not read the cancel key of job %s", self.job_id)
+        try:
+            self._cancelled = bool(redis_client().exists(cancel_key(self.job_id)))
+            return self._cancelled
+        except Exception:  # noqa: BLE001 - a Redis hiccup must not end the call; read the row
+            log.warning("could not read the cancel key of job %s", self.job_id)
         self._cancelled = CompletionJob.objects.filter(pk=self.job_id, cancel_requested=True).exists()
         return self._cancelled
 
@@ -113,9 +97,7 @@ class CancelWatcher:
     registered, one daemon thread reads the cancel flags (:func:`cancel_key`) of all of them in one
     Redis round trip (``MGET``) every ``every_s`` seconds (default 0.15 s; a call that ends sooner
     costs no round trip) and cancels the calls of flagged jobs: their sockets are shut down and the
-    blocked SDK calls fail at once (:mod:`routing.providers.transport`). Needs Redis (the flag is
-    a Redis key); without it :meth:`watching` yields a call nothing cancels (jobs that must be
-    cancellable then stream upstream, :func:`routing.streaming.run_pinned_job`).
+    blocked SDK calls fail at once (:mod:`routing.providers.transport`).
     """
 
     def __init__(self, every_s: float = 0.15) -> None:
@@ -132,7 +114,7 @@ class CancelWatcher:
         (no I/O; :func:`routing.attempts.kill_for`) is asked on every poll too: once it returns a
         kill the call is cut off with ``call.kill`` set."""
         with upstream_call() as call:
-            watched = bool(job_id) and uses_redis()
+            watched = bool(job_id)
             if watched:
                 self._add(job_id, call, killed)
             try:
@@ -204,11 +186,6 @@ class CancelWatcher:
 cancel_watcher = CancelWatcher()
 
 
-def uses_redis() -> bool:
-    """True when deltas travel worker → Redis → web; False for the in-process fallback."""
-    return bool(settings.REDIS_URL)
-
-
 def terminal_event(job: CompletionJob) -> dict[str, Any]:
     """The last event for a finished job: ``done`` with its public result, or ``error``."""
     if job.status == JobStatus.SUCCEEDED:
@@ -234,9 +211,7 @@ class RedisEventLog:
 
 
 def publish_failure(*, job_id: str, message: str) -> None:
-    """Tell a streamed job's listeners it failed (failure hook, reaper). No-op without Redis."""
-    if not uses_redis():
-        return
+    """Tell a streamed job's listeners it failed (failure hook, reaper)."""
     try:
         RedisEventLog(job_id).publish({"type": "error", "id": job_id, "status": "failed", "error": message})
     except Exception:  # the job row already says failed; listeners also re-check it while idle

@@ -7,8 +7,7 @@ the same Redis transaction that buffers the call's records (:mod:`routing.writeb
 * ``RPUSH muse:job:<id>:done`` — wakes the one request blocked on it (``BLPOP``).
 
 So the waiting request answers from Redis without reloading the job from the database, and a
-``GET /api/v1/completions/{id}`` sees the result before the drainer has written it. Used only
-with Redis; the embedded default waits on Celery's result store and reads the job row.
+``GET /api/v1/completions/{id}`` sees the result before the drainer has written it.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .events import redis_client
+from muse_experiments.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +67,6 @@ def wait_final(job_id: str, *, timeout_s: float) -> dict[str, Any] | None:
     if popped:
         return json.loads(popped[1])
     return final_state(job_id)
-
-
-#: The job fields a worker's final state carries (:func:`apply_final`): all a waiting request needs.
-FINAL_FIELDS = ("status", "result", "error", "finished_at")
 
 
 def apply_final(job: Any, state: dict[str, Any]) -> Any:

@@ -5,20 +5,11 @@ their reasoning items passed back *exactly* on the next turn of a tool-using ses
 (:class:`~routing.providers.types.ReasoningState`) must never reach the database, transcripts,
 logs, API responses or error messages, so they live here only:
 
-* with ``REASONING_STORE_URL`` (default: ``REDIS_URL``) set: a Redis list per session, key
-  ``muse:reasoning:<sha256(owner NUL session id)>`` (:attr:`OwnedSession.store_key`), expiring
-  ``REASONING_SESSION_TTL_S`` seconds (default 3600) after the last save; each element is one
-  state as JSON.
-* without it (the embedded laptop default), ``REASONING_STORE_DIR``: one file per session in a
-  folder shared by the machine's processes (by default under ``/dev/shm``, a memory file
-  system, so the blobs stay off disk), mode 0600 in a 0700 folder; the file's modification time
-  is its expiry. The web processes (streamed turns, session end) and the workers (the other
-  turns) of one machine see the same sessions; a file lock serialises each session's updates.
-* with neither (``REASONING_STORE_DIR=""``, and the test suite's default): an in-process
-  dictionary with the same TTL semantics, for a single process only (a session's next turn
-  served by another process finds no reasoning, and its end does not reach the others).
-
-Prefer a Redis without persistence (no RDB/AOF) so the blobs never touch a disk.
+a Redis list per session on ``REASONING_STORE_URL`` (default: ``REDIS_URL``), key
+``muse:reasoning:<sha256(owner NUL session id)>`` (:attr:`OwnedSession.store_key`), expiring
+``REASONING_SESSION_TTL_S`` seconds (default 3600) after the last save; each element is one state
+as JSON. Prefer a Redis without persistence (no RDB/AOF; the private server of a run without
+``REDIS_URL`` has none) so the blobs never touch a disk.
 
 A session belongs to whoever started it: the API key its calls came with, or, for calls without
 a key (a signed-in user's session cookie), the keyless source (:func:`session_owner`).
@@ -50,18 +41,16 @@ still goes out, without the previous turn's reasoning.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.conf import settings
 
+from muse_experiments.redis_client import redis_client
 from routing.providers.types import EndpointConfig, ReasoningState
 
 log = logging.getLogger(__name__)
@@ -139,149 +128,9 @@ def state_from_json(text: str | bytes) -> ReasoningState:
     )
 
 
-class _LocalStore:
-    """In-process TTL store: session hash -> (expires at, [state json])."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._data: dict[str, tuple[float, list[str]]] = {}
-
-    def _purge(self, now: float) -> None:
-        for key in [k for k, (exp, _) in self._data.items() if exp <= now]:
-            del self._data[key]
-
-    def load(self, key: str) -> list[str]:
-        with self._lock:
-            self._purge(time.monotonic())
-            entry = self._data.get(key)
-            return list(entry[1]) if entry else []
-
-    def save(self, key: str, item: str | None, ttl_s: int) -> None:
-        with self._lock:
-            now = time.monotonic()
-            self._purge(now)
-            _, items = self._data.get(key, (0.0, []))
-            if item is not None:
-                items = [*items, item][-MAX_STATES:]
-            if items:
-                self._data[key] = (now + ttl_s, items)
-
-    def delete(self, key: str) -> int:
-        with self._lock:
-            entry = self._data.pop(key, None)
-            return len(entry[1]) if entry else 0
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-
-class _FileStore:
-    """Cross-process store: ``<folder>/<session hash>``, one state JSON per line, oldest first;
-    the file's mtime is when the session expires. Readers take a shared lock, writers an
-    exclusive one (``flock``). An expired file reads as empty and is removed by the next save
-    that sweeps the folder (at most once a minute per process)."""
-
-    SWEEP_EVERY_S = 60.0
-
-    def __init__(self, folder: str) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
-        self._next_sweep = 0.0
-
-    def _path(self, key: str) -> Path:
-        return self.folder / key
-
-    @staticmethod
-    def _read(fd: int) -> list[str]:
-        if os.fstat(fd).st_mtime <= time.time():  # expired
-            return []
-        os.lseek(fd, 0, os.SEEK_SET)
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return [line for line in b"".join(chunks).decode().split("\n") if line]
-
-    def load(self, key: str) -> list[str]:
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except FileNotFoundError:
-            return []
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            return self._read(fd)
-        finally:
-            os.close(fd)
-
-    def _open_locked(self, key: str) -> int:
-        """The session's file, created if missing, under an exclusive lock (never a file that a
-        concurrent delete unlinked while we waited for the lock)."""
-        while True:
-            fd = os.open(self._path(key), os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_nlink:
-                return fd
-            os.close(fd)
-
-    def save(self, key: str, item: str | None, ttl_s: int) -> None:
-        now = time.time()
-        if item is None and not self._path(key).exists():
-            return
-        fd = self._open_locked(key)
-        try:
-            items = self._read(fd)
-            if item is not None:
-                items = [*items, item][-MAX_STATES:]
-                os.ftruncate(fd, 0)
-                os.lseek(fd, 0, os.SEEK_SET)
-                os.write(fd, "".join(f"{i}\n" for i in items).encode())
-            if items:
-                os.utime(fd, (now, now + ttl_s))
-            else:
-                os.unlink(self._path(key))
-        finally:
-            os.close(fd)
-        if now >= self._next_sweep:
-            self._next_sweep = now + self.SWEEP_EVERY_S
-            self._sweep(now)
-
-    def _sweep(self, now: float) -> None:
-        for path in self.folder.iterdir():
-            try:
-                if path.stat().st_mtime <= now:
-                    self.delete(path.name, only_if_expired=True)
-            except FileNotFoundError:
-                continue
-
-    def delete(self, key: str, only_if_expired: bool = False) -> int:
-        try:
-            fd = os.open(self._path(key), os.O_RDWR)
-        except FileNotFoundError:
-            return 0
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if not os.fstat(fd).st_nlink:
-                return 0
-            if only_if_expired and os.fstat(fd).st_mtime > time.time():
-                return 0
-            n = len(self._read(fd))
-            os.unlink(self._path(key))
-            return n
-        finally:
-            os.close(fd)
-
-    def clear(self) -> None:
-        for path in self.folder.iterdir():
-            self.delete(path.name)
-
-
 class _RedisStore:
     def __init__(self, url: str) -> None:
-        import redis
-
-        self.url = url
-        self.client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self.client = redis_client(url)
 
     def load(self, key: str) -> list[bytes]:
         return self.client.lrange(KEY_PREFIX + key, 0, -1)
@@ -302,33 +151,8 @@ class _RedisStore:
         return int(n)
 
 
-_local = _LocalStore()
-_redis: dict[str, _RedisStore] = {}
-_files: dict[str, _FileStore] = {}
-_redis_lock = threading.Lock()
-
-
-def _store_url() -> str:
-    url = getattr(settings, "REASONING_STORE_URL", None)
-    return getattr(settings, "REDIS_URL", "") if url is None else url
-
-
-def _store() -> _LocalStore | _FileStore | _RedisStore:
-    url = _store_url()
-    if not url:
-        folder = getattr(settings, "REASONING_STORE_DIR", "")
-        if not folder:
-            return _local
-        with _redis_lock:
-            store = _files.get(folder)
-            if store is None:
-                store = _files[folder] = _FileStore(folder)
-            return store
-    with _redis_lock:
-        store = _redis.get(url)
-        if store is None:
-            store = _redis[url] = _RedisStore(url)
-        return store
+def _store() -> _RedisStore:
+    return _RedisStore(settings.REASONING_STORE_URL)
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
@@ -439,7 +263,7 @@ def session_end(*, session: OwnedSession) -> int:
     """Delete the session's reasoning: ``session.owner``'s only (the same session id under another
     owner is untouched). Returns how many states were deleted (0 if none).
 
-    Raises :class:`ReasoningStoreUnavailable` when Redis is configured but unreachable.
+    Raises :class:`ReasoningStoreUnavailable` when Redis is unreachable.
     """
     key = session.store_key
     _renewals.forget(key)
@@ -447,20 +271,3 @@ def session_end(*, session: OwnedSession) -> int:
         return _store().delete(key)
     except _store_errors() as exc:
         raise ReasoningStoreUnavailable(f"reasoning store unavailable ({type(exc).__name__})") from None
-
-
-def store_backend() -> str:
-    """``"redis"``, ``"files"`` (this machine's processes) or ``"local"`` (in-process; single-process only)."""
-    store = _store()
-    return (
-        "redis" if isinstance(store, _RedisStore) else "files" if isinstance(store, _FileStore) else "local"
-    )
-
-
-def local_store_clear() -> None:
-    """Empty the in-process store and the configured folder store (used between tests; no
-    effect on Redis)."""
-    _local.clear()
-    store = _store()
-    if isinstance(store, _FileStore):
-        store.clear()

@@ -2,13 +2,10 @@
 
 The exposure (intent-to-treat: recorded even when a fallback served), the call record with every
 attempt, the job's public final state, and the session's transcript turn
-(:mod:`routing.records`). With Redis they are written behind (:mod:`routing.writebehind`): one
-Redis transaction buffers them and hands the final state to the waiting request, and a drainer
-writes them to the database in bulk, normally within tens of milliseconds and within 5 s under
-load. Without Redis (the embedded default) they are written here, in one transaction, before the
-caller is answered; the calls a worker finishes at the same moment share that transaction
-(:mod:`routing.groupcommit`: SQLite has one writer at a time). Encrypted reasoning never reaches either: only
-``CompletionResult.to_public_dict()`` is stored.
+(:mod:`routing.records`). They are written behind (:mod:`routing.writebehind`): one Redis
+transaction buffers them and hands the final state to the waiting request, and a drainer writes
+them to the database in bulk, normally within tens of milliseconds and within 5 s under load.
+Encrypted reasoning never reaches either: only ``CompletionResult.to_public_dict()`` is stored.
 """
 
 from __future__ import annotations
@@ -19,8 +16,6 @@ from django.conf import settings
 
 from muse_experiments.assignment.engine import Decision
 
-from .events import uses_redis
-from .groupcommit import GroupCommit
 from .handoff import apply_final, publish_final
 from .metrics import observe_outcome
 from .models import CompletionJob
@@ -37,11 +32,11 @@ def record_call(
 ) -> None:
     """Record one finished call and publish the job's final state; ``job`` gets that state too.
 
-    With Redis and ``RECORDS_WRITE_BEHIND`` (the default with Redis) the records are buffered
+    With ``RECORDS_WRITE_BEHIND`` (the default outside the test process) the records are buffered
     (written to the database by the drainer); if Redis refuses the buffer they are written here
-    instead, so none is lost. Otherwise they are written here, in one transaction (shared with the
-    calls other threads of this process finish meanwhile), and the final state is handed to the
-    waiting request afterwards. Raises what the write raised (the database refused it).
+    instead, so none is lost. Otherwise they are written here, in one transaction, and the final
+    state is handed to the waiting request afterwards. Raises what the write raised (the database
+    refused it).
     """
     observe_outcome(
         experiment=decision.experiment_key,
@@ -52,9 +47,6 @@ def record_call(
     final = job_final_state(job, decision, chain, outcome)
     payload = call_payload(job, decision, chain, outcome, final)
     apply_final(job, final)
-    if not uses_redis():
-        _group.write(payload)
-        return
     if settings.RECORDS_WRITE_BEHIND:
         try:
             buffer_call(payload)
@@ -63,27 +55,3 @@ def record_call(
             log.exception("could not buffer the records of job %s in Redis; writing them now", job.id)
     records_write([payload])
     publish_final(job_id=str(job.id), state=final)
-
-
-def _write_each(payloads: list) -> list[BaseException | None]:
-    """Write a group of calls' records in one transaction; if that fails, each call on its own,
-    so one refused call does not fail the others. Returns ``None`` or the exception per call."""
-    try:
-        records_write(payloads)
-        return [None] * len(payloads)
-    except Exception as exc:
-        if len(payloads) == 1:
-            return [exc]
-        log.warning("a group of %d call records failed (%s); writing them one by one", len(payloads), exc)
-    errors: list[BaseException | None] = []
-    for payload in payloads:
-        try:
-            records_write([payload])
-            errors.append(None)
-        except Exception as exc:  # noqa: BLE001 - handed to that call's thread
-            errors.append(exc)
-    return errors
-
-
-#: Without Redis: the records of the calls this process finishes concurrently, written together.
-_group = GroupCommit(_write_each)

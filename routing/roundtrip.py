@@ -24,15 +24,15 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Pending(Generic[T]):
     """A check waiting for its reply: ``read(reply) -> T``. ``queued`` says whether it added a
-    command to the pipeline (False: it answers without Redis, ``read`` gets None)."""
+    command to the pipeline (False: it answers without asking Redis, ``read`` gets None)."""
 
     read: Callable[[Any], T]
     queued: bool = True
 
 
 def pipeline(client):
-    """A non-transactional pipeline on ``client``, or None without Redis."""
-    return client.pipeline(transaction=False) if client is not None else None
+    """A non-transactional pipeline on ``client``."""
+    return client.pipeline(transaction=False)
 
 
 def run(pipe, pendings: Sequence[Pending[Any]]) -> list[Any]:
@@ -40,7 +40,7 @@ def run(pipe, pendings: Sequence[Pending[Any]]) -> list[Any]:
     in order. A command that failed gives its reader the exception; if the round trip itself
     failed, every queued reader gets that exception. Readers' own exceptions propagate."""
     replies: list[Any] = []
-    if pipe is not None and any(p.queued for p in pendings):
+    if any(p.queued for p in pendings):
         try:
             replies = list(pipe.execute(raise_on_error=False))
         except Exception as exc:  # noqa: BLE001 - each reader decides how to fail

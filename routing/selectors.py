@@ -12,7 +12,6 @@ from muse_experiments.config_version import VersionedSnapshot
 from muse_experiments.selectors import experiment_by_key
 
 from . import claims
-from .events import uses_redis
 from .handoff import apply_final, final_state
 from .killswitch import KillInForce
 from .models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
@@ -146,7 +145,7 @@ def completion_job_current(job: CompletionJob) -> CompletionJob:
     unfinished = job.status in (JobStatus.QUEUED, JobStatus.RUNNING) or (
         job.status == JobStatus.FAILED and job.error.startswith("worker_lost")
     )
-    if unfinished and uses_redis():
+    if unfinished:
         state = final_state(str(job.id))
         if state is not None:
             return apply_final(job, state)
@@ -159,8 +158,6 @@ def completion_job_unwritten(job_id, *, api_key_id: int | None = None) -> Comple
     published: :func:`routing.selectors.completion_job_current`); None if there is none, if
     ``api_key_id`` is given and the job is another key's, or if Redis is unavailable (the caller
     answers 404)."""
-    if not uses_redis():
-        return None
     try:
         found = claims.unwritten(str(uuid.UUID(str(job_id))))
     except (ValueError, TypeError):

@@ -25,7 +25,7 @@ from muse_experiments.storage_text import storable
 from . import claims
 from .catalogue import EndpointSeed, ProviderSeed
 from .credentials import credential_binding_validate
-from .events import publish_failure, uses_redis
+from .events import publish_failure
 from .handoff import publish_final
 from .models import CompletionJob, JobStatus, ModelEndpoint, Provider
 
@@ -149,7 +149,7 @@ def completion_job_new(
     For a caller that waits for the answer on this request and gave no idempotency key: no
     database round trip before the task is published. Its message carries :func:`job_row`; the
     worker claims the job from it (:func:`completion_job_claim` with ``row``: in Redis, its row
-    written with the call's records; without Redis, the row written ``running``) — still before
+    written with the call's records; the row written ``running`` when Redis fails) — still before
     any upstream call — and the waiting request writes it itself
     (:func:`completion_job_materialize`) if it has to hand the job id out unanswered or the task
     looks lost.
@@ -275,11 +275,10 @@ def completion_job_hand_out(job: CompletionJob) -> bool:
     Redis claim says (``running``, :func:`routing.claims.running`) if a worker took it, else
     ``queued``. Returns True if this call wrote it unclaimed (the caller may publish it again)."""
     taken = None
-    if uses_redis():
-        try:
-            taken = claims.running(str(job.id))
-        except Exception as exc:  # noqa: BLE001 - Redis down: write it queued (the claim decides later)
-            log.warning("reading the claim of job %s failed (%s)", job.id, type(exc).__name__)
+    try:
+        taken = claims.running(str(job.id))
+    except Exception as exc:  # noqa: BLE001 - Redis down: write it queued (the claim decides later)
+        log.warning("reading the claim of job %s failed (%s)", job.id, type(exc).__name__)
     if taken is not None:
         job.worker, job.started_at, job.lease_expires_at = taken
         job.status, job.deliveries = JobStatus.RUNNING, 1
@@ -360,37 +359,36 @@ def completion_job_claim(
     ``INSERT … ON CONFLICT DO NOTHING``; if the row exists (a redelivery, or the waiting request
     wrote it), the cases above apply.
 
-    With Redis every delivery first goes through :func:`routing.claims.claim` (one script, one
-    round trip). A deferred job is claimed there alone: the returned job is *not written*
+    Every delivery first goes through :func:`routing.claims.claim` (one script, one round trip);
+    if Redis fails, the row is the claim, as above. A deferred job is claimed there alone: the returned job is *not written*
     (``_state.adding``), and its row reaches the database with the call's records
     (:func:`routing.records.records_write`). A job claimed there whose lease ran out is failed
     ``worker_lost`` here; every other job (state ``db``) is claimed through its row, as above.
 
-    ``meanwhile(job)`` (a deferred job with Redis only) runs on the job this claim returns if it
+    ``meanwhile(job)`` (a deferred job only) runs on the job this claim returns if it
     wins, while the script's reply is on its way: work that needs the job but changes nothing
     (the routing plan, :func:`routing.router.execute_job`). If the claim is not won, its result
     is dropped and its exception too; if it is, its exception propagates.
     """
     now = timezone.now()
     identity = (worker or worker_identity())[:200]
-    if uses_redis():
-        job = None
-        if row is not None:
-            job = job_from_row(
-                job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
-                lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
-            )  # fmt: skip
-        state, lost_row, failure = _claim_in_redis(
-            job_id, worker=identity, row=row, meanwhile=(lambda: meanwhile(job)) if meanwhile and job else None
+    job = None
+    if row is not None:
+        job = job_from_row(
+            job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
+            lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
         )  # fmt: skip
-        if state == claims.CLAIMED:
-            if failure is not None:
-                raise failure
-            return job
-        if state == claims.LOST and lost_row is not None:  # its worker died mid-call
-            completion_job_fail(job_id=job_id, reason=WORKER_LOST, row=lost_row)
-        if state != claims.DB:  # running elsewhere, done or lost
-            return None
+    state, lost_row, failure = _claim_in_redis(
+        job_id, worker=identity, row=row, meanwhile=(lambda: meanwhile(job)) if meanwhile and job else None
+    )  # fmt: skip
+    if state == claims.CLAIMED:
+        if failure is not None:
+            raise failure
+        return job
+    if state == claims.LOST and lost_row is not None:  # its worker died mid-call
+        completion_job_fail(job_id=job_id, reason=WORKER_LOST, row=lost_row)
+    if state != claims.DB:  # running elsewhere, done or lost
+        return None
     if row is not None:
         job = job_from_row(
             job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
@@ -431,7 +429,7 @@ def _claim_in_redis(
     job_id, *, worker: str, row: Mapping[str, Any] | None, meanwhile: Callable[[], None] | None = None
 ) -> tuple[str, dict | None, BaseException | None]:
     """:func:`routing.claims.claim` (running ``meanwhile()`` between sending it and reading its
-    reply); if Redis fails, :data:`routing.claims.DB` (claim through the row, as without Redis).
+    reply); if Redis fails, :data:`routing.claims.DB` (claim through the row).
     Returns ``(state, lost row, what meanwhile raised)``."""
     failure = None
     try:
@@ -480,11 +478,10 @@ def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
 
 def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
     """Extend the leases of running jobs this worker holds by ``COMPLETION_LEASE_S`` from now:
-    their rows, and with Redis their claims there (:func:`routing.claims.renew`). Returns how
-    many rows it extended. Raises what the database or Redis raised."""
+    their rows, and their claims in Redis (:func:`routing.claims.renew`). Returns how many rows it
+    extended. Raises what the database or Redis raised."""
     job_ids = list(job_ids)
-    if uses_redis():
-        claims.renew(job_ids, worker=worker)
+    claims.renew(job_ids, worker=worker)
     return CompletionJob.objects.filter(pk__in=job_ids, status=JobStatus.RUNNING, worker=worker).update(
         lease_expires_at=timezone.now() + timedelta(seconds=settings.COMPLETION_LEASE_S)
     )
@@ -494,10 +491,10 @@ def completion_jobs_reap_expired(*, now=None) -> int:
     """Fail running jobs whose lease expired (their worker died). Returns how many were failed.
 
     The maintenance task runs this periodically, so no job stays ``running`` forever even when its
-    task message is never redelivered (the embedded broker does not redeliver). With Redis it
-    also fails the deferred jobs claimed there whose lease ran out (:func:`routing.claims.reap`).
+    task message is never redelivered. It also fails the deferred jobs claimed in Redis whose
+    lease ran out (:func:`routing.claims.reap`).
     """
-    lost = _reap_redis_claims() if uses_redis() else 0
+    lost = _reap_redis_claims()
     now = now or timezone.now()
     with transaction.atomic():
         jobs = list(
@@ -523,10 +520,8 @@ def _reap_redis_claims() -> int:
 
 
 def _announce_failure(jobs) -> None:
-    """After commit, tell whoever waits for these jobs that they failed (stream listeners and,
-    with Redis, the request waiting for the final state)."""
-    if not uses_redis():
-        return
+    """After commit, tell whoever waits for these jobs that they failed (stream listeners and the
+    request waiting for the final state)."""
     failed = [(str(j.id), j.error, j.stream, j.finished_at) for j in jobs]
     if not failed:
         return

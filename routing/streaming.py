@@ -1,6 +1,6 @@
 """Streamed completions: the worker publishes deltas to a Redis stream, the web process relays them.
 
-Flow with Redis (``REDIS_URL`` set; production):
+Flow:
 
 1. the web process creates the job (``stream=True``) and enqueues the task as for any job;
 2. the worker runs :func:`stream_job_events` and appends every event to the job's Redis Stream
@@ -10,10 +10,6 @@ Flow with Redis (``REDIS_URL`` set; production):
    subscriber that arrives late misses nothing, and relays each event as it arrives
    (:func:`routing.events.relay_events`). Nothing holds the whole answer: each event is written to the socket
    as soon as the worker has it.
-
-Without Redis (the embedded laptop default there is no cross-process channel for deltas), the
-web process runs :func:`stream_job_events` itself, in the request's thread (documented in the
-README): same routing, recording and events; the worker is not involved.
 
 Events (dicts; the SSE ``event`` name is ``type``):
 
@@ -46,7 +42,7 @@ from typing import Any
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from .events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event, uses_redis
+from .events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event
 from .handoff import publish_final
 from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from .planning import build_request, job_plan, state_session
@@ -61,9 +57,9 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
     """Claim and run one job, yielding its events (deltas, then ``done``/``error``).
 
     Safe to call twice: a job another worker holds yields nothing; a finished job yields only its
-    terminal event. If the caller goes away — the consumer closes this generator (web process
-    without Redis) or the relay sets the job's cancel flag (:func:`routing.events.job_cancel_request`,
-    checked between upstream chunks) — the upstream stream is closed at once, freeing its
+    terminal event. If the caller goes away — the relay sets the job's cancel flag
+    (:func:`routing.events.job_cancel_request`, checked between upstream chunks), or the consumer
+    closes this generator — the upstream stream is closed at once, freeing its
     concurrency slot, and the call is recorded ``cancelled`` / ``client_disconnected`` with the
     tokens received so far, costed.
     """
@@ -109,26 +105,8 @@ def job_lost(job_id: str) -> dict[str, Any]:
     created without the WAL flush (:func:`routing.services.relax_commit_durability`)."""
     log.error("completion job %s does not exist; its task is dropped", job_id)
     state = {"status": JobStatus.FAILED, "result": None, "error": JOB_LOST, "finished_at": timezone.now()}
-    if uses_redis():
-        publish_final(job_id=job_id, state=state)
+    publish_final(job_id=job_id, state=state)
     return {"type": "error", "id": job_id, "status": JobStatus.FAILED, "error": JOB_LOST}
-
-
-def run_pinned_job(*, job_id: str) -> str:
-    """Run a non-streamed job through the streamed path, events discarded. Returns its status.
-
-    Used for drop-in jobs (a pinned ``model``, or ``request["cancellable"]``) without Redis: the
-    upstream call is streamed, so a caller that gives up (:func:`routing.dispatch.wait_for_job`,
-    which then flags the job's row) closes it between chunks and the tokens it had cost are
-    recorded. With Redis these jobs call upstream non-streamed (:func:`routing.router.execute_job`)
-    and a cancel cuts the call off (:data:`routing.events.cancel_watcher`). The status is the
-    terminal event's (with write-behind records the job row is not final yet: reading it back cost
-    a query for nothing).
-    """
-    status = "missing"
-    for event in stream_job_events(job_id=job_id):
-        status = event.get("status", status)
-    return status
 
 
 def publish_job_events(*, job_id: str) -> str:
@@ -141,51 +119,15 @@ def publish_job_events(*, job_id: str) -> str:
     return status
 
 
-#: What a second streamed request for a job still streaming to another request is told (409).
-STREAM_IN_PROGRESS = (
-    "A request with this idempotency key is still streaming its answer; retry once it has "
-    "finished to read the same answer."
-)
-
-
-def stream_taken(job: CompletionJob, *, created: bool) -> bool:
-    """Whether a streamed request for ``job`` cannot be served because another request is
-    streaming it: without Redis the events exist only in the first request (no stream to relay),
-    so a concurrent retry with the same idempotency key is answered 409 before its stream starts
-    (as Stripe answers concurrent idempotent requests), not 200 and then an error event. With
-    Redis every request relays the job's stream; a finished job is replayed."""
-    return not created and not uses_redis() and job.status not in FINISHED_STATUSES
-
-
-def job_events(
-    *, job_id: str, created: bool, start_timeout_s: float | None = None
-) -> Iterator[dict[str, Any]]:
-    """The events a web request streams for a job, whichever transport is in use.
-
-    With Redis: relayed from the job's stream (the worker produces them). Without Redis: produced
-    here by :func:`stream_job_events` (``created`` jobs only; a job another request already runs
-    yields its terminal event once it has one, else an error).
-    """
-    if uses_redis():
-        try:
-            yield from relay_events(job_id=job_id, start_timeout_s=start_timeout_s)
-        except GeneratorExit:  # the caller went away: tell the worker to close the upstream call
-            job_cancel_request(job_id=job_id)
-            raise
-        return
-    if created:
-        yield from stream_job_events(job_id=job_id)
-        return
-    job = CompletionJob.objects.filter(pk=job_id).first()
-    if job is not None and job.status in FINISHED_STATUSES:
-        yield terminal_event(job)
-    else:
-        yield {
-            "type": "error",
-            "id": job_id,
-            "status": job.status if job else "failed",
-            "error": "this job is being streamed to another request",
-        }
+def job_events(*, job_id: str, start_timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+    """The events a web request streams for a job: relayed from the job's Redis stream (the worker
+    produces them, :func:`publish_job_events`). If the request's consumer goes away, the job's
+    cancel flag is set (the worker closes the upstream call)."""
+    try:
+        yield from relay_events(job_id=job_id, start_timeout_s=start_timeout_s)
+    except GeneratorExit:  # the caller went away: tell the worker to close the upstream call
+        job_cancel_request(job_id=job_id)
+        raise
 
 
 def sse(event: str | None, data: Any) -> bytes:

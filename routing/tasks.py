@@ -1,13 +1,13 @@
 """Completion tasks: take a job id, call one service, safe to run twice.
 
-Delivery guarantees (Redis broker, ``acks_late`` + ``reject_on_worker_lost``): a task message is
+Delivery guarantees (``acks_late`` + ``reject_on_worker_lost``): a task message is
 acknowledged only after the task returns, so a worker that dies mid-task leaves it unacknowledged
 and Redis redelivers it after the visibility timeout (``CELERY_VISIBILITY_TIMEOUT_S``). The job's
 lease (``routing.services.completion_job_claim``, kept alive by ``routing.leases``) decides what a
 redelivery does: a queued job runs; a job whose live worker still holds it is left alone; a job
 whose worker died mid-call is failed ``worker_lost`` — never re-run, so the provider is never
-called twice for the same attempt. Jobs whose task is never redelivered (the embedded broker) are
-failed by :func:`reap_expired_completion_jobs` (beat, and every worker's lease keeper).
+called twice for the same attempt. Jobs whose task is never redelivered are failed by
+:func:`reap_expired_completion_jobs` (beat, and every worker's lease keeper).
 
 Time limits apply with the prefork pool; with ``--pool threads`` Celery cannot enforce them, and
 each upstream call is bounded by its endpoint's ``timeout_s`` instead. No task uses a countdown.
@@ -27,12 +27,11 @@ from django.utils import timezone
 from muse_experiments.queues import Queue
 from muse_experiments.runtime import tune_gc
 
-from .events import uses_redis
 from .leases import keeper
 from .models import CompletionJob, JobStatus
 from .router import execute_job
 from .services import completion_job_fail, completion_jobs_reap_expired
-from .streaming import publish_job_events, run_pinned_job
+from .streaming import publish_job_events
 from .writebehind import drain, drainer
 
 log = logging.getLogger(__name__)
@@ -62,28 +61,21 @@ def run_completion(
 ) -> str:
     """Route and run one completion job (streamed jobs publish their deltas). Returns its final status.
 
-    ``stream`` / ``pinned`` come with the message (:func:`routing.dispatch.enqueue_completion`);
-    a message without them (older producers, :func:`requeue_lost_jobs`) reads them from the job row.
-    ``row``: a job not written yet (:func:`routing.services.completion_job_new`; non-streamed, with
-    Redis), written as it is claimed.
+    ``stream`` comes with the message (:func:`routing.dispatch.enqueue_completion`); a message
+    without it (:func:`requeue_lost_jobs`) reads it from the job row. ``pinned`` (sent by earlier
+    versions) is ignored. ``row``: a job not written yet (:func:`routing.services.completion_job_new`;
+    non-streamed), written as it is claimed.
     """
     with keeper.hold(job_id):
         if row is not None:
             return execute_job(job_id=job_id, row=row)
-        if stream is None or pinned is None:
-            job = CompletionJob.objects.filter(pk=job_id).values("stream", "request").first()
-            if job is None:
+        if stream is None:
+            stream = CompletionJob.objects.filter(pk=job_id).values_list("stream", flat=True).first()
+            if stream is None:
                 return "missing"
-            stream, pinned = (
-                job["stream"],
-                bool(job["request"].get("model") or job["request"].get("cancellable")),
-            )
         if stream:
             return publish_job_events(job_id=job_id)
-        if pinned and not uses_redis():
-            # no cancel key to watch: stream upstream, the job row checked between chunks
-            return run_pinned_job(job_id=job_id)
-        # one non-streamed upstream call per attempt; with Redis a cancel cuts it off
+        # one non-streamed upstream call per attempt; a cancel cuts it off (routing.events)
         return execute_job(job_id=job_id)
 
 
@@ -131,11 +123,8 @@ def drain_call_records() -> int:
     """Write buffered call records to the database until the buffer is empty (or 50 batches).
 
     The ``drainer`` process (``manage.py drain_records``) drains continuously; beat runs this
-    task every 15 s as a safety net, and it serves on demand. Returns how many records it wrote. No-op
-    without Redis (records are written synchronously there).
+    task every 15 s as a safety net, and it serves on demand. Returns how many records it wrote.
     """
-    if not uses_redis():
-        return 0
     total = 0
     for _ in range(50):
         n = drain()
@@ -148,9 +137,9 @@ def drain_call_records() -> int:
 @worker_ready.connect
 def _start_background_threads(**_kwargs) -> None:
     """Every worker renews its leases and reaps expired jobs, with or without ``celery beat``,
-    and (with Redis) drains the write-behind buffer of call records. Start-up's objects are then
-    frozen out of garbage collection (:func:`muse_experiments.runtime.tune_gc`)."""
+    and (with ``RECORDS_DRAINER``) drains the write-behind buffer of call records. Start-up's
+    objects are then frozen out of garbage collection (:func:`muse_experiments.runtime.tune_gc`)."""
     keeper.start(reap=True)
-    if uses_redis() and settings.RECORDS_DRAINER:
+    if settings.RECORDS_DRAINER:
         drainer.start()
     tune_gc()

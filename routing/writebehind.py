@@ -1,6 +1,6 @@
 """Write-behind of call records through Redis: the caller's wait ends before the database write.
 
-With Redis (production), the worker that served a call does ONE Redis transaction (``MULTI``):
+The worker that served a call does ONE Redis transaction (``MULTI``):
 
 1. ``XADD muse:records`` — the call's records (:func:`routing.records.call_payload`);
 2. ``SET muse:job:<id>:final`` + ``RPUSH muse:job:<id>:done`` — the job's final state, which wakes
@@ -27,9 +27,6 @@ worker's py-spy GIL profile at 1 client: the drain was 42% of the worker's CPU).
 the database within linger + one batch write of the answer (a few hundred ms), and within 5 s
 under load (``bench/bench_stages.py`` prints the lag of the last calls). If every worker is down, records wait in Redis (Redis persistence decides
 their durability, as it does for queued tasks) and are written when a worker starts.
-
-Without Redis (the embedded default) there is nothing to write behind to: the worker writes the
-records in one transaction before answering (:mod:`routing.recording`).
 """
 
 from __future__ import annotations
@@ -46,8 +43,9 @@ from typing import Any
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
+from muse_experiments.redis_client import redis_client
+
 from .claims import queue_done, queue_forget_row
-from .events import redis_client
 from .handoff import queue_final
 from .records import records_write
 
@@ -108,10 +106,11 @@ def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     own = client.xreadgroup(GROUP, consumer, {STREAM: "0"}, count=batch)
     entries = [e for e in (own[0][1] if own else []) if e and e[1]]
     if not entries:
-        _, claimed, _ = client.xautoclaim(
+        # the reply is [next id, entries] on Redis 6.2 and [next id, entries, deleted ids] on 7
+        claimed = client.xautoclaim(
             STREAM, GROUP, consumer, min_idle_time=STALE_MS, start_id="0", count=batch
         )
-        entries = [e for e in claimed if e and e[1]]
+        entries = [e for e in claimed[1] if e and e[1]]
     if not entries:
         response = client.xreadgroup(GROUP, consumer, {STREAM: ">"}, count=batch, block=block_ms)
         entries = response[0][1] if response else []

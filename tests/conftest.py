@@ -1,8 +1,10 @@
 """Test-wide fixtures: real services when present, a clear skip (or, under CI, a failure) when not.
 
-Tests that need PostgreSQL or Redis ask for the ``postgres`` / ``redis_url`` fixtures. On a
-laptop without those services they skip and say why; with ``CI=true`` a missing service fails
-the run instead, so CI can never go green by skipping.
+Redis is always there: ``REDIS_URL`` when set, else the session's private server (started by
+:func:`pytest_sessionstart` on a socket under ``var/test/``, apart from a demo's, and stopped at
+the session's end). Tests that need PostgreSQL ask for the ``postgres`` fixture: on a laptop
+without it they skip and say why; with ``CI=true`` a missing service fails the run instead, so CI
+can never go green by skipping.
 """
 
 from __future__ import annotations
@@ -24,19 +26,29 @@ def need_service(name: str, why: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    """A reachable Redis URL (the settings' REDIS_URL)."""
+_private_redis: list = []
+
+
+def pytest_sessionstart(session):
+    """Start the session's private Redis server unless ``REDIS_URL`` names one (nothing to do for
+    the Django-free tests run with ``-p no:django``)."""
     from django.conf import settings
 
-    if not settings.REDIS_URL:
-        need_service("Redis", "REDIS_URL is not set")
-    import redis
+    if not settings.configured or not settings.PRIVATE_REDIS_DIR:
+        return
+    from muse_experiments.private_redis import ensure_running
 
-    try:
-        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        need_service("Redis", f"{settings.REDIS_URL} did not answer ({exc})")
+    _private_redis.append(ensure_running(settings.PRIVATE_REDIS_DIR))
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis URL the platform uses (the settings' REDIS_URL), answering ``PING``."""
+    from django.conf import settings
+
+    from muse_experiments.redis_client import redis_client
+
+    redis_client().ping()
     return settings.REDIS_URL
 
 
@@ -65,25 +77,12 @@ def no_claims_of_other_tests() -> None:
     do for the Django-free tests run with ``-p no:django``.)"""
     from django.conf import settings
 
-    if not settings.configured or not settings.REDIS_URL:
+    if not settings.configured:
         return
-    import redis
-
+    from muse_experiments.redis_client import redis_client
     from routing.claims import LEASES
 
-    global _redis_for_claims
-    if _redis_for_claims is False:
-        return
-    try:
-        _redis_for_claims = _redis_for_claims or redis.Redis.from_url(
-            settings.REDIS_URL, socket_connect_timeout=1
-        )
-        _redis_for_claims.delete(LEASES)
-    except redis.RedisError:
-        _redis_for_claims = False  # no Redis here: the tests that need it skip or fail on their own
-
-
-_redis_for_claims = None
+    redis_client().delete(LEASES)
 
 
 @pytest.fixture(autouse=True)
@@ -95,12 +94,13 @@ def _no_auth_failures_of_other_tests(no_claims_of_other_tests):
     if not apps.ready:  # pure-core tests may run with -p no:django
         return
     from muse_experiments import auth_failures
+    from muse_experiments.redis_client import redis_client
 
     auth_failures.forget_all()
-    if _redis_for_claims:  # no_claims_of_other_tests's client (None or False: no Redis here)
-        keys = list(_redis_for_claims.scan_iter(match=auth_failures.KEY_PREFIX + "*", count=1000))
-        if keys:
-            _redis_for_claims.delete(*keys)
+    client = redis_client()
+    keys = list(client.scan_iter(match=auth_failures.KEY_PREFIX + "*", count=1000))
+    if keys:
+        client.delete(*keys)
 
 
 @pytest.fixture(scope="session")
@@ -290,9 +290,9 @@ class _SharedWorker:
     Starting one costs 3-8 s (imports, broker connection), paid by each of ~50 tests before; a run
     of consecutive worker tests now shares one. It is kept only when it is provably idle after a
     test (no task message queued, none unacknowledged: every task is ``acks_late``; no call record
-    buffered), before that test's database is flushed, and only with Redis (there the
-    configuration version lives in Redis and only grows, so the worker's snapshots cannot
-    mistake a flushed and re-seeded database for the one they cached). It runs with
+    buffered), before that test's database is flushed (the configuration version lives in Redis
+    and only grows, so the worker's snapshots cannot mistake a flushed and re-seeded database for
+    the one they cached). It runs with
     ``CONFIG_REFRESH_INTERVAL_S=0`` so each test's configuration is read on its first call, and
     is stopped before any test that does not ask for it (no stray worker runs a test's tasks).
     """
@@ -316,14 +316,13 @@ class _SharedWorker:
         unacknowledged (received, not finished) and no call record is buffered."""
         import time
 
-        import redis
-        from django.conf import settings
         from kombu.transport.redis import Channel
 
         from muse_experiments.queues import Queue
+        from muse_experiments.redis_client import redis_client
         from routing import writebehind
 
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+        client = redis_client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             pipe = client.pipeline(transaction=False)
@@ -348,14 +347,16 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_sessionfinish(session, exitstatus):
     _shared_worker.stop()
+    while _private_redis:
+        _private_redis.pop().stop()
 
 
 @pytest.fixture
 def celery_worker_process(upstreams):
     """A real ``celery worker`` process on the test database and the configured broker.
 
-    Yields the Popen. With Redis, consecutive tests share one worker while it is idle between
-    them (:class:`_SharedWorker`); otherwise it is stopped (SIGTERM, then SIGKILL) afterwards.
+    Yields the Popen. Consecutive tests share one worker while it is idle between them
+    (:class:`_SharedWorker`); otherwise it is stopped (SIGTERM, then SIGKILL) afterwards.
     """
     from django.conf import settings
 
@@ -365,25 +366,22 @@ def celery_worker_process(upstreams):
         "DATABASE_URL": database_url_for_subprocess(),
         "MUSE_VAR_DIR": str(settings.VAR_DIR),
         "DJANGO_DEBUG": "true",
+        "REDIS_URL": settings.REDIS_URL,
+        "CONFIG_REFRESH_INTERVAL_S": "0",
     }
-    if settings.REDIS_URL:
-        env["REDIS_URL"] = settings.REDIS_URL
-        env["CONFIG_REFRESH_INTERVAL_S"] = "0"
     env_key = tuple(sorted((k, v) for k, v in env.items() if not k.startswith("PYTEST_")))
     worker = _shared_worker
     if worker.proc is None or worker.proc.poll() is not None or worker.env_key != env_key:
         worker.stop()
-        if settings.REDIS_URL:
-            _purge_task_queues(unacknowledged=True)
+        _purge_task_queues(unacknowledged=True)
         worker.start(env)
         worker.env_key = env_key
-    elif settings.REDIS_URL:
+    else:
         _purge_task_queues()
     yield worker.proc
     upcoming = _next_item[0]
     keep = (
-        bool(settings.REDIS_URL)
-        and upcoming is not None
+        upcoming is not None
         and WORKER_FIXTURE in getattr(upcoming, "fixturenames", ())
         and worker.proc.poll() is None
         and worker.idle()
@@ -413,16 +411,11 @@ def _purge_task_queues(*, unacknowledged: bool = False) -> None:
 def wait_for_records_written(timeout_s: float = 30.0) -> None:
     """Wait until a worker's drainer has written every buffered call record to the database.
 
-    With Redis the records of a call reach the database after the answer (write-behind,
+    The records of a call reach the database after the answer (write-behind,
     ``routing.writebehind``); tests that read them after a worker process answered wait here.
-    A no-op on the embedded default (records are written before answering there).
     """
     import time
 
-    from django.conf import settings
-
-    if not settings.REDIS_URL:
-        return
     from routing import writebehind
 
     deadline = time.monotonic() + timeout_s

@@ -37,7 +37,7 @@ def gunicorn_url(django_db_setup):
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": database_url_for_subprocess(), "DJANGO_DEBUG": "true"}
     env["CONFIG_REFRESH_INTERVAL_S"] = "0"
-    env["REDIS_URL"] = settings.REDIS_URL or ""
+    env["REDIS_URL"] = settings.REDIS_URL
     env["MAX_REQUEST_BYTES"] = str(1024 * 1024)
     proc = subprocess.Popen(
         [

@@ -150,8 +150,7 @@ def test_reasoning_reaches_the_upstream_on_later_turns_and_nowhere_else(
         for session_id in SESSIONS:
             ended = client.post(f"/api/v1/sessions/{session_id}/end")
             assert ended.status_code == 200
-            if settings.REDIS_URL:  # the worker's store is shared only through Redis
-                assert ended.json()["deleted_states"] == 3
+            assert ended.json()["deleted_states"] == 3  # the worker's store, shared through Redis
         wait_for_records_written()
         export = client.post("/api/v1/training/export", json={"dry_run": True}).text
 
@@ -173,9 +172,8 @@ def test_reasoning_reaches_the_upstream_on_later_turns_and_nowhere_else(
         "logs (test process)": caplog.text,
         "logs (worker)": (Path(settings.VAR_DIR) / "worker-test.log").read_text(errors="replace"),
         "training export": export,
+        "redis": redis_dump(settings.REDIS_URL),
     }
-    if settings.REDIS_URL:
-        places["redis"] = redis_dump(settings.REDIS_URL)
     for place, text in places.items():
         for blob in canaries:
             assert blob[:32] not in text, f"reasoning blob found in {place}"

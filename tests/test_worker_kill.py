@@ -23,8 +23,8 @@ import pytest
 from django.conf import settings
 
 from muse_experiments.models import Exposure
+from muse_experiments.redis_client import redis_client
 from routing import writebehind
-from routing.events import redis_client
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.services import WORKER_LOST
 from routing.transcripts.models import TranscriptTurn

@@ -406,7 +406,7 @@ class MessagesApi(DropinView):
         metadata = body.get("metadata")
         tools = tools_in(body.get("tools"))
         check_tool_choice(body.get("tool_choice"), tools, style="anthropic")
-        job, created = submit(
+        job, _ = submit(
             request,
             messages=messages_in(body),
             tools=tools,
@@ -415,7 +415,7 @@ class MessagesApi(DropinView):
             metadata=metadata,
         )
         if stream:
-            frames = stream_frames(job, created, lambda ev: message_frames(ev, job=job, model=model_name))
+            frames = stream_frames(job, lambda ev: message_frames(ev, job=job, model=model_name))
             response = sse_response(frames)
             response["x-muse-job-id"] = str(job.id)
             return response

@@ -43,15 +43,13 @@ from muse_experiments.throttling import DeferredThrottleMixin, settle
 from muse_experiments.validation import tool_parameters_problem, unit_id_problem
 
 from ..attempts import EndpointRefused
-from ..credentials import CredentialUnavailable, credential_for
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job
-from ..events import uses_redis
 from ..killswitch import kill_state
 from ..models import CompletionJob, JobStatus
 from ..planning import ROUTING_ALIASES
 from ..selectors import catalogue
 from ..services import IdempotencyConflict
-from ..streaming import KEEPALIVE_FRAME, STREAM_IN_PROGRESS, job_events, stream_taken
+from ..streaming import KEEPALIVE_FRAME, job_events
 
 MAX_MESSAGES = 1000
 MAX_TOOLS = 128
@@ -260,12 +258,9 @@ def resolve_model(model: Any) -> str | None:
 
 
 def refuse_unavailable_pinned_stream(model: str | None) -> None:
-    """A *streamed* call pinned to a model that is disabled or under a kill switch, or -- when this
-    process runs the stream itself (no Redis) -- whose credential is not set here or may not go
-    to its host: raise the 503 ``model_unavailable`` a non-streamed call gets (same message,
-    naming the kill; for the credential ``(missing_credential)`` or ``(credential_not_allowed)``,
-    not the variable) before the stream starts, rather than a 200 stream that ends in an error
-    event. Nothing is recorded for it: no job is created. Routed
+    """A *streamed* call pinned to a model that is disabled or under a kill switch: raise the 503
+    ``model_unavailable`` a non-streamed call gets (same message, naming the kill) before the
+    stream starts, rather than a 200 stream that ends in an error event. Nothing is recorded for it: no job is created. Routed
     calls (an alias) are not affected: they fall back."""
     info = catalogue().get(model) if model else None
     if info is None:
@@ -280,13 +275,6 @@ def refuse_unavailable_pinned_stream(model: str | None) -> None:
     if kill is not None:
         refused = EndpointRefused(info.public_id, "killed", kill.reason, kill)
         raise DropinError(refused.unavailable_message(), kind="model_unavailable")
-    if not uses_redis():  # the web process calls the upstream: it needs the credential
-        try:
-            credential_for(provider=info.provider_key, env_name=info.credential_env, base_url=info.base_url)
-        except CredentialUnavailable as exc:
-            raise DropinError(
-                f"The model {info.public_id} is unavailable ({exc.kind}).", kind="model_unavailable"
-            ) from None
 
 
 def header_text(request, name: str, *, max_len: int = 200) -> str:
@@ -420,25 +408,14 @@ def muse_headers(job: CompletionJob) -> dict[str, str]:
 
 
 def stream_frames(
-    job: CompletionJob, created: bool, formatter: Callable[[Iterator[dict]], Iterator[bytes]]
+    job: CompletionJob, formatter: Callable[[Iterator[dict]], Iterator[bytes]]
 ) -> Iterator[bytes]:
-    """SSE frames: the job's events through a provider formatter; keepalives become comments.
-
-    Raises :class:`DropinError` (409) at once, before a response starts, when another request is
-    streaming the job (:func:`routing.streaming.stream_taken`)."""
-    if stream_taken(job, created=created):
-        raise DropinError(STREAM_IN_PROGRESS, kind="conflict")
-    return _frames(job, created, formatter)
-
-
-def _frames(
-    job: CompletionJob, created: bool, formatter: Callable[[Iterator[dict]], Iterator[bytes]]
-) -> Iterator[bytes]:
+    """SSE frames: the job's events through a provider formatter; keepalives become comments."""
     keepalive_pending = False
 
     def events() -> Iterator[dict]:
         nonlocal keepalive_pending
-        for event in job_events(job_id=str(job.id), created=created, start_timeout_s=settings.DROPIN_WAIT_S):
+        for event in job_events(job_id=str(job.id), start_timeout_s=settings.DROPIN_WAIT_S):
             if event["type"] == "keepalive":
                 keepalive_pending = True
                 continue

@@ -303,7 +303,7 @@ class ChatCompletionsApi(OpenAIView):
         options = as_object(body.get("stream_options") or {}, "stream_options")
         tools = chat_tools(body.get("tools"))
         check_tool_choice(body.get("tool_choice"), tools, style="chat")
-        job, created = submit(
+        job, _ = submit(
             request,
             messages=chat_messages(body.get("messages")),
             tools=tools,
@@ -317,7 +317,6 @@ class ChatCompletionsApi(OpenAIView):
             include_usage = bool(options.get("include_usage"))
             frames = stream_frames(
                 job,
-                created,
                 lambda ev: chat_chunks(ev, job=job, model=model_name, include_usage=include_usage),
             )
             response = sse_response(frames)
@@ -659,7 +658,7 @@ class ResponsesApi(OpenAIView):
         require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")
         tools = responses_tools(body.get("tools"))
         check_tool_choice(body.get("tool_choice"), tools, style="responses")
-        job, created = submit(
+        job, _ = submit(
             request,
             messages=responses_messages(body),
             tools=tools,
@@ -670,7 +669,7 @@ class ResponsesApi(OpenAIView):
             metadata=body.get("metadata"),
         )
         if stream:
-            frames = stream_frames(job, created, _ResponsesStream(job, model_name).frames)
+            frames = stream_frames(job, _ResponsesStream(job, model_name).frames)
             response = sse_response(frames)
             response["x-muse-job-id"] = str(job.id)
             return response

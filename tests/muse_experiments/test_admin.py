@@ -18,11 +18,6 @@ from .conftest import V2, V14, V15
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _no_redis(settings):
-    settings.REDIS_URL = ""
-
-
 def change_url(experiment) -> str:
     return reverse("admin:muse_experiments_experiment_change", args=[experiment.pk])
 

@@ -11,11 +11,6 @@ pytestmark = pytest.mark.django_db
 URL = "/api/v1/experiments/preview-assignment"
 
 
-@pytest.fixture(autouse=True)
-def _no_redis(settings):
-    settings.REDIS_URL = ""
-
-
 def client(scopes=None) -> APIClient:
     c = APIClient()
     c.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(scopes)}")

@@ -178,15 +178,6 @@ def test_a_request_that_authenticates_sends_redis_nothing_new(settings, monkeypa
     assert commands == ["EVALSHA", "HMGET"]
 
 
-def test_without_redis_failures_are_counted_in_the_process(settings):
-    settings.REDIS_URL = ""  # the embedded default: one web process
-    settings.CONFIG_REFRESH_INTERVAL_S = 60
-    _, raw = api_key_create(name="k", scopes=["completions"])
-    assert [get(wrong_secret(raw)).status_code for _ in range(20)] == [401] * 20
-    _refused_the_same_way(get(raw), shape="api")
-    assert get(raw, NEIGHBOUR).status_code == 404
-
-
 def test_failures_are_counted_in_a_window_and_refusals_are_not_counted(settings, redis_url):
     import redis
 
@@ -207,16 +198,13 @@ def test_failures_are_counted_in_a_window_and_refusals_are_not_counted(settings,
 def test_with_redis_unreachable_failures_fail_open_and_are_logged_once(settings, monkeypatch, caplog):
     import redis
 
-    from muse_experiments import auth_failures, config_version
+    from muse_experiments import auth_failures
 
     settings.CONFIG_REFRESH_INTERVAL_S = 60
     settings.AUTH_FAILURE_LIMIT = 2
     assert get("muse_nope_x").status_code == 401  # snapshot built while Redis answers
-    monkeypatch.setattr(
-        config_version,
-        "_redis_client",
-        redis.Redis.from_url("redis://127.0.0.1:1/0", socket_timeout=0.2, socket_connect_timeout=0.2),
-    )
+    down = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_timeout=0.2, socket_connect_timeout=0.2)
+    monkeypatch.setattr(auth_failures, "redis_client", lambda url=None: down)
     monkeypatch.setattr(auth_failures, "REDIS_RETRY_S", 0.0)  # ask Redis again on every failure
     with caplog.at_level("WARNING", logger="muse_experiments.auth_failures"):
         assert [get("muse_nope_x").status_code for _ in range(4)] == [401] * 4

@@ -16,6 +16,7 @@ from kombu.asynchronous import Hub
 
 from muse_experiments import broker
 from muse_experiments.celery import app
+from muse_experiments.redis_client import broker_url
 
 
 def test_the_producer_pool_publishes_on_channels_that_reuse_their_client(redis_url, monkeypatch):
@@ -52,7 +53,7 @@ def open_channel(redis_url: str, hub: Hub | None = None, **options):
     """``(connection, channel, client)``: a channel of :class:`broker.Transport` on its own queues
     and unacknowledged-message keys, registered with ``hub`` if given (as a worker's is)."""
     options = {"unacked_key": "muse-test-unacked", "unacked_index_key": "muse-test-unacked-index", **options}
-    with broker.Connection(redis_url, transport_options=options) as conn:
+    with broker.Connection(broker_url(redis_url), transport_options=options) as conn:
         if hub is not None:
             conn.register_with_event_loop(hub)
         channel = conn.channel()

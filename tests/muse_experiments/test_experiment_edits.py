@@ -19,11 +19,6 @@ from .conftest import V2, V14, V15
 URL = "/api/v1/experiments/{}"
 
 
-@pytest.fixture(autouse=True)
-def _no_redis(settings):
-    settings.REDIS_URL = ""
-
-
 def writer() -> APIClient:
     c = APIClient()
     c.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(['analytics:read', 'experiments:write'])}")

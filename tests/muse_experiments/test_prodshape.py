@@ -100,14 +100,17 @@ def test_the_procfile_worker_logs_celerys_own_info_lines_as_json(tmp_path):
     import subprocess
     import threading
 
+    from muse_experiments.private_redis import ensure_running
+
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_DEBUG", "CI")}
     env |= {
         "SECRET_KEY": "k" * 50,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "MUSE_VAR_DIR": str(tmp_path),  # the embedded filesystem broker, private to this test
+        "MUSE_VAR_DIR": str(tmp_path),  # a private Redis server (below) and state of this test's own
         "LOG_FORMAT": "json",
         "MUSE_PROCESS_NAME": "worker.1",
     }
+    redis_server = ensure_running(tmp_path / "redis")  # where the settings look without REDIS_URL
     worker = subprocess.Popen(
         [sys.executable, "-m", "muse_experiments.prodshape", "exec", "worker"],
         env=env,
@@ -131,6 +134,7 @@ def test_the_procfile_worker_logs_celerys_own_info_lines_as_json(tmp_path):
         signal_group(worker.pid, signal.SIGTERM)
         worker.wait(timeout=30)
         worker.stderr.close()
+        redis_server.stop()
     assert records, "the worker logged no JSON line"
     ready = records[-1]
     assert ready["msg"].startswith("worker.1@") and ready["msg"].endswith(" ready.")

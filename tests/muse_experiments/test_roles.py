@@ -81,11 +81,10 @@ def _session(role: str) -> APIClient:
 
 
 @pytest.fixture
-def sessions(catalogue, settings) -> dict[str, APIClient]:
-    """The seeded catalogue, a running experiment ``exp`` and one logged-in client per role."""
-    settings.REASONING_STORE_URL = ""  # this process's store: session end is checked here
+def sessions(catalogue, settings, redis_store) -> dict[str, APIClient]:
+    """The seeded catalogue, a running experiment ``exp`` and one logged-in client per role (the
+    reasoning store emptied: session end is checked there)."""
     settings.DROPIN_WAIT_S = settings.COMPLETION_SYNC_WAIT_S = 0.5  # no worker runs: do not wait
-    reasoning_store.local_store_clear()
     make_experiment(key="exp")
     return {role: _session(role) for role in ROLES}
 

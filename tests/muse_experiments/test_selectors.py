@@ -22,11 +22,6 @@ from .conftest import V14, V15
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _no_redis(settings):
-    settings.REDIS_URL = ""
-
-
 def decide(session_id: str, user_id: str = "", attributes=None):
     """routing.planning.decide for this unit, then records the exposure as routing does."""
     job = CompletionJob(session_id=session_id, user_id=user_id, attributes=attributes or {}, request={})

@@ -191,30 +191,6 @@ def test_unknown_api_paths_answer_404_in_the_api_error_shape(client):
     assert response.json() == {"error": {"code": "not_found", "message": "No such endpoint."}}
 
 
-@pytest.mark.parametrize("path", ["/api/v1/completions", "/v1/chat/completions"])
-def test_a_concurrent_streamed_retry_is_a_409_before_its_stream_without_redis(client, settings, path):
-    """Without Redis a job's events exist only in the request streaming it: a retry with the same
-    idempotency key while it streams is refused (409) before any frame, not answered 200 and then
-    an error event; once the job finished, the retry replays its answer."""
-    from routing.models import CompletionJob, JobStatus
-
-    settings.REDIS_URL = ""
-    if path == "/api/v1/completions":
-        body, headers = {**VALID, "stream": True, "idempotency_key": "idem-1"}, {}
-    else:
-        body = {"model": "muse-default", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
-        headers = {"HTTP_IDEMPOTENCY_KEY": "idem-1", "HTTP_X_MUSE_SESSION_ID": "s-1"}
-    first = client.post(path, body, format="json", **headers)
-    assert first.status_code == 200 and first.streaming  # not read: the job is still running
-    job = CompletionJob.objects.get()
-    assert job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED)
-    retry = client.post(path, body, format="json", **headers)
-    assert retry.status_code == 409
-    assert "still streaming" in json.dumps(retry.json())
-    assert CompletionJob.objects.count() == 1
-    first.close()
-
-
 _PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}}
 TOOL = {"type": "function", "function": {"name": "weather", "parameters": _PARAMETERS}}
 RESPONSES_TOOL = {"type": "function", "name": "weather", "parameters": _PARAMETERS}
@@ -411,7 +387,7 @@ def test_every_identity_field_is_checked_on_every_drop_in(client, path, extra, p
     [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic")],
 )
 def test_a_drop_in_idempotency_conflict_is_in_the_providers_error_shape(client, path, shape, settings):
-    settings.REDIS_URL = ""  # the first, streamed request is left unread: no worker needed
+    # the first, streamed request is left unread: no worker needed
     body = {"model": "muse-default", "stream": True, "messages": [{"role": "user", "content": "hello"}]}
     if path == "/v1/messages":
         body["max_tokens"] = 16

@@ -242,7 +242,7 @@ def _counted(redis_url: str, prefix: str) -> int:
 
 @pytest.mark.redis
 def test_a_drop_in_call_over_its_limit_is_refused_after_validation_and_dispatches_nothing(redis_url):
-    from muse_experiments.config_version import redis_client
+    from muse_experiments.redis_client import redis_client
 
     key, raw = api_key_create(name="dropin-slow", scopes=["completions"], rate_limit_per_minute=1)
     client = client_for(raw)

@@ -1,4 +1,4 @@
-"""The circuit breaker state machine, in process and shared through real Redis."""
+"""The circuit breaker state machine, shared through real Redis."""
 
 from __future__ import annotations
 
@@ -15,12 +15,8 @@ from tests.conftest import REPO
 EP = "azure/muse-special"
 
 
-@pytest.fixture(params=["process", "redis"])
-def cb(request, settings):
-    if request.param == "redis":
-        request.getfixturevalue("redis_url")
-    else:
-        settings.REDIS_URL = ""
+@pytest.fixture
+def cb(redis_url, settings):
     settings.ROUTING_CIRCUIT_FAILURES = 3
     settings.ROUTING_CIRCUIT_WINDOW_S = 60
     settings.ROUTING_CIRCUIT_COOLDOWN_S = 60

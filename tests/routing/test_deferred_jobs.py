@@ -10,8 +10,8 @@ import pytest
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from muse_experiments.redis_client import redis_client
 from routing import claims, dispatch
-from routing.events import redis_client
 from routing.handoff import final_state
 from routing.models import CompletionJob, JobStatus
 from routing.services import (
@@ -53,7 +53,7 @@ def test_the_worker_claims_in_redis_without_writing_and_a_redelivery_follows_the
     job = submit()
     assert not CompletionJob.objects.filter(pk=job.pk).exists()  # nothing written before the publish
     [message] = published
-    assert message["args"] == [str(job.id)] and (message["stream"], message["pinned"]) == (False, True)
+    assert message["args"] == [str(job.id)] and message["stream"] is False
     row = message["row"]
     claimed = completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
     assert claimed._state.adding  # its row comes with its records (tests/routing/test_writebehind.py)
@@ -252,7 +252,7 @@ def test_the_task_message_carries_the_row_but_its_printable_arguments_never_hold
     message = json.loads(raw)
     headers = message["headers"]
     assert headers["argsrepr"] == repr([str(job.id)])
-    assert headers["kwargsrepr"] == repr({"stream": False, "pinned": True, "row": "…"})
+    assert headers["kwargsrepr"] == repr({"stream": False, "row": "…"})
     args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
     assert args == [str(job.id)] and json.loads(kwargs["row"]["request"])["messages"] == MESSAGES
 

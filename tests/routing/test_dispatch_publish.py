@@ -14,6 +14,7 @@ from django.conf import settings
 from muse_experiments.celery import app
 from muse_experiments.logs import request_id_var
 from muse_experiments.queues import Queue
+from muse_experiments.redis_client import client_url, redis_client
 from routing import dispatch
 
 #: What differs between two messages by construction (ids, clocks, the publishing host/thread).
@@ -23,11 +24,7 @@ PER_MESSAGE = {"id", "root_id", "muse_published_at", "muse_request_id", "argsrep
 @pytest.fixture
 def queue(redis_url):
     """The completions queue's Redis list, emptied before and after (no worker runs here)."""
-    if not str(settings.CELERY_BROKER_URL or "").startswith("redis"):
-        pytest.skip("the broker is not Redis")
-    import redis
-
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client = redis_client(client_url(settings.CELERY_BROKER_URL))
     client.delete(Queue.COMPLETIONS)
     yield client
     client.delete(Queue.COMPLETIONS)

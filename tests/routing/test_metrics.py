@@ -25,7 +25,7 @@ def fast_backoff(settings):
     settings.ROUTING_BACKOFF_BASE_MS = 1.0
     settings.ROUTING_BACKOFF_CAP_MS = 4.0
     settings.ROUTING_MAX_RETRIES = 2
-    settings.REDIS_URL = ""  # in-process breaker, fresh per test
+    # a fresh breaker per test (its state lives in Redis)
     from routing.circuit import breaker
 
     breaker().reset()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from muse_experiments import private_redis
 from routing import reasoning_store
 from routing.providers.types import EndpointConfig, ReasoningState
 from routing.reasoning_store import (
@@ -23,7 +23,6 @@ from routing.reasoning_store import (
     reasoning_save,
     session_end,
     session_owner,
-    store_backend,
 )
 
 BLOB = "gAAAAABcanary" + "Zm9vYmFy" * 20
@@ -61,14 +60,22 @@ def state(ep: EndpointConfig, n: int = 0) -> ReasoningState:
 
 
 @pytest.fixture
-def local_store(settings):
-    settings.REASONING_STORE_URL = ""
-    reasoning_store.local_store_clear()
-    yield
-    reasoning_store.local_store_clear()
+def redis_store(redis_url, settings):
+    from muse_experiments.redis_client import redis_client
+
+    settings.REASONING_STORE_URL = redis_url
+    client = redis_client()
+
+    def clean():
+        for key in client.scan_iter("muse:reasoning*"):
+            client.delete(key)
+
+    clean()
+    yield client
+    clean()
 
 
-def test_states_round_trip_exactly_and_in_order(local_store):
+def test_states_round_trip_exactly_and_in_order(redis_store):
     ep = endpoint()
     saved = [state(ep, n) for n in range(3)]
     for s in saved:
@@ -82,7 +89,7 @@ def test_states_round_trip_exactly_and_in_order(local_store):
 
 
 def test_states_of_another_endpoint_or_credential_are_not_returned_and_only_counted_in_logs(
-    local_store, caplog
+    redis_store, caplog
 ):
     caplog.set_level(logging.DEBUG)
     producer = endpoint()
@@ -96,14 +103,14 @@ def test_states_of_another_endpoint_or_credential_are_not_returned_and_only_coun
     assert len(reasoning_load(session=owned("s1"), endpoint=producer)) == 1
 
 
-def test_none_state_keeps_what_is_stored(local_store):
+def test_none_state_keeps_what_is_stored(redis_store):
     ep = endpoint()
     reasoning_save(session=owned("s1"), state=state(ep), endpoint_id=ep.public_id)
     reasoning_save(session=owned("s1"), state=None, endpoint_id="avocado/x")
     assert len(reasoning_load(session=owned("s1"), endpoint=ep)) == 1
 
 
-def test_only_the_newest_states_are_kept(local_store):
+def test_only_the_newest_states_are_kept(redis_store):
     ep = endpoint()
     for n in range(MAX_STATES + 5):
         reasoning_save(session=owned("s1"), state=state(ep, n))
@@ -112,7 +119,7 @@ def test_only_the_newest_states_are_kept(local_store):
     assert loaded[0].tool_call_ids == ("call_5",)
 
 
-def test_session_end_deletes_the_sessions_states(local_store):
+def test_session_end_deletes_the_sessions_states(redis_store):
     ep = endpoint()
     reasoning_save(session=owned("s1"), state=state(ep), endpoint_id=ep.public_id)
     assert session_end(session=owned("s1")) == 1
@@ -120,18 +127,7 @@ def test_session_end_deletes_the_sessions_states(local_store):
     assert session_end(session=owned("s1")) == 0
 
 
-def test_in_process_store_expires_after_the_ttl(local_store, settings):
-    settings.REASONING_SESSION_TTL_S = 1
-    ep = endpoint()
-    reasoning_save(session=owned("s1"), state=state(ep), endpoint_id=ep.public_id)
-    assert store_backend() == "local"
-    deadline = time.monotonic() + 10
-    while reasoning_load(session=owned("s1"), endpoint=ep) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert reasoning_load(session=owned("s1"), endpoint=ep) == ()
-
-
-def test_state_repr_and_store_log_lines_never_show_the_blob(local_store, caplog):
+def test_state_repr_and_store_log_lines_never_show_the_blob(redis_store, caplog):
     caplog.set_level(logging.DEBUG)
     ep = endpoint()
     s = state(ep)
@@ -144,7 +140,6 @@ def test_state_repr_and_store_log_lines_never_show_the_blob(local_store, caplog)
 def test_redis_store_round_trips_with_a_ttl_and_session_end_leaves_nothing(redis_store, settings):
     settings.REASONING_SESSION_TTL_S = 120
     ep = endpoint()
-    assert store_backend() == "redis"
     reasoning_save(session=owned("s-redis"), state=state(ep, 1), endpoint_id=ep.public_id)
     reasoning_save(session=owned("s-redis"), state=state(ep, 2), endpoint_id=ep.public_id)
     keys = sorted(k.decode() for k in redis_store.scan_iter("muse:reasoning*"))
@@ -204,24 +199,10 @@ def test_an_unreachable_redis_degrades_to_no_reasoning_without_leaking(settings,
 # --- sessions belong to their owner (issue 30, finding 4) -----------------------------------------
 
 
-@pytest.fixture(params=["local", "files", pytest.param("redis", marks=pytest.mark.redis)])
-def any_store(request, settings, tmp_path):
-    """Each backend that exists: in-process, the folder store, real Redis."""
-    if request.param == "redis":
-        request.getfixturevalue("redis_store")
-    else:
-        settings.REASONING_STORE_URL = ""
-        settings.REASONING_STORE_DIR = str(tmp_path / "reasoning") if request.param == "files" else ""
-        reasoning_store.local_store_clear()
-    yield request.param
-    reasoning_store.local_store_clear()
-
-
-def test_the_same_session_id_under_another_key_is_a_separate_session(any_store):
+def test_the_same_session_id_under_another_key_is_a_separate_session(redis_store):
     """Key B naming key A's session id gets none of A's reasoning, cannot end A's session, and
     keeps its own states apart; the keyless source sees neither."""
     ep = endpoint()
-    assert store_backend() == {"local": "local", "files": "files", "redis": "redis"}[any_store]
     for n in (1, 2):
         reasoning_save(session=owned("shared"), state=state(ep, n), endpoint_id=ep.public_id)
     assert reasoning_load(session=owned("shared", KEY_B), endpoint=ep) == ()
@@ -271,17 +252,17 @@ def test_keys_written_before_sessions_had_owners_are_neither_read_nor_ended_and_
 
 # --- the folder store: the embedded default's processes share sessions --------------------------
 
-#: Runs in a separate Python process: one store operation on the folder store, prints its result.
+
+# --- the web and worker processes share sessions ---------------------------------------------
+
+#: Runs in a separate Python process: one store operation, prints its result.
 CHILD = """
-import os, sys
-os.environ.pop("REDIS_URL", None)
-os.environ.pop("REASONING_STORE_URL", None)
+import sys
 import django
 django.setup()
-from routing.reasoning_store import reasoning_load, reasoning_save, session_end, store_backend
+from routing.reasoning_store import reasoning_load, reasoning_save, session_end
 from tests.routing.test_reasoning_store import endpoint, owned, state
 op, session, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-assert store_backend() == "files", store_backend()
 ep = endpoint()
 if op == "save":
     reasoning_save(session=owned(session), state=state(ep, n), endpoint_id=ep.public_id)
@@ -293,20 +274,11 @@ else:
 """
 
 
-def in_other_process(folder: Path, *args) -> str:
-    """Run one store operation in a new Python process (another web or worker process)."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REASONING_STORE_URL", "DATABASE_URL")
-    }
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "muse_experiments.settings",
-            "DJANGO_DEBUG": "true",
-            "REASONING_STORE_DIR": str(folder),
-        }
-    )
+def run_python(code: str, *args, env: dict[str, str]) -> str:
+    """Run ``code`` in a new Python process with Django's settings; its last line of output."""
+    env = {**env, "DJANGO_SETTINGS_MODULE": "muse_experiments.settings", "DJANGO_DEBUG": "true"}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, *map(str, args)],
+        [sys.executable, "-c", code, *map(str, args)],
         env=env,
         cwd=settings_module_root(),
         capture_output=True,
@@ -317,76 +289,41 @@ def in_other_process(folder: Path, *args) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def in_other_process(redis_url: str, *args) -> str:
+    """Run one store operation in a new Python process (another web or worker process)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REASONING_STORE_URL", "DATABASE_URL")}
+    return run_python(CHILD, *args, env={**env, "REDIS_URL": redis_url})
+
+
 def settings_module_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def folder_store(settings, tmp_path):
-    settings.REASONING_STORE_URL = ""
-    settings.REASONING_STORE_DIR = str(tmp_path / "reasoning")
-    yield tmp_path / "reasoning"
-    reasoning_store.local_store_clear()
-
-
-def test_a_session_continues_across_processes_and_its_end_reaches_all_of_them(folder_store, settings):
+def test_a_session_continues_across_processes_and_its_end_reaches_all_of_them(
+    redis_store, redis_url, settings
+):
     """Turn 1 served by one process, turn 2 by another, the session ended by a third: each sees
-    the states the others saved (the in-process store would lose them: issue 10)."""
+    the states the others saved (an in-process store would lose them: issue 10)."""
     settings.REASONING_SESSION_TTL_S = 120
     ep = endpoint()
-    assert store_backend() == "files"
-    assert in_other_process(folder_store, "save", "s-multi", 1) == "saved"
+    assert in_other_process(redis_url, "save", "s-multi", 1) == "saved"
     reasoning_save(session=owned("s-multi"), state=state(ep, 2), endpoint_id=ep.public_id)
-    assert in_other_process(folder_store, "load", "s-multi", 0) == "1,2"
+    assert in_other_process(redis_url, "load", "s-multi", 0) == "1,2"
     loaded = reasoning_load(session=owned("s-multi"), endpoint=ep)
     assert [s.items[0]["encrypted_content"] for s in loaded] == [f"{BLOB}1", f"{BLOB}2"]
 
-    assert in_other_process(folder_store, "end", "s-multi", 0) == "2"
+    assert in_other_process(redis_url, "end", "s-multi", 0) == "2"
     assert reasoning_load(session=owned("s-multi"), endpoint=ep) == ()
-    assert list(folder_store.iterdir()) == []
+    assert list(redis_store.scan_iter("muse:reasoning*")) == []
 
 
-def test_folder_store_files_are_private_hashed_and_expire(folder_store, settings):
-    settings.REASONING_SESSION_TTL_S = 1
-    ep = endpoint()
-    for n in range(MAX_STATES + 3):
-        reasoning_save(session=owned("s-private"), state=state(ep, n), endpoint_id=ep.public_id)
-    (path,) = list(folder_store.iterdir())
-    assert "s-private" not in path.name  # the session id is hashed
-    assert stat.S_IMODE(folder_store.stat().st_mode) == 0o700
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert len(reasoning_load(session=owned("s-private"), endpoint=ep)) == MAX_STATES
-    deadline = time.monotonic() + 10
-    while reasoning_load(session=owned("s-private"), endpoint=ep) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert reasoning_load(session=owned("s-private"), endpoint=ep) == ()
-    reasoning_save(session=owned("s-private"), state=None)  # a refresh of an expired session removes it
-    assert list(folder_store.iterdir()) == []
-
-
-def test_embedded_default_shares_the_store_between_processes():
-    """Without Redis, outside the test suite, the default is the folder store (off disk)."""
+def test_without_redis_url_the_store_is_the_private_server_of_the_checkout():
+    """Without ``REDIS_URL`` (outside the test suite) the store is the private Redis under var/,
+    which keeps nothing on disk (tests/muse_experiments/test_private_redis.py)."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("REDIS_URL", "REASONING_STORE_URL", "REASONING_STORE_DIR")
+        k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REASONING_STORE_URL", "MUSE_VAR_DIR")
     }
-    env.update({"DJANGO_SETTINGS_MODULE": "muse_experiments.settings", "DJANGO_DEBUG": "true"})
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import django; django.setup(); from django.conf import settings; print(settings.REASONING_STORE_DIR)",
-        ],
-        env=env,
-        cwd=settings_module_root(),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    code = (
+        "import django; django.setup(); from django.conf import settings; print(settings.REASONING_STORE_URL)"
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    folder = done.stdout.strip().splitlines()[-1]
-    if Path("/dev/shm").is_dir():
-        assert folder.startswith(f"/dev/shm/muse-reasoning-{os.getuid()}-")
-    else:
-        assert folder == str(settings_module_root() / "var" / "reasoning")
+    assert run_python(code, env=env) == private_redis.url(settings_module_root() / "var" / "redis")

@@ -23,17 +23,20 @@ AZURE = "azure/muse-special"
 CLAUDE = "anthropic/claude-sonnet-5-5"
 
 
-@pytest.fixture(params=["local", "files", "redis"])
-def store(request, settings, tmp_path):
-    """Run each session on the in-process store, the folder store (the embedded default) and real Redis."""
-    if request.param in ("local", "files"):
-        settings.REASONING_STORE_URL = ""
-        settings.REASONING_STORE_DIR = str(tmp_path / "reasoning") if request.param == "files" else ""
-        reasoning_store.local_store_clear()
-    else:
-        settings.REASONING_STORE_URL = request.getfixturevalue("redis_url")
-    yield request.param
-    reasoning_store.local_store_clear()
+@pytest.fixture
+def store(redis_url, settings):
+    """Each session on real Redis, starting empty."""
+    from muse_experiments.redis_client import redis_client
+
+    settings.REASONING_STORE_URL = redis_url
+
+    def clean():
+        for key in redis_client().scan_iter(reasoning_store.KEY_PREFIX + "*"):
+            redis_client().delete(key)
+
+    clean()
+    yield "redis"
+    clean()
 
 
 def reasoning_upstream(upstreams, model: str, **kw) -> None:

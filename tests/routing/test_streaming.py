@@ -1,5 +1,5 @@
-"""``stream=true`` on ``POST /api/v1/completions``: SSE relayed from a real worker (Redis) or run in
-the web process (embedded default), plus async/sync answers and what never leaks."""
+"""``stream=true`` on ``POST /api/v1/completions``: SSE relayed from a real worker through Redis,
+plus async/sync answers and what never leaks."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ from rest_framework.test import APIClient
 
 from muse_experiments.auth import api_key_create
 from muse_experiments.models import ApiKey, Exposure
+from muse_experiments.redis_client import redis_client
 from routing import claims, writebehind
 from routing.catalogue import avocado_id
-from routing.events import redis_client
 from routing.handoff import final_state
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.records import records_write
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(autouse=True)
-def write_behind(redis_url, postgres, settings, upstreams):
+def write_behind(redis_url, settings, upstreams):
     settings.RECORDS_WRITE_BEHIND = True
     client = redis_client()
     client.delete(writebehind.STREAM, writebehind.DEAD_LETTERS)

@@ -66,9 +66,7 @@ def started(session_id: str, key: ApiKey | None, states: int = 1) -> OwnedSessio
     return session
 
 
-def test_session_end_api_deletes_the_sessions_reasoning(db, settings):
-    settings.REASONING_STORE_URL = ""
-    reasoning_store.local_store_clear()
+def test_session_end_api_deletes_the_sessions_reasoning(db, redis_store):
     client, key = key_client("a")
     started("s-end", key)
     response = client.post("/api/v1/sessions/s-end/end")
@@ -253,8 +251,7 @@ def test_ingest_needs_its_scope(db):
         ("/api/v1/sessions/s1%E2%80%8B/end", "session_id"),
     ],
 )
-def test_path_ids_that_break_the_unit_id_rule_are_400s_and_change_nothing(path, field, settings):
-    settings.REASONING_STORE_URL = ""
+def test_path_ids_that_break_the_unit_id_rule_are_400s_and_change_nothing(path, field):
     scope = "training" if field == "user_id" else "completions"
     response = scoped_client(scope).post(path)
     assert response.status_code == 400

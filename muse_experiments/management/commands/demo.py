@@ -1,9 +1,12 @@
 """``manage.py demo [--no-serve] [--sessions N]``: the main job, end to end, on one machine.
 
-Starts the simulated upstreams, the web server (gunicorn) and a Celery worker; seeds the model
-catalogue; creates a four-arm experiment (Avocado v14 control, Avocado v15, ``azure/muse-special``,
-Claude); sends N subagent sessions through the real REST API; posts an outcome event per session;
-computes the analysis through the results API and prints the table. Then it keeps serving and
+Runs the production shape on one machine: the web server (gunicorn), Celery workers, the records
+drainer and the scheduler (celery beat), on SQLite and Redis — the private Redis server it starts
+itself when ``REDIS_URL`` is unset (:mod:`muse_experiments.private_redis`), stopped with it —
+plus the simulated upstreams. Seeds the model catalogue; creates a four-arm experiment (Avocado v14 control, Avocado v15, ``azure/muse-special``,
+Claude); sends N subagent sessions through the real REST API; waits until the drainer has written every
+session's records; posts an outcome event per session; computes the analysis through the results
+API and prints the table. Then it keeps serving and
 prints the URLs (Ctrl-C stops everything it started), or exits with ``--no-serve``.
 
 The simulated users' success rates per served model are the demo's ground truth
@@ -31,9 +34,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from muse_experiments import services
+from muse_experiments import private_redis, services
 from muse_experiments.auth import api_key_create
 from muse_experiments.models import Experiment, ExperimentStatus
+from routing import writebehind
 from routing.catalogue import avocado_id
 from routing.models import ModelEndpoint
 
@@ -93,7 +97,10 @@ class Command(BaseCommand):
             raise CommandError(f"Port {port} is taken; pass --port.")
         self.procs: list[subprocess.Popen] = []
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        redis_server = None
         try:
+            if settings.PRIVATE_REDIS_DIR:  # no REDIS_URL: the private server, stopped below
+                redis_server = private_redis.ensure_running(settings.PRIVATE_REDIS_DIR)
             self._run(
                 no_serve=no_serve,
                 sessions=sessions,
@@ -106,6 +113,8 @@ class Command(BaseCommand):
             self.stdout.write("\nStopping…")
         finally:
             self._stop_all()
+            if redis_server is not None:
+                redis_server.stop()
 
     # -- orchestration ---------------------------------------------------------------------
     def _run(self, *, no_serve, sessions, concurrency, port, workers, web):
@@ -164,6 +173,11 @@ class Command(BaseCommand):
         admin_password = self._ensure_admin()
 
         bin_dir = Path(sys.executable).parent
+        # as the Procfile runs them: the drainer process writes the records the workers buffer
+        env["RECORDS_DRAINER"] = "false"
+        self._spawn([sys.executable, "manage.py", "drain_records"], env, logs / "drainer.log")
+        self._spawn([str(bin_dir / "celery"), "-A", "muse_experiments", "beat", "-l", "warning"],
+                    env, logs / "beat.log")  # fmt: skip
         for n in range(1, workers + 1):
             self._spawn(
                 [
@@ -219,6 +233,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{sessions - failed} completions in {elapsed:.1f}s ({(sessions - failed) / elapsed:.0f}/s); {failed} failed"
         )
+        self._wait_records_written()
         self._post_events(base, completions_key, [o for o in outcomes if o])
         results = httpx.get(
             f"{base}/api/v1/experiments/{experiment.key}/results",
@@ -242,6 +257,17 @@ class Command(BaseCommand):
         while all(p.poll() is None for p in self.procs):
             time.sleep(0.5)
         raise CommandError("A platform process exited; see var/logs/.")
+
+    def _wait_records_written(self, timeout_s: float = 300) -> None:
+        """Wait until the drainer has written every buffered call record (exposures, call
+        records, jobs) to the database, so the results table counts every session."""
+        deadline = time.monotonic() + timeout_s
+        while writebehind.pending():
+            if any(p.poll() is not None for p in self.procs):
+                raise CommandError("A platform process exited; see var/logs/.")
+            if time.monotonic() > deadline:
+                raise CommandError(f"Call records still buffered after {timeout_s:.0f}s; see var/logs/.")
+            time.sleep(0.1)
 
     def _scenarios(self) -> dict:
         models = [f"avocado-v{i}" for i in range(1, 16)] + [

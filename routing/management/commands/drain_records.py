@@ -13,7 +13,6 @@ import threading
 from django.core.management.base import BaseCommand
 
 from muse_experiments.runtime import tune_gc
-from routing.events import uses_redis
 from routing.writebehind import drain_forever
 
 
@@ -24,10 +23,6 @@ class Command(BaseCommand):
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        if not uses_redis():  # the embedded default writes records directly: nothing to drain
-            self.stderr.write("no REDIS_URL: records are written directly; idle until stopped")
-            stop.wait()
-            return
         self.stderr.write("draining buffered call records until stopped")
         tune_gc()
         drain_forever(stop)
