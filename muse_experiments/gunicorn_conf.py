@@ -10,6 +10,8 @@ import os
 
 from gunicorn.glogging import Logger
 
+from muse_experiments.gunicorn_worker import ClientLimits
+
 _debug = os.environ.get("DJANGO_DEBUG", "").lower() in ("1", "true", "yes")
 _format = os.environ.get("LOG_FORMAT", "plain" if _debug else "json")
 
@@ -19,6 +21,32 @@ timeout = int(os.environ.get("WEB_TIMEOUT_S", "330"))  # above the longest wait 
 # never sends on a connection the server has just closed (a reset the caller cannot tell from a
 # lost request). Behind a load balancer, keep this above the balancer's idle timeout.
 keepalive = int(os.environ.get("WEB_KEEPALIVE_S", "75"))
+# Slow clients: gthread with each request received by the event loop before a thread takes it,
+# read deadlines and a send timeout (muse_experiments.gunicorn_worker), so a client that sends
+# slowly or never closes costs a socket, not a thread, and one that stops reading holds its thread
+# for WEB_SEND_TIMEOUT_S at most (bench/bench_slow_clients.py).
+worker_class = "muse_experiments.gunicorn_worker.BufferingThreadWorker"
+client_limits = ClientLimits(
+    # the request line and headers must arrive within this many seconds of their first byte (408)
+    header_timeout_s=float(os.environ.get("WEB_HEADER_TIMEOUT_S", "10")),
+    # the body within this many seconds of the end of the head ...
+    body_timeout_s=float(os.environ.get("WEB_BODY_TIMEOUT_S", "20")),
+    # ... plus 1 s per this many bytes received (bytes/s: a 2 MiB body may take up to 532 s)
+    body_min_rate=float(os.environ.get("WEB_BODY_MIN_RATE", "4096")),
+    # requests up to this size (head and body) reach a thread whole; a thread reads the rest of a
+    # larger one under the same deadline. Each connection may hold this much memory meanwhile.
+    buffer_bytes=int(os.environ.get("WEB_REQUEST_BUFFER_BYTES", str(1024 * 1024))),
+    # a client that takes no byte of its response for this long is reset (after half of it at the
+    # earliest: the kernel's per-send timeout is half of it)
+    send_timeout_s=float(os.environ.get("WEB_SEND_TIMEOUT_S", "30")),
+)
+
+
+def post_fork(server, worker):
+    """Give the worker its client limits (gunicorn hands workers only its own settings)."""
+    worker.limits = client_limits
+
+
 if _format == "json":
     logconfig_dict = {
         "version": 1,

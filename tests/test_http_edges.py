@@ -1,6 +1,6 @@
-"""HTTP edges on the production server (gunicorn, gthread): an oversize body answers 413 and the
-kept-alive connection stays usable for the client's next pooled request; an unsupported content
-type is a 415."""
+"""HTTP edges on the production server (gunicorn with its production config and worker): an
+oversize body answers 413 and the kept-alive connection stays usable for the client's next pooled
+request; an unsupported content type is a 415."""
 
 from __future__ import annotations
 
@@ -47,12 +47,12 @@ def gunicorn_url(django_db_setup):
             "muse_experiments.wsgi",
             "-b",
             f"127.0.0.1:{port}",
-            "-k",
-            "gthread",
             "--workers",
             "1",
             "--threads",
             "4",
+            "--config",
+            "python:muse_experiments.gunicorn_conf",
         ],  # fmt: skip
         env=env,
         cwd=REPO,

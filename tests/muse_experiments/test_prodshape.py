@@ -180,3 +180,38 @@ def test_gunicorn_parses_requests_with_its_c_parser_under_the_production_config(
             cfg.set(name, value)
     assert cfg.http_parser == "auto"
     assert message._check_fast_parser(cfg) is True
+
+
+def test_the_production_web_server_runs_the_worker_safe_from_slow_clients(monkeypatch):
+    """:mod:`muse_experiments.gunicorn_conf` selects the worker and hands it its limits, read from
+    the environment; the Procfile's web line names no worker class (``-k`` would override it)."""
+    import importlib
+    from types import SimpleNamespace
+
+    from gunicorn.config import Config
+
+    from muse_experiments import gunicorn_conf
+    from muse_experiments.gunicorn_worker import BufferingThreadWorker, ClientLimits
+
+    assert not {"-k", "--worker-class"} & set(read_procfile()["web"].split())
+    monkeypatch.setenv("WEB_HEADER_TIMEOUT_S", "3")
+    monkeypatch.setenv("WEB_SEND_TIMEOUT_S", "7.5")
+    conf = importlib.reload(gunicorn_conf)
+    try:
+        cfg = Config()
+        for name, value in vars(conf).items():
+            if name in cfg.settings:
+                cfg.set(name, value)
+        assert cfg.worker_class is BufferingThreadWorker
+        worker = SimpleNamespace()
+        cfg.post_fork(None, worker)
+        assert worker.limits == ClientLimits(
+            header_timeout_s=3,
+            body_timeout_s=20,
+            body_min_rate=4096,
+            buffer_bytes=1024 * 1024,
+            send_timeout_s=7.5,
+        )
+    finally:
+        monkeypatch.undo()
+        importlib.reload(gunicorn_conf)
