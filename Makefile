@@ -39,7 +39,7 @@ demo: install
 
 run: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
-	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:$(PORT) -k gthread --workers 2 --threads 16
+	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:$(PORT) --config python:muse_experiments.gunicorn_conf --workers 2 --threads 16
 
 # The production shape: the Procfile under a supervisor (muse_experiments/prodshape.py) with
 # MUSE_FORMATION replicas; JSON logs. Needs SECRET_KEY, DATABASE_URL, REDIS_URL (README "Deployment").

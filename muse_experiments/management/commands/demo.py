@@ -209,8 +209,8 @@ class Command(BaseCommand):
                 "muse_experiments.wsgi",
                 "-b",
                 f"127.0.0.1:{port}",
-                "-k",
-                "gthread",
+                "--config",
+                "python:muse_experiments.gunicorn_conf",  # production's worker and client deadlines
                 "--workers",
                 str(web),
                 "--threads",
