@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 
-import anthropic
 import pytest
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ImproperlyConfigured
@@ -31,7 +30,7 @@ from routing.models import Attempt, CompletionJob, Provider
 from routing.services import completion_job_create
 from routing.streaming import stream_job_events
 from tests.conftest import REPO, UPSTREAM_KEYS, allow_simulated_upstream, forget_simulated_upstream
-from tests.factories import UNUSED_UPSTREAM, api_key, make_experiment, seed_catalogue
+from tests.factories import UNUSED_UPSTREAM, make_experiment, seed_catalogue
 from tests.routing.test_router import job, run
 
 CLAUDE = "anthropic/claude-sonnet-5-5"
@@ -559,24 +558,6 @@ def test_credential_for_checks_the_binding_before_reading_the_variable(settings,
 
 
 @pytest.mark.django_db
-def test_a_pinned_drop_in_stream_is_refused_before_it_starts(live_server, upstreams, settings, listener):
-    """Without Redis the web process runs streamed calls itself: it checks the binding first."""
-    settings.REDIS_URL = ""
-    seed_catalogue(upstreams.url)
-    Provider.objects.filter(key="anthropic").update(base_url=listener.url)
-    invalidate_all()
-    client = anthropic.Anthropic(base_url=live_server.url, api_key=api_key(["completions"]), max_retries=0)
-
-    with pytest.raises(anthropic.APIStatusError) as err:
-        client.messages.create(
-            model=CLAUDE, max_tokens=50, messages=[{"role": "user", "content": "hi"}], stream=True
-        )
-
-    assert err.value.status_code == 503 and err.value.body["error"]["type"] == "model_unavailable"
-    assert "(credential_not_allowed)" in err.value.body["error"]["message"]
-    assert listener.connections == 0 and listener.received == b""
-
-
 # ---- redirects are not followed -----------------------------------------------------------------
 
 
