@@ -7,7 +7,10 @@ For one population (intent-to-treat or served-as-assigned) and each metric × tr
   delta-method CI (Deng et al. 2018), not the absolute CI rescaled.
 * ``cuped`` — when the metric has a pre-exposure covariate: regression adjustment
   (:func:`analytics.stats.compare_cuped`) with its ``variance_reduction``; it is then the
-  *primary* result of the row (the unadjusted one is kept under ``unadjusted``).
+  *primary* result of the row (the unadjusted one is kept under ``unadjusted``). When the
+  covariate fails the balance check (constant in one arm, or a pre-period difference with
+  p < 0.001) the primary result is the unadjusted one: ``cuped`` is false, ``cuped_status`` and
+  ``warning`` say why.
 * ``sequential`` — always-valid asymptotic confidence sequence (Waudby-Smith et al. 2023, as
   GrowthBook) on the primary statistic, with ``tuning_parameter`` = the expected total units.
 * ``bayesian`` — Gaussian approximation with a flat prior on the relative lift (absolute when the
@@ -38,7 +41,7 @@ from .stats import (
     json_safe,
     srm_test,
 )
-from .stats.results import RelativeStatus, Status
+from .stats.results import CupedStatus, RelativeStatus, Status
 from .sums import ComponentSums, VariantStats
 
 #: status of a metric the experiment names but nobody defined.
@@ -244,12 +247,8 @@ def analyse_population(
                 continue
             c, t = stats[control.key], stats[v.key]
             try:
-                if metric.covariate:
-                    primary = compare(c, t, alpha=alpha)
-                    unadjusted = compare(c.y, t.y, alpha=alpha).to_dict()
-                else:
-                    primary = compare(c, t, alpha=alpha)
-                    unadjusted = None
+                primary = compare(c, t, alpha=alpha)  # CUPED, or its unadjusted fallback
+                unadjusted = compare(c.y, t.y, alpha=alpha).to_dict() if metric.covariate else None
                 sequential = compare_sequential(c, t, alpha=alpha, tuning_parameter=sequential_tuning)
                 bayes = _bayesian(c, t, metric.higher_is_better)
             except (
@@ -259,7 +258,7 @@ def analyse_population(
                 comparison = _invalid(v.key, exc, alpha)
             else:
                 comparison = {"variant": v.key, **primary.to_dict()}
-                comparison["cuped"] = metric.covariate
+                comparison["cuped"] = primary.cuped_status == CupedStatus.APPLIED
                 comparison["unadjusted"] = unadjusted
                 comparison["sequential"] = sequential.to_dict()
                 comparison["bayesian"] = bayes

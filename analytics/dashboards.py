@@ -11,7 +11,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.db import connection
@@ -27,8 +27,10 @@ from routing.models import KillScope, KillSwitch, ModelEndpoint
 
 from . import histograms
 from .formatting import milliseconds, money, number, percent, status_words
+from .formatting import p_value as format_p
 from .models import CallRollup, GuardrailAction, LiftPoint, ResultSnapshot, RollupSpan
-from .stats import power_estimate
+from .rollups import local_day
+from .stats import CupedStatus, power_estimate
 from .tables import Column, Table
 
 ENGINES = ("frequentist", "bayesian")
@@ -287,6 +289,7 @@ def _effect(c: Mapping[str, Any], options: ResultsOptions, *, sequential: bool =
         "ci": ci,
         "p": base.get("relative_p_value") if ci else None,
         "test": "sequential" if base is not c and sequential else "fixed",
+        "interval": base.get("relative_interval_method") if ci else None,
         "cuped": cuped_used,
         "variance_reduction": base.get("variance_reduction"),
         "se": base.get("relative_std_error"),
@@ -302,12 +305,62 @@ def _effect(c: Mapping[str, Any], options: ResultsOptions, *, sequential: bool =
             reason=bayes.get("reason") or base.get("reason"),
             lift=bayes.get("posterior_mean") if relative else base.get("relative_lift"),
             ci=bayes.get("credible_interval") if relative else None,
+            interval=bayes.get("model", "gaussian") if relative and bayes.get("credible_interval") else None,
             chance=bayes.get("chance_to_beat_control"),
             risk=bayes.get("risk"),
             risk_kind="pct" if relative else "num",
             p=None,
             test="bayesian",
         )
+    return out
+
+
+def _cuped_words(c: Mapping[str, Any], used: bool) -> str:
+    """The CUPED cell: "yes", or "no" with why (no covariate, switched off, or the covariate
+    failed the balance check, e.g. "no: covariate imbalanced (p < 0.001)")."""
+    status = c.get("cuped_status")
+    if used:
+        return "yes"
+    if status == CupedStatus.COVARIATE_IMBALANCED:
+        balance = (c.get("extra") or {}).get("covariate_balance") or {}
+        return f"no: covariate imbalanced ({_p_text(balance.get('p_value'))})"
+    if status == CupedStatus.COVARIATE_MISSING:
+        arm = ((c.get("extra") or {}).get("covariate_balance") or {}).get("constant_in") or "one"
+        return f"no: covariate missing in the {arm} arm"
+    if status == CupedStatus.APPLIED or c.get("cuped"):
+        return "no: switched off"
+    return "no: metric has no covariate"
+
+
+def _p_text(p: float | None) -> str:
+    """Text like ``p < 0.001`` or ``p = 0.032``."""
+    text = format_p(p)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
+
+
+def cuped_warnings(body: Mapping[str, Any]) -> list[str]:
+    """One sentence per metric × treatment where CUPED was asked for but not applied."""
+    out = []
+    for m in body.get("metrics", []):
+        for c in m.get("comparisons", []):
+            status = c.get("cuped_status")
+            if status not in (CupedStatus.COVARIATE_IMBALANCED, CupedStatus.COVARIATE_MISSING):
+                continue
+            balance = (c.get("extra") or {}).get("covariate_balance") or {}
+            means = (
+                f"pre-period mean {number(balance.get('control_mean'))} in control, "
+                f"{number(balance.get('treatment_mean'))} in {c['variant']}"
+            )
+            why = (
+                f"its pre-period covariate differs between arms ({_p_text(balance.get('p_value'))}; {means})"
+                if status == CupedStatus.COVARIATE_IMBALANCED
+                else f"its pre-period covariate has no variation in the {balance.get('constant_in')} arm "
+                f"(missing?; {means})"
+            )
+            out.append(
+                f"CUPED not applied to {m.get('label') or m['name']} for {c['variant']}: {why}. "
+                "The row shows the unadjusted result."
+            )
     return out
 
 
@@ -400,7 +453,9 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
                     "chance_to_beat_control": e["chance"],
                     "risk": e["risk"],
                     "risk__kind": e["risk_kind"],
-                    "cuped": "yes" if e["cuped"] else "no",
+                    "interval": e["interval"],
+                    "cuped": _cuped_words(c, e["cuped"]),
+                    "cuped_status": c.get("cuped_status"),
                     "verdict": verdict,
                     "verdict_why": e["reason"] or "",
                     "reason": e["reason"] or "",
@@ -419,6 +474,14 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
         Column("treatment_value", "Treatment value", "num"),
         Column("relative_lift", "Relative lift", "lift"),
         Column("forest", f"Lift with its {level} {ci_name} (shared axis)", "forest"),
+        Column(
+            "interval",
+            "Interval",
+            "status",
+            help="How the interval was built: Wilson-based MOVER-R for conversion rates (valid with 0 "
+            "or all conversions in an arm), the delta method for means and ratios, an always-valid "
+            "sequence for guardrails, Beta posteriors (Bayesian conversion rates)",
+        ),
     ]
     if bayes:
         columns += [
@@ -444,7 +507,16 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
         columns=columns,
         rows=rows,
         row_class="_class",
-        export_extra=("metric_name", "role", "direction", "units", "ci_low", "ci_high", "reason"),
+        export_extra=(
+            "metric_name",
+            "role",
+            "direction",
+            "units",
+            "ci_low",
+            "ci_high",
+            "cuped_status",
+            "reason",
+        ),
         axis=_axis((r.get("ci_low"), r.get("ci_high")) for r in rows),
     )
 
@@ -494,10 +566,15 @@ HISTOGRAMS = {
 
 
 def _rollup_queryset(*, experiment: Experiment, phase: int, options: ResultsOptions):
-    """The phase's UTC-day rollup rows inside the date range (days of the range, in UTC)."""
-    start = datetime.combine(options.date_from, time.min, UTC) if options.date_from else None
-    end = datetime.combine(options.date_to + timedelta(days=1), time.min, UTC) if options.date_to else None
-    qs = CallRollup.objects.filter(experiment_id=experiment.id, phase=phase, span=RollupSpan.DAY)
+    """The phase's day rollup rows inside the date range (days of the reporting zone, DST
+    included); rows cut in another zone are left out until the refresh rebuilds them."""
+    start, end = _bounds(options)
+    qs = CallRollup.objects.filter(
+        experiment_id=experiment.id,
+        phase=phase,
+        span=RollupSpan.DAY,
+        zone=timezone.get_default_timezone_name(),  # the zone the rollup cut its days in
+    )
     if start:
         qs = qs.filter(bucket__gte=start)
     if end:
@@ -564,7 +641,8 @@ def rollup_by(qs, key: str, fields: Iterable[str] = tuple(HISTOGRAMS)) -> dict[s
 
 
 def _day(bucket: datetime) -> str:
-    return bucket.astimezone(UTC).date().isoformat()
+    """The reporting-zone day of a day row, ``YYYY-MM-DD``."""
+    return local_day(bucket, timezone.get_current_timezone()).isoformat()
 
 
 def exposure_rows(qs) -> list[tuple[datetime, str, int]]:
@@ -575,7 +653,8 @@ def exposure_rows(qs) -> list[tuple[datetime, str, int]]:
 
 
 def exposure_series(*, rows: list[tuple[datetime, str, int]], variants: list[str]) -> dict[str, Any]:
-    """Units first exposed per day (reporting zone) per variant: ``{"labels", "series": {v: [...]}}``."""
+    """Units first exposed per day of the reporting zone per variant: ``{"labels", "series": {v: [...]}}``
+    (``rows`` are day rows, see :func:`_rollup_queryset`)."""
     per: dict[str, dict[str, int]] = {v: defaultdict(int) for v in variants}
     days: set[str] = set()
     for bucket, variant, n in rows:
@@ -759,15 +838,16 @@ def power_table(*, body: Mapping[str, Any], options: ResultsOptions, daily_units
 
 
 def _daily_units(rows: list[tuple[datetime, str, int]]) -> float | None:
-    """New units per day over the last 7 UTC days that have exposures in the rollup."""
+    """New units per day over the last 7 days (reporting zone) of the rollup, from the first of
+    them that has exposures."""
     if not rows:
         return None
-    last = max(r[0] for r in rows)
-    recent = [r for r in rows if r[0] > last - timedelta(days=7)]
-    first = min(r[0] for r in recent)
-    days = (last - first).total_seconds() / 86400 + 1
-    total = sum(r[2] for r in recent)
-    return total / days if total else None
+    zone = timezone.get_current_timezone()
+    days = [(local_day(r[0], zone), r[2]) for r in rows]
+    last = max(d for d, _ in days)
+    recent = [(d, n) for d, n in days if (last - d).days < 7]
+    total = sum(n for _, n in recent)
+    return total / ((last - min(d for d, _ in recent)).days + 1) if total else None
 
 
 def kills_table(*, experiment: Experiment) -> Table:
@@ -837,6 +917,7 @@ def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dic
     out["metric"] = metric
     out["tables"]["split"] = srm_table(body=body, labels=endpoint_labels())
     out["tables"]["metrics"] = metric_table(body=body, options=options)
+    out["cuped_warnings"] = cuped_warnings(body) if options.cuped else []
     out["tables"]["power"] = power_table(body=body, options=options, daily_units=_daily_units(exposures))
     out["lift"] = lift_series(experiment=experiment, options=options, metric=metric)
     out["guardrail_actions"] = list(
@@ -863,7 +944,7 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
     for bucket, endpoint, calls in base.filter(bucket__gte=day_start, calls__gt=0).values_list(
         "bucket", "endpoint", "calls"
     ):
-        hourly[endpoint][bucket] += calls
+        hourly[endpoint][bucket.replace(minute=0)] += calls  # hours cut at a half-hour local midnight
     kills = kill_state()
     cb = breaker()
     grid = histograms.LATENCY_MS

@@ -52,6 +52,19 @@ STATUS_WORDS = {
     "failed": "Failed",
     "itt": "Intent-to-treat",
     "served": "Served as assigned",
+    # how an interval was built (analytics.stats.IntervalMethod, BayesianResult.model)
+    "wald": "Wald",
+    "delta": "Delta method",
+    "newcombe": "Newcombe (Wilson)",
+    "mover_r": "MOVER-R (Wilson)",
+    "confidence_sequence": "Always-valid sequence",
+    "confidence_sequence_agresti_caffo": "Always-valid sequence (Agresti–Caffo)",
+    "gaussian": "Normal posterior",
+    "beta_binomial": "Beta posteriors",
+    # CUPED (analytics.stats.CupedStatus)
+    "applied": "Applied",
+    "covariate_imbalanced": "Covariate imbalanced between arms",
+    "covariate_missing": "Covariate missing in one arm",
 }
 
 

@@ -85,7 +85,7 @@ def merge(histograms: Iterable[Sequence[int]], size: int) -> list[int]:
 
 
 #: Grids of the call rollup: latency in ms (1 ms – 10 min), cost in USD per call (1e-7 – 10 USD),
-#: tokens per call (input + output + reasoning; 1 – 10 M).
+#: tokens per call (input + output, where output already includes reasoning; 1 – 10 M).
 LATENCY_MS = LogBins(1.0, 1_000_000.0, 8)
 COST_USD = LogBins(1e-7, 10.0, 4)
 TOKENS = LogBins(1.0, 10_000_000.0, 4)

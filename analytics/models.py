@@ -304,23 +304,31 @@ class RollupSpan(models.TextChoices):
 
 
 class CallRollup(models.Model):
-    """Routing call records pre-aggregated per hour (and per UTC day) × endpoint × experiment
-    phase × variant.
+    """Routing call records pre-aggregated per hour (and per day of the reporting time zone) ×
+    endpoint × experiment phase × variant.
 
-    ``span="hour"`` rows are summed from raw records; ``span="day"`` rows are the sums of a UTC
-    day's hour rows, so an experiment page reads one row per day × variant × endpoint whatever
-    the length of the experiment, and routing health reads the last 24 hour rows.
+    ``span="hour"`` rows are summed from raw records: UTC hours, cut at the reporting zone's
+    midnight when its offset is not whole hours, so each lies inside one local day. ``span="day"``
+    rows are the sums of a local day's hour rows (``bucket`` = the instant the day starts in
+    ``zone``, DST included), so an experiment page reads one row per day × variant × endpoint
+    whatever the length of the experiment, and routing health reads the last 24 hour rows.
+    ``zone`` is the IANA zone (``MUSE_REPORTING_TIME_ZONE``) the days were cut in: rows of another
+    zone are rebuilt by the next refresh.
 
     Written only by :func:`analytics.rollups.call_rollup_refresh` (the analytics task), read by the
     dashboards, which never scan raw call records. ``endpoint`` is the endpoint that served the
     call, else the one it was assigned to (failed calls). ``experiment_id = 0`` and ``phase = 0``
-    for calls outside any experiment. Histograms are counts per bin of the grids in
-    :mod:`analytics.histograms` (latency over succeeded calls only). ``exposures`` counts units
-    first exposed in the hour (from the exposure table; ``endpoint`` is then empty).
+    for calls outside any experiment. ``tokens`` = input + output tokens (output includes
+    reasoning). Histograms are counts per bin of the grids in :mod:`analytics.histograms` (latency
+    over succeeded calls only). ``exposures`` counts units first exposed in the hour (from the
+    exposure table; ``endpoint`` is then empty).
     """
 
     span = models.CharField(max_length=4, choices=RollupSpan.choices, default=RollupSpan.HOUR)
-    bucket = models.DateTimeField(help_text="Start of the hour or UTC day.")
+    bucket = models.DateTimeField(help_text="Start of the hour, or of the day in the reporting zone.")
+    zone = models.CharField(
+        max_length=64, blank=True, help_text="Reporting time zone the days were cut in (IANA name)."
+    )
     endpoint = models.CharField(max_length=200, blank=True)
     experiment_id = models.BigIntegerField(default=0)
     phase = models.PositiveIntegerField(default=0)
@@ -359,7 +367,8 @@ class LiftPoint(models.Model):
 
     Written with every :class:`ResultSnapshot` (:func:`analytics.services.results_compute`) so the
     chart reads a few small rows, not every snapshot's JSON. ``analysis``: itt | served; ``cuped``:
-    whether the numbers are the CUPED-adjusted ones (unadjusted rows are stored too).
+    the row is the series read with CUPED on (the adjusted numbers, or the unadjusted fallback when
+    the covariate failed the balance check; unadjusted rows are stored too).
     Relative values are fractions (0.05 = +5 %).
     """
 

@@ -53,10 +53,16 @@ class MetricSchema(serializers.Serializer):
     variants = MetricVariantSchema(many=True)
     comparisons = serializers.ListField(
         child=serializers.DictField(),
-        help_text="Per treatment vs control: variant, lifts, CIs, p_value (absolute scale, matches "
-        "absolute_ci), relative_p_value (delta-method, matches relative_ci; null with relative_status "
-        "zero_width_interval / control_mean_zero / control_mean_near_zero), p_holm, p_bh, cuped, "
-        "sequential, bayesian, verdict.",
+        help_text="Per treatment vs control: variant, lifts, CIs, interval_method / "
+        "relative_interval_method (how absolute_ci / relative_ci were built: wald, delta; newcombe and "
+        "mover_r for proportions, valid with 0 or n successes in an arm; confidence_sequence[_agresti_caffo] "
+        "in sequential), p_value (absolute scale: pooled z for proportions, Welch t otherwise), "
+        "relative_p_value (the test dual to relative_ci: p < alpha iff it excludes 0; null with "
+        "relative_status zero_width_interval / control_mean_zero / control_mean_near_zero), p_holm, "
+        "p_bh, cuped (true when the CUPED adjustment was applied), cuped_status (applied | "
+        "covariate_imbalanced | covariate_missing; null without a covariate), warning (why CUPED was "
+        "not applied), extra.covariate_balance (the Welch test of the pre-period covariate), unadjusted, "
+        "sequential, bayesian (model gaussian | beta_binomial), verdict.",
     )
 
 

@@ -1,5 +1,5 @@
-"""Pre-aggregation for the dashboards: raw call records and exposures → :class:`CallRollup` rows,
-and each result snapshot → :class:`LiftPoint` rows.
+"""Pre-aggregation for the dashboards: raw call records and exposures → :class:`CallRollup` rows
+(hours, and days of the reporting time zone), and each result snapshot → :class:`LiftPoint` rows.
 
 Written by the analytics task (:func:`analytics.tasks.compute_results` and the schedule), read by
 :mod:`analytics.dashboards`; no page ever scans raw call records.
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, tzinfo
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, Sum, Value, When
-from django.db.models.functions import Coalesce, NullIf, TruncHour
+from django.db.models.functions import Coalesce, NullIf, TruncDate, TruncHour
+from django.utils import timezone
 
 from muse_experiments.models import Exposure
 from routing.models import KILL_REASONS, CallRecord, JobStatus, RoutingReason
@@ -35,43 +36,74 @@ def _bin_case(field: str, grid: LogBins) -> Case:
     return Case(*whens, default=Value(grid.size - 1), output_field=IntegerField())
 
 
+def day_start(day: date, zone: tzinfo) -> datetime:
+    """The instant (UTC) at which ``day`` begins in ``zone``: its local midnight, DST included
+    (a midnight a DST change skips is read with the offset before the change, so the instant still
+    falls on ``day``)."""
+    return datetime.combine(day, time.min, zone).astimezone(UTC)
+
+
+def local_day(instant: datetime, zone: tzinfo) -> date:
+    """The calendar day of ``instant`` in ``zone``."""
+    return instant.astimezone(zone).date()
+
+
 def _resume_point() -> datetime | None:
     """The newest stored hour (recomputed, as it may have been partial), or None for everything."""
     return CallRollup.objects.filter(span=RollupSpan.HOUR).aggregate(last=Max("bucket"))["last"]
 
 
-def call_rollup_refresh(*, since: datetime | None = None) -> int:
-    """Recompute the hourly rollup from ``since`` (default: the newest stored hour) to now.
+def _first_record() -> datetime | None:
+    first = CallRecord.objects.aggregate(t=Min("created_at"))["t"]
+    first_exposure = Exposure.objects.aggregate(t=Min("first_exposed_at"))["t"]
+    candidates = [t for t in (first, first_exposure) if t is not None]
+    return min(candidates) if candidates else None
+
+
+def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False) -> int:
+    """Recompute the rollup from ``since`` (default: the newest stored hour) to now.
 
     Per hour × endpoint × experiment phase × variant: calls, errors (failed calls), fallbacks
-    (``error_fallback``/``circuit_open``/``cooling``), killed (any of ``KILL_REASONS``), cost (USD), tokens (input + output
-    + reasoning), histograms of latency (ms, succeeded calls), cost and tokens per call
-    (:mod:`analytics.histograms`), and units first exposed. The hours from ``since`` on are
-    replaced in one transaction; a concurrent refresh that loses the race gives up (it returns 0)
-    and the next run catches up. Returns the number of rollup rows written.
+    (``error_fallback``/``circuit_open``/``cooling``), killed (any of ``KILL_REASONS``), cost (USD),
+    tokens (input + output: a call's output tokens already include its reasoning tokens, as both
+    providers count them, see :class:`routing.providers.types.Usage`), histograms of latency (ms,
+    succeeded calls), cost and tokens per call (:mod:`analytics.histograms`), and units first
+    exposed; and per **day of the reporting zone** (``MUSE_REPORTING_TIME_ZONE``, i.e. Django's
+    default time zone; DST included) the sums of that day's hour rows.
+
+    Hour rows are UTC hours, cut at the reporting zone's midnight when the zone's offset is not a
+    whole number of hours (e.g. Asia/Kolkata): each hour row then lies inside one local day, so a
+    day row is exactly the sum of its hour rows. Every row records the zone its days were cut in;
+    when that is not the current zone (the setting changed, or rows written before days followed
+    it), or with ``rebuild``, everything is recomputed from the first call record or exposure, so
+    a page never mixes days of two zones. The hours from ``since`` on are replaced in one
+    transaction; a concurrent refresh that loses the race gives up (it returns 0) and the next run
+    catches up. Returns the number of rollup rows written.
     """
-    start = since or _resume_point()
+    zone = timezone.get_default_timezone()
+    zone_name = timezone.get_default_timezone_name()
+    rebuild = rebuild or CallRollup.objects.exclude(zone=zone_name).exists()
+    start = _first_record() if rebuild else (since or _resume_point() or _first_record())
     if start is None:
-        first = CallRecord.objects.aggregate(t=Min("created_at"))["t"]
-        first_exposure = Exposure.objects.aggregate(t=Min("first_exposed_at"))["t"]
-        candidates = [t for t in (first, first_exposure) if t is not None]
-        if not candidates:
-            return 0
-        start = min(candidates)
+        if rebuild:
+            CallRollup.objects.all().delete()
+        return 0
     start = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
     calls = CallRecord.objects.filter(created_at__gte=start).annotate(
-        bucket=TruncHour("created_at", tzinfo=UTC),
+        hour=TruncHour("created_at", tzinfo=UTC),
+        day=TruncDate("created_at", tzinfo=zone),
         endpoint=Coalesce(NullIf("served_endpoint", Value("")), "assigned_endpoint"),
         exp=Coalesce("experiment_id", Value(0)),
         ph=Coalesce("phase", Value(0)),
-        tok=F("input_tokens") + F("output_tokens") + F("reasoning_tokens"),
+        tok=F("input_tokens") + F("output_tokens"),
     )
-    group = ("bucket", "endpoint", "exp", "ph", "variant_key")
+    group = ("hour", "day", "endpoint", "exp", "ph", "variant_key")
     rows: dict[tuple, dict[str, Any]] = {}
 
     def row(key: Sequence[Any]) -> dict[str, Any]:
-        k = tuple(key)
+        hour, day, *rest = key
+        k = (max(hour, day_start(day, zone)), *rest)  # the part of the UTC hour inside the local day
         if k not in rows:
             rows[k] = {
                 "latency_hist": [0] * histograms.LATENCY_MS.size,
@@ -110,21 +142,26 @@ def call_rollup_refresh(*, since: datetime | None = None) -> int:
 
     exposures = (
         Exposure.objects.filter(first_exposed_at__gte=start)
-        .annotate(bucket=TruncHour("first_exposed_at", tzinfo=UTC))
-        .values("bucket", "experiment_id", "phase", "variant_key")
+        .annotate(
+            hour=TruncHour("first_exposed_at", tzinfo=UTC), day=TruncDate("first_exposed_at", tzinfo=zone)
+        )
+        .values("hour", "day", "experiment_id", "phase", "variant_key")
         .annotate(n=Count("id"))
     )
     for t in exposures:
-        row((t["bucket"], "", t["experiment_id"], t["phase"], t["variant_key"]))["exposures"] = t["n"]
+        row((t["hour"], t["day"], "", t["experiment_id"], t["phase"], t["variant_key"]))["exposures"] = t["n"]
 
-    objects = [CallRollup(**dict(zip(KEY, k, strict=True)), **v) for k, v in rows.items()]
-    day_start = start.replace(hour=0)
+    objects = [CallRollup(**dict(zip(KEY, k, strict=True)), zone=zone_name, **v) for k, v in rows.items()]
+    first_day = day_start(local_day(start, zone), zone)
     try:
         with transaction.atomic():
-            CallRollup.objects.filter(span=RollupSpan.HOUR, bucket__gte=start).delete()
+            if rebuild:
+                CallRollup.objects.all().delete()
+            else:
+                CallRollup.objects.filter(span=RollupSpan.HOUR, bucket__gte=start).delete()
             CallRollup.objects.bulk_create(objects, batch_size=2000)
-            days = _day_rows(since=day_start)
-            CallRollup.objects.filter(span=RollupSpan.DAY, bucket__gte=day_start).delete()
+            days = _day_rows(since=first_day, zone=zone, zone_name=zone_name)
+            CallRollup.objects.filter(span=RollupSpan.DAY, bucket__gte=first_day).delete()
             CallRollup.objects.bulk_create(days, batch_size=2000)
     except IntegrityError:
         log.info("call rollup: a concurrent refresh won the race for hours from %s", start)
@@ -136,14 +173,15 @@ SUMMED = ("calls", "errors", "fallbacks", "killed", "exposures", "cost_usd", "to
 HISTOGRAM_FIELDS = ("latency_hist", "cost_hist", "tokens_hist")
 
 
-def _day_rows(*, since: datetime) -> list[CallRollup]:
-    """UTC-day rows summed from the hour rows from ``since`` (a UTC midnight) on."""
+def _day_rows(*, since: datetime, zone: tzinfo, zone_name: str) -> list[CallRollup]:
+    """Day rows (``bucket`` = the day's start in ``zone``) summed from the hour rows from ``since``
+    (a local midnight) on."""
     days: dict[tuple, dict[str, Any]] = {}
     hours = CallRollup.objects.filter(span=RollupSpan.HOUR, bucket__gte=since).values(
         *KEY, *SUMMED, *HISTOGRAM_FIELDS
     )
     for h in hours:
-        key = (h["bucket"].astimezone(UTC).replace(hour=0), *(h[k] for k in KEY[1:]))
+        key = (day_start(local_day(h["bucket"], zone), zone), *(h[k] for k in KEY[1:]))
         day = days.get(key)
         if day is None:
             days[key] = {**{k: h[k] for k in SUMMED}, **{k: list(h[k]) for k in HISTOGRAM_FIELDS}}
@@ -152,11 +190,16 @@ def _day_rows(*, since: datetime) -> list[CallRollup]:
             day[k] += h[k]
         for k in HISTOGRAM_FIELDS:
             day[k] = histograms.merge([day[k], h[k]], max(len(day[k]), len(h[k])))
-    return [CallRollup(span=RollupSpan.DAY, **dict(zip(KEY, k, strict=True)), **v) for k, v in days.items()]
+    return [
+        CallRollup(span=RollupSpan.DAY, zone=zone_name, **dict(zip(KEY, k, strict=True)), **v)
+        for k, v in days.items()
+    ]
 
 
 def lift_points_record(*, snapshot: ResultSnapshot) -> int:
-    """Store the cumulative-lift points of one snapshot (both analyses; CUPED and unadjusted).
+    """Store the cumulative-lift points of one snapshot (both analyses; for a metric with a
+    covariate, the CUPED-on series -- adjusted, or the unadjusted fallback when CUPED was not
+    applied -- and the unadjusted one).
 
     Returns how many rows were written.
     """
@@ -179,10 +222,15 @@ def lift_points_record(*, snapshot: ResultSnapshot) -> int:
                 }
                 seq = (c.get("sequential") or {}).get("relative_ci") or (None, None)
                 ci = c.get("relative_ci") or (None, None)
+                # a metric with a covariate (its comparisons keep the unadjusted result apart): the
+                # primary numbers are the series read with CUPED on, adjusted or (the covariate
+                # failed the balance check) the unadjusted fallback
+                unadjusted = c.get("unadjusted")
+                covariate = unadjusted is not None
                 points.append(
                     LiftPoint(
                         **common,
-                        cuped=bool(c.get("cuped")),
+                        cuped=covariate,
                         relative_lift=c.get("relative_lift"),
                         ci_low=ci[0],
                         ci_high=ci[1],
@@ -190,8 +238,7 @@ def lift_points_record(*, snapshot: ResultSnapshot) -> int:
                         sequential_high=seq[1],
                     )
                 )
-                unadjusted = c.get("unadjusted")
-                if c.get("cuped") and unadjusted:
+                if covariate:
                     uci = unadjusted.get("relative_ci") or (None, None)
                     points.append(
                         LiftPoint(

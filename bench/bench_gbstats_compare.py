@@ -15,19 +15,24 @@ Where the methods coincide the numbers must agree to floating-point rounding, an
 * **ratios** (``RatioStatistic``): delta-method per-arm variance (Deng et al. 2018), same Welch t.
 * **sequential** (``SequentialTwoSidedTTest``): asymptotic confidence sequences (Waudby-Smith et al.,
   eq. 9 / 155 / 161) with ``sequential_tuning_parameter`` = 5000: same half-width and p-value.
-* **Bayesian** (``EffectBayesianABTest``, improper flat prior, relative effect): chance to win is
-  Φ(μ/σ) on the same Gaussian — identical; the credible interval too.
+* **Bayesian** for means and ratios (``EffectBayesianABTest``, improper flat prior, relative
+  effect): chance to win is Φ(μ/σ) on the same Gaussian — identical; the credible interval too.
 
 Where and why they differ (by design, printed as "differs" rows):
 
-* **proportions**: gbstats runs the Welch *t*-test with unpooled variances (p-value from a t with
-  Welch df); we use the two-proportion *z*-test with the pooled null variance for the p-value and
-  the unpooled (Wald) variance with a normal critical value for the CI (statsmodels'
-  ``proportions_ztest`` convention). At n ≥ a few thousand the two agree to ~1e-4 relative; on small
-  samples ours is the textbook test.
-* **relative p-value**: gbstats' relative test reports the p-value of the *relative* estimate over
-  its delta-method SE; we report one p-value per comparison, that of the absolute difference
-  (the quantity whose null is "no effect" exactly). They differ slightly; the CIs agree.
+* **proportions**: gbstats runs the Welch *t*-test with unpooled (Wald) variances for the p-value
+  and every interval; we use the two-proportion *z*-test with the pooled null variance for the
+  p-value (statsmodels' ``proportions_ztest``) and intervals that stay valid when an arm has 0 or n
+  successes, where a Wald variance is 0 (issue 32): Newcombe's hybrid score interval for the
+  difference, MOVER-R on Wilson limits for the relative lift, Agresti–Caffo estimates in the
+  confidence sequence, Beta(1, 1)-per-arm posteriors in the Bayesian engine (gbstats: a Gaussian
+  on the relative effect). On these arms (n 2,000–200,000, rate ~0.3) the absolute differences
+  stay small — CI bounds ≤ 8e-5 (absolute) / 7e-4 (relative), sequential ≤ 1.3e-4, credible
+  interval ≤ 7e-4, chance to win ≤ 0.002 — but the printed *relative* differences are large where
+  the values are near 0 (a bound next to 0; a chance to win of 7e-10 vs 2e-10).
+* **relative p-value**: not compared. Ours is the test dual to the relative CI shown (delta method
+  for means and ratios, as gbstats; for proportions the p-value at which the Newcombe / MOVER-R
+  intervals touch "no effect").
 * **CUPED**: gbstats' ``compute_theta`` pools the two arms into one sample (total covariance /
   total pre-period variance, so the arm difference leaks into θ); we use the within-arm pooled θ =
   ΣS_xy / ΣS_xx, the OLS coefficient of x in ``y ~ 1 + treatment + x`` (Lin 2013), which is
@@ -52,8 +57,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import benchlib
 
 DEFAULT_VENV = Path(os.environ.get("GBSTATS_VENV", "/tmp/gbstats-venv"))
 GBSTATS_VERSION = "0.8.0"
@@ -160,6 +163,8 @@ def worker() -> None:
 # ----------------------------------------------------------------------------------------------
 def ensure_venv(path: Path = DEFAULT_VENV) -> Path:
     """The gbstats venv's python, creating the venv and installing gbstats on first use."""
+    import benchlib  # not at the top: the --worker process runs in the gbstats venv, without the project
+
     return benchlib.ensure_venv(
         path,
         requirement=f"gbstats=={GBSTATS_VERSION}",
@@ -283,6 +288,8 @@ EXPECTED_DIFFERENCES = {
     ("proportion", "absolute_ci"),
     ("proportion", "relative_ci"),
     ("proportion", "sequential_relative_ci"),
+    ("proportion", "chance_to_win"),
+    ("proportion", "bayes_ci"),
     ("cuped", "absolute_lift"),
     ("cuped", "absolute_ci"),
     ("cuped", "p_value"),

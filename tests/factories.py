@@ -69,3 +69,13 @@ def api_key(scopes: list[str] | None = None) -> str:
     _, raw = api_key_create(name="test", scopes=scopes or ALL_SCOPES)
     config_version.invalidate_all()
     return raw
+
+
+def user_in_group(group: str, username: str = "pm"):
+    """A staff user in one of the roles a migration ships (``Analyst``, ``Product manager`` …)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user(username, f"{username}@example.com", "pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=group))
+    return user

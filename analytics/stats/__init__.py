@@ -5,11 +5,14 @@ Public API (stable):
 * inputs: :class:`ProportionStatistic`, :class:`MeanStatistic`,
   :class:`RatioStatistic`, :class:`CovariateStatistic`
 * :func:`compare` -> :class:`ComparisonResult` (frequentist fixed-horizon; Welch t,
-  two-proportion z, delta-method ratios, CUPED for CovariateStatistic)
+  two-proportion z with Newcombe / MOVER-R intervals, delta-method ratios, CUPED for
+  CovariateStatistic after a covariate balance check); ``interval_method`` /
+  ``relative_interval_method`` name how each interval was built (:class:`IntervalMethod`),
+  ``cuped_status`` whether CUPED was applied (:class:`CupedStatus`)
 * :func:`srm_test` -> :class:`SrmResult`
 * :func:`compare_cuped`, :func:`cuped_theta` (regression adjustment)
 * :func:`compare_sequential` (always-valid confidence sequences)
-* :func:`compare_bayesian` -> :class:`BayesianResult`
+* :func:`compare_bayesian` -> :class:`BayesianResult` (Gaussian; Beta-Binomial for proportions)
 * :func:`adjust_p_values` / :func:`holm` / :func:`benjamini_hochberg` / :func:`bonferroni`
 * power: :func:`power_mean`, :func:`sample_size_mean`, :func:`mde_mean`,
   :func:`power_proportion`, :func:`sample_size_proportion`, :func:`mde_proportion`
@@ -33,7 +36,7 @@ from .power import (
     sample_size_proportion,
     units_for_effect,
 )
-from .results import ComparisonResult, RelativeStatus, Status, json_safe
+from .results import ComparisonResult, CupedStatus, IntervalMethod, RelativeStatus, Status, json_safe
 from .sequential import compare_sequential, sequential_halfwidth, sequential_p_value, sequential_rho
 from .srm import SrmResult, srm_test
 from .statistics import CovariateStatistic, MeanStatistic, ProportionStatistic, RatioStatistic
@@ -43,6 +46,8 @@ __all__ = [
     "BayesianResult",
     "ComparisonResult",
     "CovariateStatistic",
+    "CupedStatus",
+    "IntervalMethod",
     "ManyComparisonResult",
     "MeanStatistic",
     "ProportionStatistic",

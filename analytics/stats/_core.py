@@ -13,7 +13,7 @@ from typing import Any
 
 from scipy import special
 
-from .results import ComparisonResult, RelativeStatus, Status
+from .results import ComparisonResult, IntervalMethod, RelativeStatus, Status
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 
@@ -43,10 +43,14 @@ def t_ppf(q: float, df: float | None) -> float:
 
 
 def welch_df(var_c: float, n_c: int, var_t: float, n_t: int) -> float:
-    """Welch-Satterthwaite degrees of freedom (Welch 1947; scipy ``_unequal_var_ttest_denom``)."""
+    """Welch-Satterthwaite degrees of freedom (Welch 1947; scipy ``_unequal_var_ttest_denom``).
+
+    Computed on the shares ``a / (a + b)``, ``b / (a + b)`` of the squared standard error, so tiny
+    variances (1e-174: their squares underflow to 0) give the same df as their scaled-up values."""
     a = var_c / n_c
     b = var_t / n_t
-    return (a + b) ** 2 / (a * a / (n_c - 1) + b * b / (n_t - 1))
+    ra, rb = a / (a + b), b / (a + b)
+    return 1.0 / (ra * ra / (n_c - 1) + rb * rb / (n_t - 1))
 
 
 def p_value_from_stat(stat: float, df: float | None, alternative: str) -> float:
@@ -106,7 +110,7 @@ def relative_moments(
     return RelativeStatus.OK, rel, math.sqrt(var_rel)
 
 
-_REL_REASON = {
+REL_REASON = {
     RelativeStatus.CONTROL_MEAN_ZERO: "relative lift suppressed: control mean is 0",
     RelativeStatus.CONTROL_MEAN_NEAR_ZERO: (
         "relative lift suppressed: control mean is not distinguishable from 0 "
@@ -131,7 +135,6 @@ def infer(
     mean_t: float,
     var_t: float,
     use_t: bool,
-    pooled_se: float | None = None,
     theta: float | None = None,
     variance_reduction: float | None = None,
     extra: dict[str, Any] | None = None,
@@ -140,8 +143,8 @@ def infer(
 
     * SE of the difference: sqrt(var_c/n_c + var_t/n_t) (unpooled).
     * ``use_t``: Student t with Welch-Satterthwaite df; otherwise standard normal.
-    * ``pooled_se``: if given, the test statistic/p-value use it instead (two-proportion
-      z-test under H0: p_c == p_t); the CI always uses the unpooled SE.
+    * Proportions have their own path (:func:`analytics.stats.frequentist._compare_proportions`:
+      pooled z-test, intervals valid at the boundary); here they only get the n < 2 status.
     """
     base: dict[str, Any] = {
         "method": method,
@@ -192,7 +195,7 @@ def infer(
     se2 = var_c / n_c + var_t / n_t
     se = math.sqrt(se2)
     df = welch_df(var_c, n_c, var_t, n_t) if use_t else None
-    stat = diff / (pooled_se if pooled_se is not None else se)
+    stat = diff / se
     p = p_value_from_stat(stat, df, alternative)
     crit = critical_value(alpha, df, alternative)
     abs_ci = ci(diff, se, crit, alternative)
@@ -205,7 +208,7 @@ def infer(
         rel_p = p_value_from_stat(rel / rel_se, df, alternative)
     return ComparisonResult(
         status=Status.OK,
-        reason=_REL_REASON.get(rel_status),
+        reason=REL_REASON.get(rel_status),
         control_mean=mean_c,
         treatment_mean=mean_t,
         absolute_lift=diff,
@@ -219,5 +222,7 @@ def infer(
         relative_p_value=rel_p,
         statistic=stat,
         df=df,
+        interval_method=IntervalMethod.WALD,
+        relative_interval_method=IntervalMethod.DELTA if rel_ci is not None else None,
         **base,
     )

@@ -11,11 +11,17 @@ MeanStatistic              Welch's unequal-variance t-test, Welch-Satterthwaite
 ProportionStatistic        two-proportion z-test.  **p-value / z statistic use
                            the pooled SE** sqrt(p(1-p)(1/n_c + 1/n_t)) with
                            p = (x_c + x_t)/(n_c + n_t) (the null-hypothesis SE;
-                           same as ``statsmodels proportions_ztest`` default);
-                           **CI uses the unpooled (Wald) SE**
-                           sqrt(p_c(1-p_c)/n_c + p_t(1-p_t)/n_t).  In rare
-                           borderline cases the two can disagree about
-                           significance.
+                           same as ``statsmodels proportions_ztest`` default).
+                           **Intervals are valid at 0 and n successes**: the
+                           absolute CI is Newcombe's hybrid score interval and
+                           the relative CI the MOVER-R interval of the ratio,
+                           both from each arm's Wilson interval (see
+                           :mod:`analytics.stats.proportions`); the relative
+                           p-value is the one dual to both intervals.  The
+                           pooled z p-value and the Newcombe interval can
+                           disagree about significance in rare borderline
+                           cases (``std_error`` stays the unpooled Wald SE,
+                           for power calculations).
 RatioStatistic             delta-method variance of each arm's ratio (Deng et
                            al. 2018), then Welch t with Welch-Satterthwaite df
                            on the delta-method variances (as GrowthBook gbstats)
@@ -32,8 +38,8 @@ from __future__ import annotations
 
 import math
 
-from . import _core
-from .results import ComparisonResult, Status
+from . import _core, proportions
+from .results import ComparisonResult, IntervalMethod, RelativeStatus, Status
 from .statistics import CovariateStatistic, MeanStatistic, ProportionStatistic, RatioStatistic
 
 __all__ = ["compare", "ComparisonResult"]
@@ -56,11 +62,14 @@ def compare(
             or ``"less"``.
 
     Returns:
-        :class:`ComparisonResult`.  Degenerate data never raises and never yields NaN:
+        :class:`ComparisonResult` (``interval_method`` / ``relative_interval_method`` name how
+        its intervals were built).  Degenerate data never raises and never yields NaN:
         ``status`` is ``"insufficient_data"`` (an arm with < 2 units),
         ``"zero_variance"`` (both arms constant, different values),
         ``"constant_identical"`` (both arms constant, same value) or
-        ``"ratio_denominator_zero"``; undefined fields are None.  The relative lift is
+        ``"ratio_denominator_zero"``; undefined fields are None.  Proportions are never
+        "constant": an arm with 0 or n successes still has binomial uncertainty, and gets
+        ``status="ok"`` with intervals valid at the boundary.  The relative lift is
         suppressed (``relative_status`` != "ok", with ``reason``) when the control mean
         is 0 or not distinguishable from 0.
 
@@ -101,23 +110,67 @@ def compare(
 def _compare_proportions(
     c: ProportionStatistic, t: ProportionStatistic, alpha: float, alternative: str
 ) -> ComparisonResult:
-    pooled_se = None
-    if c.n >= 1 and t.n >= 1:
-        p = (c.sum + t.sum) / (c.n + t.n)
-        pooled_var = p * (1.0 - p) * (1.0 / c.n + 1.0 / t.n)
-        pooled_se = math.sqrt(pooled_var) if pooled_var > 0 else None
-    return _core.infer(
+    """Two-proportion comparison with intervals valid at 0 and n successes (see the module table)."""
+    if c.n < 2 or t.n < 2:
+        return _core.infer(
+            method="two_proportion_z",
+            alpha=alpha,
+            alternative=alternative,
+            n_c=c.n,
+            mean_c=c.mean,
+            var_c=c.variance,
+            n_t=t.n,
+            mean_t=t.mean,
+            var_t=t.variance,
+            use_t=False,
+        )
+    x_c, n_c, x_t, n_t = c.sum, c.n, t.sum, t.n
+    p_c, p_t = c.mean, t.mean
+    diff = p_t - p_c
+    pooled = (x_c + x_t) / (n_c + n_t)
+    pooled_var = pooled * (1.0 - pooled) * (1.0 / n_c + 1.0 / n_t)
+    # both arms all 0 or all 1: the data are exactly the null hypothesis (z = 0, p = 1 two-sided)
+    stat = diff / math.sqrt(pooled_var) if pooled_var > 0 else 0.0
+    z = _core.critical_value(alpha, None, alternative)
+    low, high = proportions.newcombe(x_c, n_c, x_t, n_t, z)
+    abs_ci = (
+        low if alternative != "less" else -math.inf,
+        high if alternative != "greater" else math.inf,
+    )
+    rel: dict = {"relative_status": RelativeStatus.CONTROL_MEAN_ZERO}
+    if x_c > 0:
+        r_low, r_high = proportions.mover_r(x_c, n_c, x_t, n_t, z)
+        var_rel = t.variance / (n_t * p_c**2) + p_t**2 * c.variance / (n_c * p_c**4)
+        rel = {
+            "relative_status": RelativeStatus.OK,
+            "relative_lift": diff / p_c,
+            "relative_ci": (
+                float(r_low) - 1.0 if alternative != "less" else -math.inf,
+                float(r_high) - 1.0 if alternative != "greater" else math.inf,
+            ),
+            "relative_std_error": math.sqrt(var_rel) if var_rel > 0 else None,
+            "relative_p_value": _core.p_value_from_stat(
+                proportions.newcombe_z(x_c, n_c, x_t, n_t), None, alternative
+            ),
+            "relative_interval_method": IntervalMethod.MOVER_R,
+        }
+    return ComparisonResult(
+        status=Status.OK,
+        reason=_core.REL_REASON.get(rel["relative_status"]),
         method="two_proportion_z",
-        alpha=alpha,
         alternative=alternative,
-        n_c=c.n,
-        mean_c=c.mean,
-        var_c=c.variance,
-        n_t=t.n,
-        mean_t=t.mean,
-        var_t=t.variance,
-        use_t=False,
-        pooled_se=pooled_se,
+        alpha=float(alpha),
+        control_n=n_c,
+        treatment_n=n_t,
+        control_mean=p_c,
+        treatment_mean=p_t,
+        absolute_lift=diff,
+        absolute_ci=abs_ci,
+        std_error=math.sqrt(c.variance / n_c + t.variance / n_t),
+        p_value=_core.p_value_from_stat(stat, None, alternative),
+        statistic=stat,
+        interval_method=IntervalMethod.NEWCOMBE,
+        **rel,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ComparisonResult", "Status", "RelativeStatus", "json_safe"]
+__all__ = ["ComparisonResult", "CupedStatus", "IntervalMethod", "Status", "RelativeStatus", "json_safe"]
 
 
 class Status:
@@ -48,6 +48,42 @@ class RelativeStatus:
     ZERO_WIDTH = "zero_width_interval"
     #: the main comparison failed (see ``status``).
     NOT_COMPUTED = "not_computed"
+
+
+class IntervalMethod:
+    """Values of ``ComparisonResult.interval_method`` / ``relative_interval_method``: how the
+    absolute / relative interval was built."""
+
+    #: estimate ± (Welch t or normal) critical value × unpooled standard error (means, CUPED,
+    #: delta-method ratio metrics).
+    WALD = "wald"
+    #: relative lift ± critical value × its delta-method standard error (Deng et al. 2018).
+    DELTA = "delta"
+    #: difference of two proportions: Newcombe's hybrid score interval from each arm's Wilson
+    #: interval (Newcombe 1998, method 10; statsmodels ``confint_proportions_2indep(method=
+    #: "newcomb")``); valid with 0 or n successes in an arm.
+    NEWCOMBE = "newcombe"
+    #: ratio of two proportions (relative lift + 1): MOVER-R from each arm's Wilson interval
+    #: (Donner & Zou 2012); valid with 0 or n successes in an arm.
+    MOVER_R = "mover_r"
+    #: always-valid confidence sequence (Waudby-Smith et al. 2023) on the standard error.
+    CONFIDENCE_SEQUENCE = "confidence_sequence"
+    #: the same, on the Agresti–Caffo estimate and standard error of proportions (one success and
+    #: one failure added to each arm; Agresti & Caffo 2000), never a zero-width sequence.
+    CONFIDENCE_SEQUENCE_AGRESTI_CAFFO = "confidence_sequence_agresti_caffo"
+
+
+class CupedStatus:
+    """Values of ``ComparisonResult.cuped_status`` (None when the comparison had no covariate)."""
+
+    #: the regression adjustment was applied.
+    APPLIED = "applied"
+    #: the pre-period covariate differs between arms (Welch test p < the balance threshold): the
+    #: adjustment would carry the difference into the effect, so the unadjusted result is reported.
+    COVARIATE_IMBALANCED = "covariate_imbalanced"
+    #: the covariate is constant (typically missing, stored as 0) in one arm while it varies in the
+    #: other: the unadjusted result is reported.
+    COVARIATE_MISSING = "covariate_missing"
 
 
 def json_safe(value: Any) -> Any:
@@ -97,20 +133,26 @@ class ComparisonResult:
         std_error: standard error of absolute_lift (unpooled).
         relative_lift: absolute_lift / |control_mean|.
         relative_ci: delta-method CI on the ratio of means (Deng et al. 2018), not a
-            rescaled absolute CI.
+            rescaled absolute CI; for proportions the MOVER-R interval (Wilson limits).
         relative_std_error: delta-method standard error of relative_lift.
         relative_status: :class:`RelativeStatus` value.
         p_value: p-value of H0: no difference, for ``alternative`` (the absolute scale: the
             test that matches ``absolute_ci``).
-        relative_p_value: p-value of H0: relative lift = 0 from the same delta-method
-            statistic as ``relative_ci`` (``relative_lift / relative_std_error``), so the
-            relative CI excludes 0 exactly when ``relative_p_value < alpha``; report it
-            next to the relative CI. None when the relative lift is suppressed.
+        relative_p_value: p-value of H0: relative lift = 0 from the same test as
+            ``relative_ci`` (delta method: ``relative_lift / relative_std_error``; proportions:
+            the level at which the Newcombe / MOVER-R intervals touch 0), so the relative CI
+            excludes 0 exactly when ``relative_p_value < alpha``; report it next to the
+            relative CI. None when the relative lift is suppressed.
         statistic: t or z statistic.
         df: Welch-Satterthwaite degrees of freedom (None for z-tests).
         theta, variance_reduction: CUPED only -- the adjustment coefficient and the
             achieved fractional reduction of Var(absolute_lift) (0.3 == 30 %).
-        extra: method-specific additions (e.g. sequential tuning parameter).
+        interval_method, relative_interval_method: :class:`IntervalMethod` values naming how
+            ``absolute_ci`` / ``relative_ci`` were built (None when there is no interval).
+        cuped_status: :class:`CupedStatus` for a comparison with a covariate, else None.
+        warning: a human readable caveat the page must show next to the result (e.g. why CUPED
+            was not applied), else None.
+        extra: method-specific additions (e.g. sequential tuning parameter, covariate balance).
     """
 
     status: str
@@ -135,6 +177,10 @@ class ComparisonResult:
     reason: str | None = None
     theta: float | None = None
     variance_reduction: float | None = None
+    interval_method: str | None = None
+    relative_interval_method: str | None = None
+    cuped_status: str | None = None
+    warning: str | None = None
     extra: dict[str, Any] | None = None
 
     @property

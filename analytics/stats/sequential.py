@@ -26,12 +26,14 @@ All helpers accept floats or numpy arrays (they are plain ufunc expressions).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from . import _core
+from . import _core, proportions
 from .frequentist import compare
-from .results import ComparisonResult
+from .results import ComparisonResult, IntervalMethod, RelativeStatus
+from .statistics import ProportionStatistic
 
 __all__ = [
     "DEFAULT_TUNING_PARAMETER",
@@ -86,11 +88,19 @@ def compare_sequential(
     proportions, ratios, CUPED covariates -- the arm variances are computed the same
     way).  Uses normal asymptotics, so ``df`` is None and ``statistic`` is a z-score.
 
+    Proportions: an arm with 0 or n successes has a Wald variance of 0, which would make the
+    sequence ignore that arm's uncertainty; the sequence is therefore centred on the
+    Agresti–Caffo estimates with their standard error (Agresti & Caffo 2000: one success and
+    one failure added to each arm; :func:`analytics.stats.proportions.agresti_caffo`), never
+    zero-width. ``absolute_lift``/``relative_lift`` stay the observed ones.
+
     Returns:
         :class:`ComparisonResult` with ``method="sequential_<base method>"``, the
         confidence-sequence ``absolute_ci``/``relative_ci`` and the always-valid
-        ``p_value``; ``extra = {"tuning_parameter", "rho", "n_total"}``.  Degenerate
-        inputs yield the same statuses as :func:`compare`.
+        ``p_value`` (dual to them); ``interval_method`` = ``confidence_sequence`` or
+        ``confidence_sequence_agresti_caffo``; ``extra = {"tuning_parameter", "rho",
+        "n_total"}`` (+ ``agresti_caffo`` centres for proportions).  Degenerate inputs yield
+        the same statuses as :func:`compare`.
 
     Raises:
         ValueError: bad alpha or tuning_parameter.
@@ -103,22 +113,35 @@ def compare_sequential(
     extra.update({"tuning_parameter": float(tuning_parameter), "rho": rho, "n_total": n})
     if not base.ok:
         return dataclasses.replace(base, method="sequential_" + base.method, extra=extra)
-    se = base.std_error
-    z = base.absolute_lift / se
+    est, se = base.absolute_lift, base.std_error
+    rel, rel_se = base.relative_lift, base.relative_std_error
+    method = IntervalMethod.CONFIDENCE_SEQUENCE
+    if isinstance(control, ProportionStatistic):
+        # An arm with 0 or n successes has a Wald variance of 0: centre and scale the sequence on
+        # the Agresti–Caffo estimates instead (one success and one failure added to each arm).
+        pc, vc, pt, vt = proportions.agresti_caffo(control.sum, control.n, treatment.sum, treatment.n)
+        est, se = pt - pc, math.sqrt(vc + vt)
+        if base.relative_status == RelativeStatus.OK:
+            rel, rel_se = pt / pc - 1.0, math.sqrt(vt / pc**2 + pt**2 * vc / pc**4)
+        method = IntervalMethod.CONFIDENCE_SEQUENCE_AGRESTI_CAFFO
+        extra["agresti_caffo"] = {"absolute_lift": est, "relative_lift": rel if rel_se else None}
+    z = est / se
     hw = float(sequential_halfwidth(se, n, alpha, rho))
     rel_ci = rel_p = None
-    if base.relative_lift is not None and base.relative_std_error is not None:
-        rhw = float(sequential_halfwidth(base.relative_std_error, n, alpha, rho))
-        rel_ci = (base.relative_lift - rhw, base.relative_lift + rhw)
-        rel_p = float(sequential_p_value(base.relative_lift / base.relative_std_error, n, rho))
+    if rel is not None and rel_se:
+        rhw = float(sequential_halfwidth(rel_se, n, alpha, rho))
+        rel_ci = (rel - rhw, rel + rhw)
+        rel_p = float(sequential_p_value(rel / rel_se, n, rho))
     return dataclasses.replace(
         base,
         method="sequential_" + base.method,
-        absolute_ci=(base.absolute_lift - hw, base.absolute_lift + hw),
+        absolute_ci=(est - hw, est + hw),
         relative_ci=rel_ci,
         p_value=float(sequential_p_value(z, n, rho)),
         relative_p_value=rel_p,
         statistic=z,
         df=None,
+        interval_method=method,
+        relative_interval_method=method if rel_ci is not None else None,
         extra=extra,
     )

@@ -1,9 +1,10 @@
 """Vectorised comparisons over arrays of sufficient statistics.
 
 ``compare_many`` evaluates many metric x variant comparisons at once with numpy
-ufuncs (no Python loop), using exactly the formulas of
-:func:`analytics.stats.compare` (Welch t for means, two-proportion z for proportions,
-delta-method relative lift), and the same edge-case statuses.  Results agree with the
+ufuncs (no Python loop over rows), using exactly the formulas of
+:func:`analytics.stats.compare` (Welch t and delta-method relative lift for means; for
+proportions the pooled two-proportion z-test with Newcombe / MOVER-R intervals and the relative
+p-value dual to them), and the same edge-case statuses.  Results agree with the
 scalar path to floating-point rounding (see ``tests/analytics/test_stats_vectorized.py``).
 """
 
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from . import proportions
 from ._core import ZERO_MEAN_RTOL, ZERO_VAR_RTOL, check_args
-from .results import ComparisonResult, RelativeStatus, Status
+from .results import ComparisonResult, IntervalMethod, RelativeStatus, Status
 
 __all__ = ["compare_many", "ManyComparisonResult"]
 
@@ -44,6 +46,9 @@ class ManyComparisonResult:
     method: str
     alternative: str
     alpha: float
+    #: how each row's intervals were built (:class:`IntervalMethod`; rows without one get None).
+    interval_method: str
+    relative_interval_method: str
     status: np.ndarray  # str
     relative_status: np.ndarray  # str
     control_n: np.ndarray
@@ -97,6 +102,8 @@ class ManyComparisonResult:
             statistic=f(self.statistic),
             df=f(self.df),
             reason=_REASONS.get(st) if not ok else _REASONS.get(rs),
+            interval_method=self.interval_method if ok else None,
+            relative_interval_method=self.relative_interval_method if rel_ok else None,
         )
 
     def to_results(self) -> list[ComparisonResult]:
@@ -157,7 +164,8 @@ def compare_many(
             a common 1-D shape ``(k,)`` (scalars allowed).
         control_sum_squares, treatment_sum_squares: required for ``kind="mean"``.
         kind: ``"mean"`` (Welch t, Welch-Satterthwaite df) or ``"proportion"``
-            (two-proportion z; pooled SE for the statistic/p-value, unpooled for CIs).
+            (two-proportion z with the pooled SE for the statistic/p-value; Newcombe and
+            MOVER-R intervals, valid with 0 or n successes, see :mod:`analytics.stats.proportions`).
         alpha, alternative: as :func:`analytics.stats.compare`.
 
     Returns:
@@ -177,7 +185,10 @@ def compare_many(
     )
     if n_c.ndim != 1:
         raise ValueError("inputs must broadcast to a 1-D shape")
-    is_t = kind == "mean"
+    if kind == "proportion":
+        x_c = np.broadcast_to(_arr("control_sum", control_sum), n_c.shape)
+        x_t = np.broadcast_to(_arr("treatment_sum", treatment_sum), n_c.shape)
+        return _many_proportions(n_c, x_c, v_c, n_t, x_t, v_t, alpha, alternative)
     two = alternative == "two-sided"
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -195,20 +206,16 @@ def compare_many(
         b = v_t / n_t
         se2 = a + b
         se = np.sqrt(se2)
-        if is_t:
-            df = se2 * se2 / (a * a / (n_c - 1.0) + b * b / (n_t - 1.0))
-            df = np.where(ok, df, np.nan)
-            stat = diff / se
-        else:
-            df = np.full_like(se, np.nan)
-            pp = (m_c * n_c + m_t * n_t) / (n_c + n_t)
-            stat = diff / np.sqrt(pp * (1.0 - pp) * (1.0 / n_c + 1.0 / n_t))
+        ra, rb = a / se2, b / se2  # shares of the squared SE: no underflow (see _core.welch_df)
+        df = 1.0 / (ra * ra / (n_c - 1.0) + rb * rb / (n_t - 1.0))
+        df = np.where(ok, df, np.nan)
+        stat = diff / se
 
         def cdf(x):
-            return special.stdtr(df, x) if is_t else special.ndtr(x)
+            return special.stdtr(df, x)
 
         def ppf(q):
-            return special.stdtrit(df, q) if is_t else special.ndtri(q)
+            return special.stdtrit(df, q)
 
         if two:
             p = np.minimum(1.0, 2.0 * cdf(-np.abs(stat)))
@@ -261,7 +268,9 @@ def compare_many(
     have_t = n_t >= 1
     abs_lift = np.where(have_c & have_t, np.where(both_zero & same, 0.0, diff), nan)
     return ManyComparisonResult(
-        method="welch_t" if is_t else "two_proportion_z",
+        method="welch_t",
+        interval_method=IntervalMethod.WALD,
+        relative_interval_method=IntervalMethod.DELTA,
         alternative=alternative,
         alpha=float(alpha),
         status=status,
@@ -282,4 +291,68 @@ def compare_many(
         relative_p_value=np.where(rel_ok, rel_p, nan),
         statistic=np.where(ok, stat, nan),
         df=df,
+    )
+
+
+def _many_proportions(n_c, x_c, v_c, n_t, x_t, v_t, alpha: float, alternative: str) -> ManyComparisonResult:
+    """The proportion rows of :func:`compare_many`: the scalar path's formulas on arrays (pooled z
+    p-value; Newcombe and MOVER-R intervals; the relative p-value dual to them)."""
+    nan = np.nan
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ok = (n_c >= 2) & (n_t >= 2)
+        p_c = np.where(n_c > 0, x_c / np.where(n_c > 0, n_c, 1.0), nan)
+        p_t = np.where(n_t > 0, x_t / np.where(n_t > 0, n_t, 1.0), nan)
+        # rows without inference get placeholder arms (1 of 2) so no formula sees n = 0
+        nc, nt = np.where(ok, n_c, 2.0), np.where(ok, n_t, 2.0)
+        x_c, x_t = np.where(ok, x_c, 1.0), np.where(ok, x_t, 1.0)
+        diff = p_t - p_c
+        pooled = (x_c + x_t) / (nc + nt)
+        pooled_var = pooled * (1.0 - pooled) * (1.0 / nc + 1.0 / nt)
+        stat = np.where(pooled_var > 0, (x_t / nt - x_c / nc) / np.sqrt(pooled_var), 0.0)
+        crit = special.ndtri(1.0 - alpha / 2.0 if alternative == "two-sided" else 1.0 - alpha)
+        low, high = proportions.newcombe(x_c, nc, x_t, nt, crit)
+        rel_ok = ok & (x_c > 0)
+        r_low, r_high = proportions.mover_r(np.where(rel_ok, x_c, 1.0), nc, x_t, nt, crit)
+        zstar = proportions.newcombe_z(x_c, nc, x_t, nt)
+        mc2 = p_c * p_c
+        rel_var = v_t / (n_t * mc2) + p_t * p_t * v_c / (n_c * mc2 * mc2)
+        rel_se = np.sqrt(rel_var)
+        rel = diff / p_c
+        se = np.sqrt(v_c / n_c + v_t / n_t)
+
+    def p_of(z):
+        if alternative == "two-sided":
+            return np.minimum(1.0, 2.0 * special.ndtr(-np.abs(z)))
+        return special.ndtr(-z) if alternative == "greater" else special.ndtr(z)
+
+    inf = np.full_like(diff, np.inf)
+    have_c, have_t = n_c >= 1, n_t >= 1
+    return ManyComparisonResult(
+        method="two_proportion_z",
+        interval_method=IntervalMethod.NEWCOMBE,
+        relative_interval_method=IntervalMethod.MOVER_R,
+        alternative=alternative,
+        alpha=float(alpha),
+        status=np.where(ok, Status.OK, Status.INSUFFICIENT_DATA),
+        relative_status=np.where(
+            ok,
+            np.where(rel_ok, RelativeStatus.OK, RelativeStatus.CONTROL_MEAN_ZERO),
+            RelativeStatus.NOT_COMPUTED,
+        ),
+        control_n=n_c.astype(np.int64),
+        treatment_n=n_t.astype(np.int64),
+        control_mean=np.where(have_c, p_c, nan),
+        treatment_mean=np.where(have_t, p_t, nan),
+        absolute_lift=np.where(have_c & have_t, diff, nan),
+        ci_low=np.where(ok, low if alternative != "less" else -inf, nan),
+        ci_high=np.where(ok, high if alternative != "greater" else inf, nan),
+        std_error=np.where(ok, se, nan),
+        relative_lift=np.where(rel_ok, rel, nan),
+        relative_ci_low=np.where(rel_ok, r_low - 1.0 if alternative != "less" else -inf, nan),
+        relative_ci_high=np.where(rel_ok, r_high - 1.0 if alternative != "greater" else inf, nan),
+        relative_std_error=np.where(rel_ok & (rel_var > 0), rel_se, nan),
+        p_value=np.where(ok, p_of(stat), nan),
+        relative_p_value=np.where(rel_ok, p_of(zstar), nan),
+        statistic=np.where(ok, stat, nan),
+        df=np.full_like(diff, nan),
     )

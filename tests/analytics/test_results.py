@@ -21,6 +21,7 @@ from analytics.services import results_compute
 from muse_experiments.models import AuditEntry
 from routing.models import KillSwitch
 from tests.analytics.conftest import T0
+from tests.factories import user_in_group
 
 
 def _metric(result, name):
@@ -164,6 +165,85 @@ def test_cuped_adjusted_lift_equals_the_ols_treatment_coefficient_and_reports_va
     assert cheap["status"] == "insufficient_data"  # no units: explicit status, no NaN
 
 
+def _cuped_units(raw, *, treatment_pre: bool, units: int = 60):
+    """Units whose output tokens before and after exposure follow their own habit; the treatment
+    arm's pre-period calls are left out (``treatment_pre=False``: its covariate is missing)."""
+    rng = random.Random(3)
+    MetricDefinition.objects.filter(name="output_tokens").update(covariate_lookback_days=14)
+    for i in range(units):
+        unit, variant = f"u{i}", ["control", "fast"][i % 2]
+        habit = rng.randint(100, 1000)
+        raw.expose(unit, variant)
+        if variant == "control" or treatment_pre:
+            pre = habit + rng.randint(-50, 50)
+            raw.call(unit, None, in_experiment=False, at=T0 - timedelta(days=3), output_tokens=pre)
+        raw.call(unit, variant, output_tokens=habit + rng.randint(-50, 50))
+    experiment = raw.experiment
+    experiment.primary_metric = "output_tokens"
+    experiment.save(update_fields=["primary_metric"])
+    return experiment
+
+
+@pytest.mark.django_db
+def test_cuped_with_a_covariate_missing_in_one_arm_reports_the_unadjusted_result_and_why(three_arms, client):
+    """Issue 32: pre-period data for the control arm only. CUPED would turn a null difference into
+    a huge 'significant' one; the snapshot keeps the unadjusted result, says why, and the page
+    shows it (CUPED column and a warning)."""
+
+    from analytics.models import LiftPoint
+
+    experiment = _cuped_units(three_arms, treatment_pre=False)
+    snapshot = results_compute(experiment=experiment)
+    c = _cmp(_metric(snapshot.results, "output_tokens"), "fast")
+    assert c["cuped"] is False and c["cuped_status"] == "covariate_missing" and c["method"] == "welch_t"
+    assert c["absolute_lift"] == pytest.approx(c["unadjusted"]["absolute_lift"], rel=1e-12)
+    assert c["p_value"] == pytest.approx(c["unadjusted"]["p_value"], rel=1e-12)
+    assert c["p_value"] > 0.05 and "treatment arm" in c["warning"]
+    assert c["sequential"]["cuped_status"] == "covariate_missing"
+    # the CUPED-on lift series keeps its point (the fallback), next to the unadjusted one
+    points = LiftPoint.objects.filter(
+        snapshot=snapshot, analysis="itt", metric="output_tokens", variant_key="fast"
+    )
+    assert sorted(points.values_list("cuped", flat=True)) == [False, True]
+    client.force_login(user_in_group("Analyst"))
+    rows = client.get(f"/results/{experiment.key}/", {"export": "json", "table": "metrics"}).json()["rows"]
+    row = next(r for r in rows if r["metric_name"] == "output_tokens" and r["variant"] == "fast")
+    assert row["cuped"] == "no: covariate missing in the treatment arm"
+    assert row["cuped_status"] == "covariate_missing"
+    page = client.get(f"/results/{experiment.key}/").content.decode()
+    assert "no: covariate missing in the treatment arm" in page
+    assert "CUPED not applied to Output tokens per unit for fast" in page
+
+
+@pytest.mark.django_db
+def test_cuped_with_an_imbalanced_covariate_says_so_with_the_balance_p_value(three_arms, client):
+
+    MetricDefinition.objects.filter(name="output_tokens").update(covariate_lookback_days=14)
+    rng = random.Random(4)
+    for i in range(80):
+        unit, variant = f"u{i}", ["control", "fast"][i % 2]
+        three_arms.expose(unit, variant)
+        shift = 800 if variant == "fast" else 0  # the treatment's pre-period counted other traffic
+        pre = rng.randint(100, 200) + shift
+        three_arms.call(unit, None, in_experiment=False, at=T0 - timedelta(days=3), output_tokens=pre)
+        three_arms.call(unit, variant, output_tokens=pre - shift + rng.randint(-20, 20))
+    experiment = three_arms.experiment
+    experiment.primary_metric = "output_tokens"
+    experiment.save(update_fields=["primary_metric"])
+    c = _cmp(_metric(results_compute(experiment=experiment).results, "output_tokens"), "fast")
+    assert c["cuped_status"] == "covariate_imbalanced" and c["cuped"] is False
+    assert c["extra"]["covariate_balance"]["p_value"] < 1e-10
+    client.force_login(user_in_group("Analyst"))
+    page = client.get(f"/results/{experiment.key}/").content.decode()
+    assert "no: covariate imbalanced (p &lt; 0.001)" in page
+    assert "differs between arms (p &lt; 0.001" in page
+    off = client.get(f"/results/{experiment.key}/", {"cuped": "off", "export": "json", "table": "metrics"})
+    row = next(
+        r for r in off.json()["rows"] if r["metric_name"] == "output_tokens" and r["variant"] == "fast"
+    )
+    assert row["cuped"] == "no: covariate imbalanced (p < 0.001)"
+
+
 @pytest.mark.django_db
 def test_edge_cases_give_statuses_and_json_without_nan(three_arms):
     three_arms.expose("a", "control")
@@ -184,7 +264,11 @@ def test_edge_cases_give_statuses_and_json_without_nan(three_arms):
     assert _metric(r, "no_such_metric")["status"] == "undefined_metric"
     assert _cmp(_metric(r, "latency_ms"), "fast")["status"] == "constant_identical"
     assert _cmp(_metric(r, "latency_ms"), "cheap")["status"] == "insufficient_data"
-    assert _cmp(_metric(r, "task_success"), "fast")["status"] == "constant_identical"  # all zero
+    # no success in either arm (0/2 vs 0/2): still an interval (Newcombe), no relative lift
+    success = _cmp(_metric(r, "task_success"), "fast")
+    assert success["status"] == "ok" and success["interval_method"] == "newcombe"
+    assert success["absolute_ci"][0] < 0 < success["absolute_ci"][1] and success["p_value"] == 1.0
+    assert success["relative_status"] == "control_mean_zero"
     assert r["srm"]["flagged"] is False or r["srm"]["status"] in ("ok", "no_data")
 
 
@@ -270,9 +354,13 @@ def test_a_metric_with_no_successes_in_one_arm_keeps_the_snapshot(three_arms):
     snapshot = results_compute(experiment=three_arms.experiment)
     json.dumps(snapshot.results, allow_nan=False)
     fast = _cmp(_metric(snapshot.results, "task_success"), "fast")
-    assert fast["status"] == "ok" and fast["relative_status"] == "zero_width_interval"
-    assert fast["relative_ci"] is None and fast["relative_p_value"] is None and fast["relative_lift"] == -1.0
-    assert fast["bayesian"]["status"] in ("ok", "zero_width_interval")
+    # the 0/20 arm is not "known exactly": intervals valid at the boundary (issue 32)
+    assert fast["status"] == "ok" and fast["relative_status"] == "ok" and fast["relative_lift"] == -1.0
+    assert fast["relative_interval_method"] == "mover_r" and fast["interval_method"] == "newcombe"
+    assert fast["relative_ci"][0] == -1.0 and -1.0 < fast["relative_ci"][1] < 0
+    assert fast["relative_p_value"] < 0.05
+    assert fast["bayesian"]["status"] == "ok" and fast["bayesian"]["model"] == "beta_binomial"
+    assert fast["sequential"]["interval_method"] == "confidence_sequence_agresti_caffo"
     assert fast["p_value"] == pytest.approx(proportions_ztest([0, 10], [20, 20])[1], rel=1e-9)
 
 

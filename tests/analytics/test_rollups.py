@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import csv
+import io
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.management import call_command
 from django.db.models import Sum
+from django.utils import timezone
 
-from analytics.histograms import COST_USD, LATENCY_MS
+from analytics.dashboards import ResultsOptions, results_dashboard, routing_health
+from analytics.histograms import COST_USD, LATENCY_MS, TOKENS
 from analytics.models import CallRollup, LiftPoint, RollupSpan
 from analytics.rollups import call_rollup_refresh
 from analytics.services import results_compute
 from tests.analytics.conftest import T0
+from tests.factories import user_in_group
 
 
 def _rows(raw):
@@ -74,3 +81,157 @@ def test_each_snapshot_stores_lift_points_for_both_populations(three_arms):
         pytest.approx(band[0]) if band[0] is not None else None,
         pytest.approx(band[1]) if band[1] is not None else None,
     )
+
+
+def _calls_row(raw, variant: str, **dates) -> dict:
+    options = ResultsOptions(phase=raw.phase, **dates)
+    table = results_dashboard(experiment=raw.experiment, options=options)["tables"]["calls"]
+    return next(r for r in table.rows if r["variant"] == variant)
+
+
+@pytest.mark.django_db
+def test_tokens_per_call_counts_reasoning_once(three_arms):
+    """Issue 32: 1,000 input and 300 output tokens (200 of them reasoning) is 1,300 tokens, not
+    1,500: the providers' output count already includes the reasoning tokens."""
+    three_arms.expose("u1", "fast")
+    three_arms.call("u1", "fast", input_tokens=1000, output_tokens=300, reasoning_tokens=200)
+    call_rollup_refresh()
+    for span in (RollupSpan.HOUR, RollupSpan.DAY):
+        row = CallRollup.objects.get(span=span, experiment_id=three_arms.experiment.id, calls=1)
+        assert row.tokens == 1300
+        assert row.tokens_hist[TOKENS.index(1300)] == 1 and sum(row.tokens_hist) == 1
+    assert _calls_row(three_arms, "fast")["tokens_per_call"] == 1300
+
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def _day_rows(raw) -> dict[str, int]:
+    """``{local day: calls}`` of the experiment's day rows, days read in the current zone."""
+    zone = timezone.get_current_timezone()
+    out: dict[str, int] = {}
+    for bucket, calls in CallRollup.objects.filter(
+        span=RollupSpan.DAY, experiment_id=raw.experiment.id, calls__gt=0
+    ).values_list("bucket", "calls"):
+        local = bucket.astimezone(zone)
+        assert (local.hour, local.minute) == (0, 0)  # a day row starts at a local midnight
+        out[local.date().isoformat()] = out.get(local.date().isoformat(), 0) + calls
+    return out
+
+
+@pytest.mark.django_db
+def test_a_late_evening_new_york_exposure_counts_on_its_new_york_day(three_arms, settings):
+    """Issue 32: a 23:30 New York exposure on 12-02 (04:30 UTC on 12-03) belongs to 12-02 in every
+    day bucket: day rows, the daily chart, the date range of the calls table and its CSV export."""
+    settings.TIME_ZONE = "America/New_York"  # what MUSE_REPORTING_TIME_ZONE sets
+    at = datetime(2026, 12, 2, 23, 30, tzinfo=NEW_YORK)
+    three_arms.expose("u1", "fast", at=at)
+    three_arms.call("u1", "fast", at=at + timedelta(minutes=1))
+    call_rollup_refresh()
+    assert _day_rows(three_arms) == {"2026-12-02": 1}
+    days = CallRollup.objects.filter(span=RollupSpan.DAY, experiment_id=three_arms.experiment.id)
+    assert set(days.values_list("bucket", "zone")) == {
+        (datetime(2026, 12, 2, 5, 0, tzinfo=UTC), "America/New_York")
+    }
+    data = results_dashboard(experiment=three_arms.experiment, options=ResultsOptions(phase=three_arms.phase))
+    assert data["exposures"]["labels"] == ["2026-12-02"]
+    assert data["exposures"]["series"]["fast"] == [1]
+    assert (
+        _calls_row(three_arms, "fast", date_from=date(2026, 12, 2), date_to=date(2026, 12, 2))["calls"] == 1
+    )
+    assert _calls_row(three_arms, "fast", date_from=date(2026, 12, 3))["calls"] == 0
+
+
+@pytest.mark.django_db
+def test_the_calls_csv_export_of_a_new_york_day_holds_its_late_evening_calls(three_arms, settings, client):
+    settings.TIME_ZONE = "America/New_York"
+    three_arms.call("u1", "fast", at=datetime(2026, 12, 2, 23, 30, tzinfo=NEW_YORK))
+    three_arms.call("u2", "fast", at=datetime(2026, 12, 3, 0, 30, tzinfo=NEW_YORK))
+    call_rollup_refresh()
+    client.force_login(user_in_group("Analyst"))
+    export = client.get(
+        f"/results/{three_arms.experiment.key}/",
+        {"export": "csv", "table": "calls", "from": "2026-12-02", "to": "2026-12-02"},
+    )
+    rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(export.content.decode()))}
+    assert rows["fast"]["calls"] == "1"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("day", "first_utc", "hours"),
+    [
+        (date(2026, 3, 8), datetime(2026, 3, 8, 5, 0, tzinfo=UTC), 23),  # clocks go forward
+        (date(2026, 11, 1), datetime(2026, 11, 1, 4, 0, tzinfo=UTC), 25),  # clocks go back
+    ],
+)
+def test_a_dst_change_day_is_one_local_day_of_23_or_25_hours(three_arms, settings, day, first_utc, hours):
+    settings.TIME_ZONE = "America/New_York"
+    early = datetime.combine(day, datetime.min.time(), NEW_YORK) + timedelta(minutes=30)
+    late = first_utc + timedelta(hours=hours, minutes=-30)  # 23:30 local, after the change
+    assert late.astimezone(NEW_YORK).date() == day and late.astimezone(NEW_YORK).hour == 23
+    for i, at in enumerate((early, late, late + timedelta(hours=1))):
+        three_arms.expose(f"u{i}", "fast", at=at)
+        three_arms.call(f"u{i}", "fast", at=at)
+    call_rollup_refresh()
+    following = (day + timedelta(days=1)).isoformat()
+    assert _day_rows(three_arms) == {day.isoformat(): 2, following: 1}
+    buckets = sorted(
+        CallRollup.objects.filter(span=RollupSpan.DAY, experiment_id=three_arms.experiment.id)
+        .values_list("bucket", flat=True)
+        .distinct()
+    )
+    assert buckets == [first_utc, first_utc + timedelta(hours=hours)]
+    data = results_dashboard(experiment=three_arms.experiment, options=ResultsOptions(phase=three_arms.phase))
+    assert data["exposures"]["labels"] == [day.isoformat(), following]
+    assert data["exposures"]["series"]["fast"] == [2, 1]
+    assert _calls_row(three_arms, "fast", date_from=day, date_to=day)["calls"] == 2
+
+
+@pytest.mark.django_db
+def test_a_half_hour_zone_cuts_the_hour_at_its_midnight(three_arms, settings):
+    """Asia/Kolkata is UTC+5:30: the UTC hour 18:00-19:00 straddles local midnight."""
+    settings.TIME_ZONE = "Asia/Kolkata"
+    three_arms.call("u1", "fast", at=datetime(2026, 12, 2, 18, 10, tzinfo=UTC))  # 23:40 on 12-02
+    three_arms.call("u2", "fast", at=datetime(2026, 12, 2, 18, 40, tzinfo=UTC))  # 00:10 on 12-03
+    call_rollup_refresh()
+    assert _day_rows(three_arms) == {"2026-12-02": 1, "2026-12-03": 1}
+    hours = CallRollup.objects.filter(span=RollupSpan.HOUR, experiment_id=three_arms.experiment.id)
+    assert sorted(hours.values_list("bucket", "calls")) == [
+        (datetime(2026, 12, 2, 18, 0, tzinfo=UTC), 1),
+        (datetime(2026, 12, 2, 18, 30, tzinfo=UTC), 1),
+    ]
+    health = routing_health(now=datetime(2026, 12, 2, 19, 5, tzinfo=UTC))
+    assert sum(health["chart"]["series"]["avocado-v15"]) == 2
+
+
+@pytest.mark.django_db
+def test_rows_cut_in_another_zone_are_rebuilt_never_mixed(three_arms, settings):
+    """After the reporting zone changes (or rows from before days followed it: zone ""), the next
+    refresh rebuilds every row; until then the pages read none of them."""
+    at = datetime(2026, 12, 2, 23, 30, tzinfo=NEW_YORK)
+    three_arms.expose("u1", "fast", at=at)
+    three_arms.call("u1", "fast", at=at, input_tokens=1000, output_tokens=300, reasoning_tokens=200)
+    call_rollup_refresh()
+    assert _day_rows(three_arms) == {"2026-12-03": 1}  # a UTC day: the zone is UTC
+    CallRollup.objects.update(zone="", tokens=1500)  # as migration 0008 finds the rows
+    settings.TIME_ZONE = "America/New_York"
+    options = ResultsOptions(phase=three_arms.phase)
+    assert results_dashboard(experiment=three_arms.experiment, options=options)["exposures"]["labels"] == []
+    call_rollup_refresh()
+    assert set(CallRollup.objects.values_list("zone", flat=True)) == {"America/New_York"}
+    assert _day_rows(three_arms) == {"2026-12-02": 1}
+    assert set(CallRollup.objects.filter(calls=1).values_list("tokens", flat=True)) == {1300}
+    data = results_dashboard(experiment=three_arms.experiment, options=options)
+    assert data["exposures"]["labels"] == ["2026-12-02"]
+
+
+@pytest.mark.django_db
+def test_the_rebuild_command_recomputes_every_row(three_arms, settings):
+    three_arms.call("u1", "fast", at=T0)
+    call_rollup_refresh()
+    CallRollup.objects.update(tokens=0)
+    out = io.StringIO()
+    call_command("analytics_rollup_rebuild", stdout=out)
+    assert "days in UTC" in out.getvalue()
+    assert set(CallRollup.objects.filter(calls=1).values_list("tokens", flat=True)) == {30}

@@ -10,6 +10,7 @@ import pytest
 import scipy.stats as st
 from hypothesis import given, settings
 from hypothesis import strategies as hs
+from statsmodels.stats.proportion import proportions_ztest
 
 from analytics.stats import (
     MeanStatistic,
@@ -25,26 +26,27 @@ def _check(result) -> None:
 
 
 @pytest.mark.parametrize("relative", [True, False])
-def test_bayesian_on_an_arm_with_no_successes_gives_a_status(relative):
+def test_bayesian_on_an_arm_with_no_successes_has_a_beta_posterior(relative):
     result = compare_bayesian(ProportionStatistic(3, 2), ProportionStatistic(3, 0), relative=relative)
     _check(result)
-    if relative:
-        assert result.status == "zero_width_interval" and result.chance_to_win is None
-    else:
-        assert result.status == "ok" and 0 <= result.chance_to_win <= 1
+    assert result.status == "ok" and result.model == "beta_binomial"
+    low, high = result.credible_interval
+    assert low < result.posterior_mean < high and 0 < result.chance_to_win < 0.5
 
 
 @pytest.mark.parametrize(("c", "t"), [((3, 2), (3, 0)), ((1000, 5), (1000, 0)), ((20, 10), (20, 0))])
-def test_a_zero_width_relative_interval_is_not_reported(c, t):
+def test_an_arm_with_no_successes_gets_a_relative_interval_valid_at_the_boundary(c, t):
+    """Issue 32: the 0/n arm is not known exactly. Its Wald variance is 0, which gave a zero-width
+    relative interval (then suppressed); MOVER-R on Wilson limits gives [-100 %, U) with U < 0
+    only when the data say so."""
     result = compare(ProportionStatistic(*c), ProportionStatistic(*t))
-    assert result.status == "ok"  # the absolute test is fine (the control arm varies)
-    assert result.relative_status == "zero_width_interval"
-    assert (
-        result.relative_ci is None and result.relative_std_error is None and result.relative_p_value is None
-    )
-    assert result.relative_lift == -1.0 and "zero-width" in result.reason
+    assert result.status == "ok" and result.relative_status == "ok"
+    assert result.relative_interval_method == "mover_r" and result.relative_lift == -1.0
+    low, high = result.relative_ci
+    assert low == -1.0 and high > -1.0
+    assert (result.relative_p_value < 0.05) == (high < 0)
     seq = compare_sequential(ProportionStatistic(*c), ProportionStatistic(*t))
-    assert seq.relative_ci is None and seq.relative_p_value is None
+    assert seq.relative_ci[1] > seq.relative_ci[0] and seq.relative_p_value is not None
 
 
 def test_relative_p_value_is_the_delta_method_test_of_the_relative_ci():
@@ -61,18 +63,21 @@ def test_relative_p_value_is_the_delta_method_test_of_the_relative_ci():
 
 
 def test_relative_and_absolute_p_can_differ_and_each_matches_its_own_interval():
-    # a noisy control mean: the ratio's SE adds the control's uncertainty
+    # proportions: the pooled z-test for the absolute difference; the relative p-value is the one
+    # dual to the Newcombe / MOVER-R intervals shown
     c, t = ProportionStatistic(400, 40), ProportionStatistic(400, 58)
     r = compare(c, t)
-    assert (r.p_value < r.alpha) == (
-        r.absolute_ci[0] > 0 or r.absolute_ci[1] < 0
-    ) or r.method == "two_proportion_z"
     assert (r.relative_p_value < r.alpha) == (r.relative_ci[0] > 0 or r.relative_ci[1] < 0)
-    # relative delta-method z by hand (Deng et al. 2018; Bernoulli variance p(1 - p))
+    assert r.p_value == pytest.approx(proportions_ztest([58, 40], [400, 400])[1], rel=1e-9)
+    assert r.relative_p_value != pytest.approx(r.p_value, rel=1e-3)
+    # the relative standard error stays the delta method's (Deng et al. 2018; Bernoulli p(1 - p))
     pc, pt = 0.1, 0.145
     var = pt * (1 - pt) / (400 * pc**2) + pt**2 * pc * (1 - pc) / (400 * pc**4)
     assert r.relative_std_error == pytest.approx(math.sqrt(var), rel=1e-9)
-    assert r.relative_p_value == pytest.approx(2 * st.norm.sf(abs(0.45 / math.sqrt(var))), rel=1e-9)
+    for alpha in (0.01, 0.05, 0.1, 0.2):  # at every level: p < alpha iff the interval excludes 0
+        a = compare(c, t, alpha=alpha)
+        assert (a.relative_p_value < alpha) == (a.relative_ci[0] > 0)
+        assert (a.relative_p_value < alpha) == (a.absolute_ci[0] > 0)
 
 
 counts = hs.integers(0, 30)

@@ -92,7 +92,7 @@ def test_aa_peeking_false_positive_rate_bounded_by_alpha():
     ("c", "t", "status"),
     [
         (MeanStatistic(1, 1, 1), MeanStatistic(5, 5, 7), Status.INSUFFICIENT_DATA),
-        (ProportionStatistic(100, 0), ProportionStatistic(100, 0), Status.CONSTANT_IDENTICAL),
+        (ProportionStatistic(1, 0), ProportionStatistic(100, 0), Status.INSUFFICIENT_DATA),
     ],
 )
 def test_sequential_edge_cases(c, t, status):

@@ -297,3 +297,22 @@ def test_csv_exports_write_a_metric_label_and_a_kill_reason_as_text_not_formulas
     # the JSON export keeps the raw value (it is not opened by spreadsheets)
     kills = staff.get("/results/ana/", {"export": "json", "table": "kills"}).json()["rows"]
     assert [r["reason"] for r in kills] == [FORMULA]
+
+
+def test_each_row_names_how_its_interval_was_built(staff, ana):
+    """Issue 32: the result says which interval it is, and the page shows it next to the interval."""
+    rows = staff.get("/results/ana/", {"export": "json", "table": "metrics"}).json()["rows"]
+    methods = {(r["metric_name"], r["variant"]): r["interval"] for r in rows if r["variant"]}
+    assert methods[("task_success", "fast")] == "mover_r"  # a conversion rate: Wilson-based
+    assert methods[("latency_ms", "fast")] == "confidence_sequence"  # the guardrail's sequence
+    page = staff.get("/results/ana/").content.decode()
+    assert "MOVER-R (Wilson)" in page and "Always-valid sequence" in page and ">Interval<" in page
+    bayes = staff.get("/results/ana/", {"engine": "bayesian", "export": "json", "table": "metrics"}).json()
+    success = next(r for r in bayes["rows"] if r["metric_name"] == "task_success" and r["variant"] == "fast")
+    assert success["interval"] == "beta_binomial"
+    assert "Beta posteriors" in staff.get("/results/ana/", {"engine": "bayesian"}).content.decode()
+
+
+def test_the_cuped_column_says_why_cuped_is_not_used(staff, ana):
+    rows = staff.get("/results/ana/", {"export": "json", "table": "metrics"}).json()["rows"]
+    assert {r["cuped"] for r in rows if r["variant"]} == {"no: metric has no covariate"}
