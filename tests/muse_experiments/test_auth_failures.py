@@ -166,14 +166,14 @@ def test_a_request_that_authenticates_sends_redis_nothing_new(settings, monkeypa
     _, raw = api_key_create(name="k", scopes=["completions"])
     assert get(raw).status_code == 404
     commands: list[str] = []
-    real = redis.connection.Connection.send_packed_command
+    real = redis.connection.AbstractConnection.send_packed_command  # TCP and Unix-socket connections
 
     def spy(self, command, check_health=True):
         packed = b"".join(command) if isinstance(command, list) else command
         commands.append(packed.split(b"\r\n")[2].decode())
         return real(self, command, check_health)
 
-    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", spy)
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", spy)
     assert get(raw).status_code == 404
     assert commands == ["EVALSHA", "HMGET"]
 
