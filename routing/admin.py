@@ -128,7 +128,18 @@ class ModelEndpointAdmin(AuditedCatalogueAdmin):
     search_fields = ("public_id", "version_label", "upstream_model")
     fieldsets = (
         (None, {"fields": ("public_id", "version_label", "provider", "upstream_model", "api_style")}),
-        ("Capabilities", {"fields": ("supports_tools", "supports_reasoning", "supports_streaming")}),
+        (
+            "Capabilities",
+            {
+                "fields": (
+                    "supports_tools",
+                    "supports_reasoning",
+                    "supports_streaming",
+                    "supports_structured_output",
+                    "supports_json_mode",
+                )
+            },
+        ),
         (
             "Prices (USD per million tokens)",
             {

@@ -22,7 +22,8 @@ from muse_experiments.auth import ApiClient, HasScope
 from muse_experiments.validation import tool_parameters_problem
 
 from .dispatch import submit_completion, wait_for_job
-from .dropin.common import DropinError, header_text
+from .dropin.errors import DropinError
+from .dropin.identity import header_text
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 from .selectors import completion_job_current, completion_job_unwritten
 from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response

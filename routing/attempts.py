@@ -50,12 +50,13 @@ log = logging.getLogger(__name__)
 class EndpointRefused(Exception):
     """A guarded attempt refused to call the endpoint; nothing was sent upstream.
 
-    ``outcome``: ``killed`` | ``disabled`` | ``cooling`` | ``circuit_open`` |
-    ``concurrency_limited``. ``reason``: the :class:`~routing.models.RoutingReason` a fallback
-    gets: for ``killed`` the switch's own (``experiment_killed``, ``variant_killed``,
-    ``endpoint_killed``, ``provider_killed``, ``external_killed``); ``disabled`` →
-    ``endpoint_killed``; ``cooling`` → ``cooling``; else ``circuit_open``. The message names the
-    endpoint only.
+    ``outcome``: ``unsupported_contract`` | ``killed`` | ``disabled`` | ``cooling`` |
+    ``circuit_open`` | ``concurrency_limited``. ``reason``: the
+    :class:`~routing.models.RoutingReason` a fallback gets: for ``killed`` the switch's own
+    (``experiment_killed``, ``variant_killed``, ``endpoint_killed``, ``provider_killed``,
+    ``external_killed``); ``disabled`` → ``endpoint_killed``; ``cooling`` → ``cooling``;
+    ``unsupported_contract`` → the same; else ``circuit_open``. The message names the endpoint
+    only; ``contract`` (``unsupported_contract`` only) names the output contract it cannot honour.
     """
 
     REASONS = {
@@ -63,16 +64,24 @@ class EndpointRefused(Exception):
         "cooling": RoutingReason.COOLING,
         "circuit_open": RoutingReason.CIRCUIT_OPEN,
         "concurrency_limited": RoutingReason.CIRCUIT_OPEN,
+        "unsupported_contract": RoutingReason.UNSUPPORTED_CONTRACT,
     }
 
     def __init__(
-        self, endpoint_id: str, outcome: str, reason: str | None = None, kill: KillInForce | None = None
+        self,
+        endpoint_id: str,
+        outcome: str,
+        reason: str | None = None,
+        kill: KillInForce | None = None,
+        *,
+        contract: str = "",
     ) -> None:
         super().__init__(f"endpoint {endpoint_id} not called: {outcome}")
         self.endpoint_id = endpoint_id
         self.outcome = outcome
         self.reason = reason or self.REASONS[outcome]
         self.kill = kill
+        self.contract = contract
 
     def unavailable_message(self) -> str:
         """Why the endpoint cannot serve, naming the kill (scope, target, since) when one did."""
@@ -85,6 +94,8 @@ class EndpointRefused(Exception):
             )
         if self.outcome == "disabled":
             return f"The model {self.endpoint_id} is unavailable: the endpoint is disabled (endpoint_killed)."
+        if self.outcome == "unsupported_contract":
+            return f"The model {self.endpoint_id} cannot honour the request's {self.contract}."
         return f"The model {self.endpoint_id} is unavailable ({self.reason})."
 
 
@@ -113,15 +124,6 @@ class AttemptCancelled(Exception):
 
 def endpoint_config(info: EndpointInfo, credential: str) -> EndpointConfig:
     """The provider client's view of a catalogue entry, with the resolved credential."""
-    capabilities = {
-        name
-        for name, on in (
-            ("tools", info.supports_tools),
-            ("reasoning", info.supports_reasoning),
-            ("streaming", info.supports_streaming),
-        )
-        if on
-    }
     return EndpointConfig(
         public_id=info.public_id,
         provider_kind=info.provider_kind,
@@ -135,7 +137,7 @@ def endpoint_config(info: EndpointInfo, credential: str) -> EndpointConfig:
         price_cache_write_per_mtok=info.price_cache_write,
         price_output_per_mtok=info.price_output,
         timeout_s=info.timeout_s,
-        capabilities=frozenset(capabilities),
+        capabilities=info.capabilities,
     )
 
 
@@ -221,15 +223,19 @@ def kill_for(candidate: Candidate) -> KillInForce | None:
     )
 
 
-def _guard(candidate: Candidate) -> _Permit:
-    """Every check that must pass immediately before an upstream call: enabled, kill switch,
-    cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
+def _guard(candidate: Candidate, request: CompletionRequest) -> _Permit:
+    """Every check that must pass immediately before an upstream call: the endpoint can honour the
+    request's output contracts (:meth:`~routing.providers.types.CompletionRequest.needs`), enabled,
+    kill switch, cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
 
     Raises EndpointRefused (nothing was called) or a
     :class:`~routing.credentials.CredentialUnavailable` (missing, or not allowed to go to the
     endpoint's host: :func:`~routing.credentials.credential_for`; nothing was sent).
     """
     info = candidate.endpoint
+    for contract, capability in request.needs().items():
+        if capability not in info.capabilities:
+            raise EndpointRefused(info.public_id, "unsupported_contract", contract=contract)
     if not info.enabled:
         raise EndpointRefused(info.public_id, "disabled")
     kill = kill_for(candidate)
@@ -275,7 +281,8 @@ def attempt(
 ) -> CompletionResult:
     """ONE guarded non-streaming attempt against ``candidate.endpoint`` (no retries, no fallback).
 
-    Immediately before calling upstream it checks, in order: the endpoint is enabled; the kill
+    Immediately before calling upstream it checks, in order: the endpoint can honour the request's
+    output contracts (a fallback reason ``unsupported_contract`` when not); the endpoint is enabled; the kill
     switch (endpoint, provider, all-external, ``MUSE_KILL_EXTERNAL``, fail-closed state, and the
     candidate's experiment/variant); the circuit breaker; a ``max_concurrency`` slot; the
     credential. ``request`` must already carry the candidate's overrides
@@ -300,7 +307,7 @@ def attempt(
     :class:`AttemptKilled` is raised (the caller falls back). Either way the slot is freed without
     counting against the endpoint.
     """
-    permit = _guard(candidate)
+    permit = _guard(candidate, request)
     request = _with_session_reasoning(request, permit.config, session)
     started = time.perf_counter()
     with cancel_watcher.watching(job_id, killed=lambda: kill_for(candidate)) as call:
@@ -362,7 +369,7 @@ def attempt_stream(
     output, so the caller must end the response there and not restart the call. Both count against
     the circuit breaker; a ``done`` event counts as success.
     """
-    permit = _guard(candidate)
+    permit = _guard(candidate, request)
     request = _with_session_reasoning(request, permit.config, session)
     try:
         events = client_for(permit.config).stream(permit.config, request)

@@ -1,7 +1,8 @@
 """The seed model catalogue: 15 Avocado versions, ``azure/muse-special`` and two Claude models.
 
 Ids are stable across machines: Avocado version *i* has id ``avocado/<md5("avocado-v<i>")>``.
-Prices are USD per million tokens.
+Prices are USD per million tokens. Every seeded model honours JSON Schema outputs; the Claude
+models have no JSON mode (Anthropic's API has none).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class EndpointSeed:
     supports_reasoning: bool
     prices: tuple[float, float, float, float]  # input, cached input, cache write, output (USD / Mtok)
     is_platform_default: bool = False
+    supports_structured_output: bool = True  # a JSON Schema for the answer
+    supports_json_mode: bool = True  # OpenAI JSON mode (json_object); Anthropic has none
 
 
 def provider_seeds(simulated_base_url: str | None) -> list[ProviderSeed]:
@@ -97,6 +100,7 @@ def endpoint_seeds() -> list[EndpointSeed]:
             "messages",
             True,
             (3.0, 0.30, 3.75, 15.0),
+            supports_json_mode=False,
         ),
         EndpointSeed(
             "anthropic/claude-haiku-5-5",
@@ -106,6 +110,7 @@ def endpoint_seeds() -> list[EndpointSeed]:
             "messages",
             True,
             (1.0, 0.10, 1.25, 5.0),
+            supports_json_mode=False,
         ),
     ]
     return seeds

@@ -20,6 +20,14 @@ One :class:`FakeUpstreams` HTTP server impersonates, at the same time:
 Non-streaming bodies are sent with ``Content-Length``; streams (SSE) use HTTP/1.1 chunked
 transfer encoding, so SDK connection pools can keep connections alive.
 
+Output contracts are refused as the real APIs refuse them (:func:`_contract_problem`: e.g. a JSON
+Schema format without its name, a forced tool call with Anthropic thinking) and honoured: the
+text follows the JSON Schema (``response_format`` / ``text.format`` / ``output_config.format``)
+or is a JSON object (JSON mode); a forced tool choice makes the call whatever the scenario says
+(a named tool: that one), ``none`` makes none, and without parallel calls (``parallel_tool_calls:
+false``, ``disable_parallel_tool_use``) at most one is made. Responses objects echo ``text``,
+``tool_choice`` and ``parallel_tool_calls``.
+
 Behaviour is configured per model with a :class:`Scenario` (at construction, with
 :meth:`FakeUpstreams.set_scenario`, or at runtime over HTTP)::
 
@@ -296,6 +304,185 @@ def _tool_arguments(tool_schema: Mapping[str, Any] | None, user_text: str) -> di
         else:
             args[name] = user_text[:80]
     return args
+
+
+# --------------------------------------------------------------------------------------------
+# Output contracts: what the caller requires of the answer, as each API words it
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Contract:
+    """A request's output contracts, whatever its API: ``fmt`` the answer's format (``None``,
+    ``{"type": "json_object"}`` or ``{"type": "json_schema", "schema": ...}``); ``choice``
+    ``auto`` / ``none`` / ``required``; ``name`` the tool a ``required`` choice names;
+    ``parallel`` whether more than one tool call is allowed."""
+
+    fmt: dict[str, Any] | None = None
+    choice: str = "auto"
+    name: str | None = None
+    parallel: bool = True
+
+
+def _contract(api: str, body: dict[str, Any]) -> _Contract:
+    """The contracts of a request that passed :func:`_contract_problem`."""
+    choice = body.get("tool_choice")
+    if api == "messages":
+        fmt = (body.get("output_config") or {}).get("format")
+        kind = (choice or {}).get("type", "auto")
+        return _Contract(
+            fmt=fmt,
+            choice={"any": "required", "tool": "required"}.get(kind, kind),
+            name=(choice or {}).get("name") if kind == "tool" else None,
+            parallel=not (choice or {}).get("disable_parallel_tool_use", False),
+        )
+    fmt = body.get("response_format") if api == "chat_completions" else (body.get("text") or {}).get("format")
+    if fmt is not None and fmt.get("type") == "text":
+        fmt = None
+    if fmt is not None and fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema") if api == "chat_completions" else fmt
+        fmt = {"type": "json_schema", "schema": spec.get("schema") or {}}
+    name, mode = None, choice or "auto"
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        mode = (choice.get("allowed_tools") or choice).get("mode", "auto")
+    elif isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") if api == "chat_completions" else choice.get("name")
+        mode = "required"
+    return _Contract(
+        fmt=fmt, choice=mode, name=name, parallel=body.get("parallel_tool_calls", True) is not False
+    )
+
+
+def _tool_names(api: str, body: dict[str, Any]) -> list[str]:
+    tools = body.get("tools") or []
+    if api == "chat_completions":
+        return [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
+    return [t.get("name") for t in tools if isinstance(t, dict)]
+
+
+def _contract_problem(api: str, body: dict[str, Any]) -> str | None:
+    """The 400 message the real API gives for output contracts it refuses (wording after theirs):
+    an unknown format type, a JSON Schema format without its name (OpenAI) or with fields
+    Anthropic does not take, a schema a strict format cannot enforce, JSON mode without the word
+    "json" in the messages (OpenAI), a tool choice without tools or naming a tool not offered,
+    and (Anthropic) thinking with a forced tool call."""
+    names = _tool_names(api, body)
+    choice = body.get("tool_choice")
+    if api == "messages":
+        fmt = (body.get("output_config") or {}).get("format")
+        if fmt is not None:
+            extra = sorted(set(fmt) - {"type", "schema"})
+            if extra:
+                return f"output_config.format.{extra[0]}: Extra inputs are not permitted"
+            if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+                return "output_config.format: Input should be a valid JSON schema output format"
+            if not _strict_schema(fmt["schema"], all_required=False):
+                return "output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false"
+        if choice is not None:
+            if not names:
+                return "tool_choice: tool_choice may only be specified while providing tools."
+            kind = choice.get("type")
+            if kind not in ("auto", "any", "tool", "none"):
+                return f"tool_choice.type: Input tag '{kind}' found using 'type' does not match any of the expected tags"
+            if kind == "tool" and choice.get("name") not in names:
+                return f"tool_choice: Tool '{choice.get('name')}' not found in provided tools"
+            if kind == "none" and "disable_parallel_tool_use" in choice:
+                return "tool_choice.none.disable_parallel_tool_use: Extra inputs are not permitted"
+            if kind in ("any", "tool") and (body.get("thinking") or {}).get("type") in (
+                "enabled",
+                "adaptive",
+            ):
+                return "Thinking may not be enabled when tool_choice forces tool use."
+        return None
+    field = "response_format" if api == "chat_completions" else "text.format"
+    fmt = body.get("response_format") if api == "chat_completions" else (body.get("text") or {}).get("format")
+    if fmt is not None:
+        kind = fmt.get("type")
+        if kind not in ("text", "json_object", "json_schema"):
+            return f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and 'json_schema'."
+        spec = (fmt.get("json_schema") or {}) if api == "chat_completions" else fmt
+        prefix = f"{field}.json_schema" if api == "chat_completions" else field
+        if kind == "json_schema" and not spec.get("name"):
+            return f"Missing required parameter: '{prefix}.name'."
+        if kind == "json_schema" and spec.get("strict") and not _strict_schema(spec.get("schema") or {}):
+            return (
+                f"Invalid schema for response_format '{spec.get('name')}': In context=(), 'required' is required "
+                "to be supplied and to be an array including every key in properties, and "
+                "'additionalProperties' is required to be supplied and to be false."
+            )
+        if (
+            kind == "json_object"
+            and "json"
+            not in json.dumps(body.get("messages") or body.get("input") or "").lower()
+            + (body.get("instructions") or "").lower()
+        ):
+            return f"'messages' must contain the word 'json' in some form, to use '{field}' of type 'json_object'."
+    if choice is not None and not names:
+        return "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+    if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+        return f"Invalid value: '{choice}'. Supported values are: 'none', 'auto', and 'required'."
+    if isinstance(choice, dict) and choice.get("type") != "allowed_tools":
+        named = (
+            (choice.get("function") or {}).get("name") if api == "chat_completions" else choice.get("name")
+        )
+        if choice.get("type") != "function" or named not in names:
+            return f"Invalid value for 'tool_choice': function '{named}' not found in 'tools'."
+    if api == "chat_completions" and "parallel_tool_calls" in body and not names:
+        return "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed when 'tools' are specified."
+    return None
+
+
+def _strict_schema(schema: Any, *, all_required: bool = True) -> bool:
+    """Whether every object schema in ``schema`` sets ``additionalProperties: false`` (and, for
+    OpenAI's strict mode, ``all_required``: lists every property in ``required``)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            props = node.get("properties")
+            if node.get("type") == "object" or isinstance(props, dict):
+                if node.get("additionalProperties") is not False:
+                    return False
+                if all_required and set(node.get("required") or ()) != set(props or {}):
+                    return False
+            stack.extend(v for k, v in node.items() if k != "properties" and isinstance(v, dict | list))
+            stack.extend((props or {}).values() if isinstance(props, dict) else ())
+    return True
+
+
+def _example(schema: Any, text: str, root: Any = None, depth: int = 0) -> Any:
+    """A JSON value valid against ``schema`` (every property filled; strings are ``text``),
+    following ``$ref`` into the root's ``$defs``."""
+    root = schema if root is None else root
+    if not isinstance(schema, Mapping) or depth > 16:
+        return text
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, Mapping) else {}
+        return _example(target, text, root, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return _example(schema[key][0], text, root, depth + 1)
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
+    if kind == "object" or isinstance(schema.get("properties"), Mapping):
+        props = schema.get("properties") or {}
+        return {name: _example(sub, text, root, depth + 1) for name, sub in props.items()}
+    if kind == "array":
+        return (
+            [_example(schema["items"], text, root, depth + 1)]
+            if isinstance(schema.get("items"), Mapping)
+            else []
+        )
+    return {"integer": 1, "number": 1.5, "boolean": True, "null": None}.get(kind, text)
 
 
 @dataclass
@@ -910,6 +1097,11 @@ class _Handler(BaseHTTPRequestHandler):
                     self._error(flavour, 400, "invalid_request_error", bad, "invalid_encrypted_content")
                 return
 
+        bad_contract = _contract_problem(api, body)
+        if bad_contract is not None:
+            self._upd(outcome="invalid_contract")
+            self._error(flavour, 400, "invalid_request_error", bad_contract)
+            return
         bad_id = self._bad_tool_id(api, body)
         if bad_id is not None:
             self._upd(outcome="invalid_tool_id")
@@ -1239,19 +1431,32 @@ class _Handler(BaseHTTPRequestHandler):
         text = (
             sc.reply if sc.reply is not None else f"{model} reply to: {user_text} [quality={sc.quality:.2f}]"
         )
+        # the output contracts are honoured: a forced call is made whatever the scenario says,
+        # "none" makes none, one call at most without parallel calls, the text in the format asked
+        contract = _contract(api, body)
         calls: list[tuple[str, str, dict[str, Any]]] = []
-        again = sc.tool_calls.startswith("chain")
-        if tools and (again or not ends_with_tool_result) and sc.tool_calls != "never":
+        again = sc.tool_calls.startswith("chain") or contract.choice == "required"
+        wanted = contract.choice == "required" or (sc.tool_calls != "never" and contract.choice != "none")
+        if tools and (again or not ends_with_tool_result) and wanted:
             chosen = [tools[0]]
-            if sc.tool_calls in ("parallel", "chain_parallel"):
+            if contract.name is not None:
+                chosen = [t for t in tools if t[0] == contract.name][:1]
+            elif sc.tool_calls in ("parallel", "chain_parallel"):
                 chosen = tools[:2] if len(tools) > 1 else [tools[0], tools[0]]
             prefix = {"chat_completions": "call_", "responses": "call_", "messages": "toolu_"}[api]
-            for name, schema in chosen:
+            for name, schema in chosen[: None if contract.parallel else 1]:
                 args = (
                     sc.tool_arguments if sc.tool_arguments is not None else _tool_arguments(schema, user_text)
                 )
                 calls.append((prefix + uuid.uuid4().hex[:24], name, args))
-            text = "" if api != "messages" else "I'll use a tool for that."
+            text = "" if api != "messages" or contract.fmt else "I'll use a tool for that."
+        elif contract.fmt is not None:
+            value = (
+                _example(contract.fmt.get("schema"), user_text)
+                if contract.fmt["type"] == "json_schema"
+                else None
+            )
+            text = json.dumps(value if value is not None else {"reply": text})
 
         mode = sc.encrypted_reasoning or self.fake.encrypted_reasoning
         include = body.get("include") or []
@@ -1594,7 +1799,7 @@ class _ResponsesRenderer(_Renderer):
             "reasoning": b.get("reasoning") or {"effort": None, "summary": None},
             "store": b.get("store", True),
             "temperature": b.get("temperature", 1.0),
-            "text": {"format": {"type": "text"}},
+            "text": b.get("text") or {"format": {"type": "text"}},
             "tool_choice": b.get("tool_choice", "auto"),
             "tools": b.get("tools") or [],
             "top_p": b.get("top_p", 1.0),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -88,6 +89,15 @@ class ModelEndpoint(models.Model):
     supports_tools = models.BooleanField(default=True)
     supports_reasoning = models.BooleanField(default=False)
     supports_streaming = models.BooleanField(default=True)
+    supports_structured_output = models.BooleanField(
+        default=False,
+        help_text="Honours a JSON Schema for its answer (OpenAI response_format / text.format "
+        "json_schema, Anthropic output_config.format). Off: such calls are never sent here.",
+    )
+    supports_json_mode = models.BooleanField(
+        default=False,
+        help_text="Honours JSON mode (OpenAI response_format json_object). Anthropic Messages has none.",
+    )
     price_input_per_mtok = models.DecimalField(
         max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
     )
@@ -129,6 +139,12 @@ class ModelEndpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.public_id} [{self.version_label}]" if self.version_label else self.public_id
+
+    def clean(self) -> None:
+        if self.supports_json_mode and self.api_style == ApiStyle.MESSAGES:
+            raise ValidationError(
+                {"supports_json_mode": "Anthropic Messages has no JSON mode (only JSON Schema outputs)."}
+            )
 
 
 class JobStatus(models.TextChoices):
@@ -228,6 +244,9 @@ class RoutingReason(models.TextChoices):
     CIRCUIT_OPEN = "circuit_open"
     COOLING = "cooling"
     ERROR_FALLBACK = "error_fallback"
+    #: The endpoint cannot honour the caller's output contract (a JSON Schema, JSON mode, a forced
+    #: tool call): it was never asked (:meth:`routing.providers.types.CompletionRequest.needs`).
+    UNSUPPORTED_CONTRACT = "unsupported_contract"
 
 
 #: Every reason that says a kill switch moved the call (the legacy generic value included).
@@ -246,6 +265,7 @@ FALLBACK_REASONS = KILL_REASONS | {
     RoutingReason.CIRCUIT_OPEN,
     RoutingReason.COOLING,
     RoutingReason.ERROR_FALLBACK,
+    RoutingReason.UNSUPPORTED_CONTRACT,
 }
 
 

@@ -4,7 +4,8 @@
   unit's durable sticky assignments (one indexed query);
 * :func:`candidate_chain` — assigned variant, the experiment's control, the platform default;
 * :func:`job_plan` — both for a job, or the one pinned endpoint when the caller named a model;
-* :func:`build_request` — the normalised provider request from a job's stored messages and tools.
+* :func:`build_request` — the normalised provider request from a job's stored messages and tools;
+* :func:`unhonoured_contract` — whether any candidate can honour the caller's output contracts.
 
 Nothing here calls a provider or writes.
 """
@@ -21,6 +22,7 @@ from muse_experiments.selectors import assignment_snapshot, assignment_state, st
 
 from .killswitch import KillState, kill_state
 from .models import CompletionJob, RoutingReason
+from .providers.contracts import OutputFormat, ToolChoice, contract_needs
 from .providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec
 from .reasoning_store import OwnedSession, session_owner
 from .selectors import Catalogue, EndpointInfo, catalogue
@@ -173,7 +175,9 @@ def candidate_kill_reason(candidate: Candidate, kills: KillState) -> str | None:
 
 
 def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> CompletionRequest:
-    """The normalised request from a job's stored messages and tools plus ``overrides``.
+    """The normalised request from a job's stored messages, tools and output contracts
+    (``output_format``, ``tool_choice``, ``parallel_tool_calls``, stored by the drop-ins when the
+    caller sent them) plus ``overrides``.
 
     The router builds the base request with ``overrides={}`` and lets each :class:`Candidate`
     apply its own variant's overrides (:meth:`Candidate.request_for`)."""
@@ -199,8 +203,23 @@ def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> Completio
         )
         for t in job.request.get("tools", ())
     )
+    output_format, tool_choice = _contracts(job.request)
     return CompletionRequest(
-        messages=messages, tools=tools, **{k: overrides[k] for k in OVERRIDE_FIELDS if k in overrides}
+        messages=messages,
+        tools=tools,
+        output_format=output_format,
+        tool_choice=tool_choice,
+        parallel_tool_calls=job.request.get("parallel_tool_calls"),
+        **{k: overrides[k] for k in OVERRIDE_FIELDS if k in overrides},
+    )
+
+
+def _contracts(stored: Mapping[str, Any]) -> tuple[OutputFormat | None, ToolChoice | None]:
+    """The output format and tool choice a job's stored request holds (``None`` when absent)."""
+    fmt, choice = stored.get("output_format"), stored.get("tool_choice")
+    return (
+        OutputFormat.from_dict(fmt) if fmt is not None else None,
+        ToolChoice.from_dict(choice) if choice is not None else None,
     )
 
 
@@ -257,3 +276,22 @@ def job_plan(job: CompletionJob) -> tuple[Decision, list[Candidate], str]:
         return pinned[0], pinned[1], RoutingReason.FORCED
     decision = decide(job)
     return decision, candidate_chain(decision, catalogue()), reason_for(decision)
+
+
+def unhonoured_contract(job: CompletionJob) -> str | None:
+    """The output contract of ``job.request`` (``output_format`` or ``tool_choice``) that stops
+    every candidate of the job's plan (:func:`job_plan`) from serving it, else ``None``.
+
+    A candidate can serve when its endpoint has every capability the contracts need
+    (:func:`~routing.providers.types.contract_needs`). Named: the first contract no candidate
+    honours, else (each is honoured by some candidate, never all by one) the first. The drop-ins
+    answer 400 naming it before the job exists; when some candidate can, the attempts skip the
+    others (``unsupported_contract``, :func:`routing.attempts.attempt`)."""
+    needs = contract_needs(*_contracts(job.request))
+    if not needs:
+        return None
+    _, chain, _ = job_plan(job)
+    if any(set(needs.values()) <= c.endpoint.capabilities for c in chain):
+        return None
+    unmet = (n for n, cap in needs.items() if not any(cap in c.endpoint.capabilities for c in chain))
+    return next(unmet, next(iter(needs)))

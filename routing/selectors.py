@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 
 from muse_experiments.config_version import VersionedSnapshot
 from muse_experiments.selectors import experiment_by_key
@@ -15,6 +16,7 @@ from . import claims
 from .handoff import apply_final, final_state
 from .killswitch import KillInForce
 from .models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
+from .providers.contracts import JSON_MODE, STRUCTURED_OUTPUT, TOOLS
 from .services import job_from_row
 
 log = logging.getLogger(__name__)
@@ -45,10 +47,26 @@ class EndpointInfo:
     supports_streaming: bool
     enabled: bool
     is_platform_default: bool
+    supports_structured_output: bool = False
+    supports_json_mode: bool = False
 
     @property
     def is_external(self) -> bool:
         return self.provider_kind != "native"
+
+    @cached_property
+    def capabilities(self) -> frozenset[str]:
+        """The capability names of :class:`routing.providers.types.EndpointConfig`: ``tools``,
+        ``reasoning``, ``streaming``, ``structured_output``, ``json_mode`` (never on a Messages
+        endpoint: Anthropic has no JSON mode)."""
+        flags = (
+            (TOOLS, self.supports_tools),
+            ("reasoning", self.supports_reasoning),
+            ("streaming", self.supports_streaming),
+            (STRUCTURED_OUTPUT, self.supports_structured_output),
+            (JSON_MODE, self.supports_json_mode and self.api_style != "messages"),
+        )
+        return frozenset(name for name, on in flags if on)
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,8 @@ def build_catalogue() -> Catalogue:
             supports_streaming=e.supports_streaming,
             enabled=e.enabled and e.provider.enabled,
             is_platform_default=e.is_platform_default,
+            supports_structured_output=e.supports_structured_output,
+            supports_json_mode=e.supports_json_mode,
         )
         endpoints[e.public_id] = info
         if e.is_platform_default:

@@ -77,6 +77,8 @@ def catalogue_seed(
                 "upstream_model": e.upstream_model,
                 "api_style": e.api_style,
                 "supports_reasoning": e.supports_reasoning,
+                "supports_structured_output": e.supports_structured_output,
+                "supports_json_mode": e.supports_json_mode,
                 "price_input_per_mtok": pin,
                 "price_cached_input_per_mtok": pcached,
                 "price_cache_write_per_mtok": pwrite,

@@ -249,9 +249,11 @@ def _unserved(outcome: ServeOutcome, refused: EndpointRefused | None) -> ServeOu
     switch, a disabled model, an open circuit, a cooling endpoint, no concurrency slot) and no
     upstream error is left to report, the call failed ``model_unavailable`` with a message naming
     why (the kill, or e.g. ``circuit_open``), and its reason is the refusal's (a pinned model
-    lands here: drop-ins answer 503, not 502)."""
+    lands here: drop-ins answer 503, not 502). A refusal because the endpoint cannot honour the
+    request's output contract fails ``unsupported_contract`` instead (drop-ins answer 400)."""
     if refused is not None and not outcome.error_kind:
-        outcome.error_kind, outcome.error_message = "model_unavailable", refused.unavailable_message()
+        kind = "unsupported_contract" if refused.outcome == "unsupported_contract" else "model_unavailable"
+        outcome.error_kind, outcome.error_message = kind, refused.unavailable_message()
         outcome.reason = refused.reason
     return outcome
 

@@ -192,7 +192,7 @@ def test_a_utf8_id_header_reads_as_the_client_wrote_it():
     ``cafÃ©``; the drop-ins read it back as ``café``, the id the client's events will name."""
     from django.test import RequestFactory
 
-    from routing.dropin.common import header_text
+    from routing.dropin.identity import header_text
 
     as_wsgi_gives_it = "café-42".encode().decode("latin-1")
     request = RequestFactory().post("/v1/chat/completions", HTTP_X_MUSE_SESSION_ID=as_wsgi_gives_it)

@@ -2,8 +2,7 @@
 
 from django.urls import path
 
-from .anthropic_api import MessagesApi
-from .openai_api import ChatCompletionsApi, ResponsesApi
+from .views import ChatCompletionsApi, MessagesApi, ResponsesApi
 
 urlpatterns = [
     path("chat/completions", ChatCompletionsApi.as_view(), name="dropin-chat-completions"),

@@ -25,11 +25,15 @@ of CPU per call, measured here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import openai
 
 from routing.providers.base import client_cache_key, sdk_clients
+from routing.providers.contracts import OutputFormat
 from routing.providers.transport import watched_http_client
-from routing.providers.types import EndpointConfig
+from routing.providers.types import CompletionRequest, EndpointConfig
 
 #: The request options of the SDK's ``chat.completions.create`` and ``responses.create``: the
 #: API key as bearer auth and nothing else (a ``post`` without options would also allow the
@@ -65,3 +69,81 @@ def openai_sdk_client(endpoint: EndpointConfig) -> openai.OpenAI:
         )
 
     return sdk_clients.get(client_cache_key("openai-sdk", endpoint), factory)
+
+
+def contract_kwargs(request: CompletionRequest, *, style: str, has_tools: bool) -> dict[str, Any]:
+    """The caller's output contracts as Chat Completions (``style="chat"``) or Responses
+    (``style="responses"``) parameters.
+
+    * ``output_format`` → ``response_format`` (chat: ``{"type": "json_schema", "json_schema":
+      {name, schema, strict, description}}``) or ``text.format`` (Responses: the same fields flat);
+      ``json_object`` as ``{"type": "json_object"}`` on both;
+    * ``tool_choice`` → ``"none"`` / ``"required"`` / the named function (chat ``{"type":
+      "function", "function": {"name"}}``, Responses ``{"type": "function", "name"}``); ``auto``
+      is the default and is not sent; ``allowed`` is applied to the tools sent
+      (:meth:`CompletionRequest.effective_tools`);
+    * ``parallel_tool_calls: false`` → the same.
+
+    The tool parameters are sent only with tools (``has_tools``): OpenAI refuses them otherwise,
+    and without tools there is no call to force or to parallelise.
+    Sources: https://platform.openai.com/docs/api-reference/chat/create ,
+    https://platform.openai.com/docs/api-reference/responses/create
+    """
+    kwargs: dict[str, Any] = {}
+    fmt = request.output_format
+    if fmt is not None:
+        wire: dict[str, Any] = {"type": fmt.type}
+        if fmt.type == "json_schema":
+            spec: dict[str, Any] = {"name": fmt.name, "schema": dict(fmt.schema or {})}
+            if fmt.description:
+                spec["description"] = fmt.description
+            strict = openai_strict(fmt)
+            if strict is not None:
+                spec["strict"] = strict
+            wire = {"type": "json_schema", "json_schema": spec} if style == "chat" else {**wire, **spec}
+        if style == "chat":
+            kwargs["response_format"] = wire
+        else:
+            kwargs["text"] = {"format": wire}
+    choice = request.tool_choice
+    if has_tools and choice is not None and choice.mode != "auto":
+        if choice.name is None:
+            kwargs["tool_choice"] = choice.mode
+        elif style == "chat":
+            kwargs["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        else:
+            kwargs["tool_choice"] = {"type": "function", "name": choice.name}
+    if has_tools and request.parallel_tool_calls is False:
+        kwargs["parallel_tool_calls"] = False
+    return kwargs
+
+
+def openai_strict(fmt: OutputFormat) -> bool | None:
+    """The ``strict`` flag sent with a JSON Schema: the caller's own; for a caller whose API has
+    none (Anthropic, whose structured outputs are always enforced) ``True`` when the schema meets
+    OpenAI's strict-mode rules (:func:`strict_compatible`), else ``None`` (not sent: OpenAI then
+    follows the schema without the guarantee, rather than refusing it)."""
+    if fmt.strict is not None:
+        return fmt.strict
+    return True if strict_compatible(fmt.schema or {}) else None
+
+
+def strict_compatible(schema: Any) -> bool:
+    """Whether every object schema in ``schema`` (a JSON Schema) lists all its ``properties`` in
+    ``required`` and sets ``additionalProperties: false``: OpenAI's rules for ``strict: true``
+    (https://platform.openai.com/docs/guides/structured-outputs#supported-schemas)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, Mapping):
+            continue
+        properties = node.get("properties")
+        if node.get("type") == "object" or isinstance(properties, Mapping):
+            props = properties if isinstance(properties, Mapping) else {}
+            if node.get("additionalProperties") is not False or set(node.get("required") or ()) != set(props):
+                return False
+        stack.extend(v for v in node.values() if isinstance(v, Mapping | list))
+    return True

@@ -14,7 +14,10 @@ a user message (consecutive results merged); assistant tool calls -> ``tool_use`
 ``max_output_tokens`` -> ``max_tokens`` (default 4096); with the ``reasoning`` capability
 ``thinking={"type": "adaptive"}`` and ``reasoning_effort`` -> ``output_config.effort``
 (``minimal`` -> ``low``); ``temperature`` is sent via ``extra_body`` (the 2.x SDK has no
-parameter for it).
+parameter for it). Output contracts: ``output_format`` -> ``output_config.format``
+(:func:`output_format`), ``tool_choice`` and ``parallel_tool_calls`` -> ``tool_choice``
+(:func:`tool_choice`); a forced tool call is sent without ``thinking``, which allows only
+``auto`` and ``none``.
 
 Extended thinking (https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking):
 ``thinking`` blocks (with ``signature``, also when the thinking text is empty) and
@@ -47,7 +50,8 @@ from routing.providers.base import (
     usable_reasoning_state,
     usage_dict,
 )
-from routing.providers.errors import BadResponse
+from routing.providers.contracts import OutputFormat
+from routing.providers.errors import BadResponse, ClientRequestError
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.transport import watched_http_client
 from routing.providers.types import (
@@ -210,13 +214,68 @@ def build_kwargs(
         ]
         if platform_breakpoints:  # tools come first in the cached prefix
             kwargs["tools"][-1]["cache_control"] = dict(EPHEMERAL)
-    if endpoint.has("reasoning") and not _tool_loop_without_thinking(kwargs["messages"]):
+        choice = tool_choice(request)
+        if choice is not None:
+            kwargs["tool_choice"] = choice
+    forced = kwargs.get("tool_choice", {}).get("type") in ("any", "tool")
+    # thinking allows only tool_choice auto or none: a forced call is made without it
+    if endpoint.has("reasoning") and not forced and not _tool_loop_without_thinking(kwargs["messages"]):
         kwargs["thinking"] = {"type": "adaptive"}
+    output_config: dict[str, Any] = {}
     if request.reasoning_effort is not None:
-        kwargs["output_config"] = {"effort": EFFORTS.get(request.reasoning_effort, request.reasoning_effort)}
+        output_config["effort"] = EFFORTS.get(request.reasoning_effort, request.reasoning_effort)
+    if request.output_format is not None:
+        output_config["format"] = output_format(endpoint, request.output_format)
+    if output_config:
+        kwargs["output_config"] = output_config
     if request.temperature is not None:
         kwargs["extra_body"] = {"temperature": request.temperature}
     return kwargs
+
+
+def tool_choice(request: CompletionRequest) -> dict[str, Any] | None:
+    """The caller's ``tool_choice`` and ``parallel_tool_calls`` in Anthropic's terms (tools are
+    offered): ``none`` → ``{"type": "none"}``, ``required`` → ``{"type": "any"}`` or, naming a
+    tool, ``{"type": "tool", "name"}``; ``parallel_tool_calls: false`` →
+    ``disable_parallel_tool_use: true`` (on ``{"type": "auto"}`` when nothing else is asked).
+    ``None``: Anthropic's default (auto, parallel calls allowed).
+    Source: https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use#forcing-tool-use
+    """
+    choice = request.tool_choice
+    wire: dict[str, Any] | None = None
+    if choice is not None and choice.mode == "none":
+        return {"type": "none"}
+    if choice is not None and choice.mode == "required":
+        wire = {"type": "tool", "name": choice.name} if choice.name else {"type": "any"}
+    if request.parallel_tool_calls is False:
+        wire = (wire or {"type": "auto"}) | {"disable_parallel_tool_use": True}
+    return wire
+
+
+def output_format(endpoint: EndpointConfig, fmt: OutputFormat) -> dict[str, Any]:
+    """``output_config.format`` for a JSON Schema output contract: the schema as the SDK's own
+    :func:`anthropic.transform_schema` makes it acceptable to the API (every object
+    ``additionalProperties: false``; keywords it does not enforce moved into descriptions), as
+    ``messages.parse`` sends it. Anthropic has no JSON mode: a ``json_object`` contract (or a
+    schema it cannot take) raises :class:`ClientRequestError`; routing never sends one to a
+    Messages endpoint (:attr:`routing.selectors.EndpointInfo.capabilities`).
+    Source: https://platform.claude.com/docs/en/build-with-claude/structured-outputs
+    """
+    if fmt.type != "json_schema":
+        raise ClientRequestError(
+            f"{endpoint.public_id}: Anthropic Messages has no JSON mode (json_object)",
+            provider_kind=endpoint.provider_kind,
+            endpoint_id=endpoint.public_id,
+        )
+    try:
+        schema = anthropic.transform_schema(dict(fmt.schema or {}))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ClientRequestError(
+            f"{endpoint.public_id}: the output schema cannot be sent to Anthropic ({exc})",
+            provider_kind=endpoint.provider_kind,
+            endpoint_id=endpoint.public_id,
+        ) from None
+    return {"type": "json_schema", "schema": schema}
 
 
 def anthropic_usage(usage: Any) -> Usage:

@@ -12,6 +12,8 @@ Request mapping (neutral -> chat):
   ``allowed_tools`` filter.
 * ``reasoning_effort`` -> ``reasoning_effort``; ``temperature`` -> ``temperature``;
   ``max_output_tokens`` -> ``max_completion_tokens`` (OpenAI/Azure) or ``max_tokens`` (native).
+* output contracts -> ``response_format``, ``tool_choice``, ``parallel_tool_calls``
+  (:func:`routing.providers._openai_common.contract_kwargs`).
 * ``reasoning_state`` is not used: Chat Completions has no encrypted reasoning to replay.
 
 Usage: ``prompt_tokens`` (includes ``prompt_tokens_details.cached_tokens``),
@@ -55,7 +57,7 @@ import urllib3
 from openai import Stream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client
+from routing.providers._openai_common import INFERENCE_OPTIONS, contract_kwargs, openai_sdk_client
 from routing.providers.base import (
     ProviderClient,
     _StreamProgress,
@@ -138,6 +140,7 @@ def build_chat_kwargs(
     if request.max_output_tokens is not None:
         key = "max_tokens" if endpoint.provider_kind == "native" else "max_completion_tokens"
         kwargs[key] = request.max_output_tokens
+    kwargs.update(contract_kwargs(request, style="chat", has_tools=bool(tools)))
     return kwargs
 
 

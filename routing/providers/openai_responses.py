@@ -11,6 +11,9 @@ verbatim, in order, right before that turn's assistant message / ``function_call
 their ``function_call_output`` items. State from another endpoint/credential is dropped
 (the blob is bound to the producing organisation/deployment).
 
+Output contracts -> ``text.format``, ``tool_choice``, ``parallel_tool_calls``
+(:func:`routing.providers._openai_common.contract_kwargs`).
+
 Streaming: ``response.output_text.delta`` -> text delta; ``response.output_item.added``
 (``function_call``) + ``response.function_call_arguments.delta`` -> tool-call deltas; reasoning
 is taken from ``response.completed`` (the ``output_item.added`` blob "may be incomplete");
@@ -34,7 +37,7 @@ from typing import Any
 from openai import Stream
 from openai.types.responses import Response, ResponseStreamEvent
 
-from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client
+from routing.providers._openai_common import INFERENCE_OPTIONS, contract_kwargs, openai_sdk_client
 from routing.providers.base import (
     ProviderClient,
     _StreamProgress,
@@ -137,6 +140,7 @@ def build_responses_kwargs(
         kwargs["temperature"] = request.temperature
     if request.max_output_tokens is not None:
         kwargs["max_output_tokens"] = request.max_output_tokens
+    kwargs.update(contract_kwargs(request, style="responses", has_tools=bool(tools)))
     return kwargs
 
 

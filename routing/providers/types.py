@@ -4,7 +4,9 @@ Django-free. Shapes:
 
 * :class:`EndpointConfig` -- one upstream model endpoint (where, how, which credential, prices).
 * :class:`CompletionRequest` -- neutral chat request (``messages`` of :class:`Message`,
-  ``tools`` of :class:`ToolSpec`, overrides, opaque ``reasoning_state``).
+  ``tools`` of :class:`ToolSpec`, overrides, opaque ``reasoning_state``, the caller's output
+  contracts ``output_format``, ``tool_choice`` and ``parallel_tool_calls``:
+  :mod:`routing.providers.contracts`).
 * :class:`CompletionResult` -- neutral result (text, :class:`ToolCall` list, normalised
   ``finish_reason``, :class:`Usage`, ``cost_usd``, ``latency_ms``, ``upstream_request_id``,
   opaque server-side ``reasoning_state``). :meth:`CompletionResult.to_public_dict` is the ONLY
@@ -31,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Literal
+
+from routing.providers.contracts import OutputFormat, ToolChoice, contract_needs
 
 ProviderKind = Literal["native", "openai", "azure_openai", "anthropic"]
 ApiStyle = Literal["chat_completions", "responses", "messages"]
@@ -115,8 +119,9 @@ class EndpointConfig:
       ``price_cache_write_per_mtok`` (cache writes; ``None`` -> input price),
       ``price_output_per_mtok`` (output incl. reasoning tokens).
     * ``timeout_s``: total request timeout in seconds (passed to the SDK).
-    * ``capabilities``: e.g. ``{"tools", "streaming", "reasoning", "temperature"}``;
-      ``reasoning`` turns on encrypted-reasoning round-tripping / thinking.
+    * ``capabilities``: e.g. ``{"tools", "streaming", "reasoning", "structured_output",
+      "json_mode"}``; ``reasoning`` turns on encrypted-reasoning round-tripping / thinking; the
+      output contracts need theirs (:func:`routing.providers.contracts.contract_needs`).
     """
 
     public_id: str
@@ -332,6 +337,14 @@ class CompletionRequest:
     * ``max_output_tokens``: cap on output tokens (Anthropic requires one: default 4096).
     * ``system_prompt_version``: carried for logging/analytics; not sent upstream.
     * ``reasoning_state``: :class:`ReasoningState` objects from earlier turns (server-side).
+
+    Output contracts, the caller's (never a variant's), which every provider forwards in its own
+    terms or, when the endpoint cannot honour them (:meth:`needs`), is never asked to serve:
+
+    * ``output_format``: :class:`~routing.providers.contracts.OutputFormat` (``None``: free text);
+    * ``tool_choice``: :class:`~routing.providers.contracts.ToolChoice` (``None``: the model decides);
+    * ``parallel_tool_calls``: ``False`` = at most one tool call (``None``: the provider default,
+      parallel calls allowed).
     """
 
     messages: tuple[Message, ...]
@@ -342,6 +355,9 @@ class CompletionRequest:
     allowed_tools: tuple[str, ...] | None = None
     system_prompt_version: str | None = None
     reasoning_state: tuple[ReasoningState, ...] = ()
+    output_format: OutputFormat | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(self.messages))
@@ -354,11 +370,26 @@ class CompletionRequest:
         object.__setattr__(self, "reasoning_state", tuple(state or ()))
 
     def effective_tools(self) -> tuple[ToolSpec, ...]:
-        """``tools`` filtered by ``allowed_tools``."""
-        if self.allowed_tools is None:
+        """``tools`` filtered by the variant's ``allowed_tools`` and the caller's
+        ``tool_choice.allowed``; a tool the caller's ``tool_choice`` names is always kept (the
+        caller's contract wins over a variant's filter)."""
+        variant = None if self.allowed_tools is None else set(self.allowed_tools)
+        choice = self.tool_choice
+        caller = None if choice is None or choice.allowed is None else set(choice.allowed)
+        if variant is None and caller is None:
             return self.tools
-        allowed = set(self.allowed_tools)
-        return tuple(t for t in self.tools if t.name in allowed)
+        forced = choice.name if choice is not None else None
+        return tuple(
+            t
+            for t in self.tools
+            if t.name == forced
+            or ((variant is None or t.name in variant) and (caller is None or t.name in caller))
+        )
+
+    def needs(self) -> dict[str, str]:
+        """``{contract: capability}`` an endpoint must have to serve this request
+        (:func:`~routing.providers.contracts.contract_needs`)."""
+        return contract_needs(self.output_format, self.tool_choice)
 
     def has_cache_breakpoints(self) -> bool:
         """Whether the caller placed any prompt-caching breakpoint (parts or tools)."""

@@ -289,6 +289,9 @@ def test_sampling_parameters_the_variant_overrides_are_still_held_to_the_provide
     ],
 )
 def test_tool_choice_and_token_limits_the_provider_accepts_pass_validation(client, path, extra):
+    from tests.factories import seed_catalogue
+
+    seed_catalogue()  # a forced tool choice needs a model that can honour it (the default can)
     body = {
         "stream": True,  # answered at once (not read): only the validation is under test
         "model": "muse-default",

@@ -68,3 +68,42 @@ def test_a_bad_admin_edit_shows_form_errors_and_changes_nothing(upstreams, admin
     endpoint.refresh_from_db()
     assert endpoint.public_id == "azure/muse-special"
     assert not AuditEntry.objects.filter(object_type="ModelEndpoint").exists()
+
+
+def test_the_seed_says_which_output_contracts_each_model_honours():
+    from routing.providers.contracts import JSON_MODE, STRUCTURED_OUTPUT, TOOLS
+
+    seed_catalogue()
+    caps = {pid: catalogue().get(pid).capabilities for pid in (avocado_id(15), "azure/muse-special")}
+    assert all({TOOLS, STRUCTURED_OUTPUT, JSON_MODE} <= c for c in caps.values())
+    claude = catalogue().get("anthropic/claude-sonnet-5-5").capabilities
+    assert STRUCTURED_OUTPUT in claude and JSON_MODE not in claude
+
+
+def test_json_mode_cannot_be_ticked_on_a_messages_endpoint():
+    from django.core.exceptions import ValidationError
+
+    seed_catalogue()
+    claude = ModelEndpoint.objects.get(public_id="anthropic/claude-sonnet-5-5")
+    claude.supports_json_mode = True
+    with pytest.raises(ValidationError) as refused:
+        claude.full_clean()
+    assert "supports_json_mode" in refused.value.message_dict
+
+
+def test_the_migration_lets_existing_openai_endpoints_honour_json_and_leaves_the_others_off():
+    """Existing rows get the new capabilities by what their provider is known to honour."""
+    import importlib
+
+    from django.apps import apps
+
+    seed_catalogue()
+    ModelEndpoint.objects.update(supports_structured_output=False, supports_json_mode=False)
+    migration = importlib.import_module("routing.migrations.0010_endpoint_output_contracts")
+    migration.openai_endpoints_honour_json(apps, None)
+    on = set(
+        ModelEndpoint.objects.filter(supports_structured_output=True, supports_json_mode=True).values_list(
+            "public_id", flat=True
+        )
+    )
+    assert on == {"azure/muse-special"}

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from routing.dropin.anthropic_api import message_frames
-from routing.dropin.common import contiguous_tool_calls
-from routing.dropin.openai_api import _ResponsesStream, chat_chunks
+from routing.dropin.anthropic_framing import message_frames
+from routing.dropin.openai_framing import ResponsesStream, chat_chunks
+from routing.dropin.streams import contiguous_tool_calls
 from routing.providers import CompletionRequest, Message, client_for
 from tests.routing.conftest import MODELS
 from tests.wire import ISSUE_INTERLEAVING, anthropic_tool_stream, chat_tool_stream, responses_tool_stream
@@ -110,7 +110,7 @@ def via_chat(events):
 def via_responses(events):
     items: dict[str, dict] = {}
     completed = None
-    for _, data in sse_data(_ResponsesStream(job(), "muse-default").frames(iter(events))):
+    for _, data in sse_data(ResponsesStream(job(), "muse-default").frames(iter(events))):
         e = json.loads(data)
         if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call":
             items[e["item"]["id"]] = {**e["item"], "arguments": e["item"]["arguments"]}
@@ -216,130 +216,3 @@ def test_interleaved_upstream_tool_calls_reach_every_drop_in_whole(fake, endpoin
         {"type": "done", "result": {"tool_calls": calls, "finish_reason": "tool_calls", "usage": {}}}
     )
     assert formatter(events) == expected(calls)
-
-
-@pytest.mark.parametrize(
-    ("parse", "body", "param"),
-    [
-        ("chat", [{"role": "user", "content": 12}], "messages[0].content"),
-        ("responses", {"input": 5}, "input"),
-        ("responses", {}, "input"),
-        ("anthropic", {"messages": [{"role": "user", "content": 12}]}, "messages[0].content"),
-    ],
-)
-def test_a_field_that_takes_a_string_or_an_array_says_both_when_it_gets_neither(parse, body, param):
-    from routing.dropin.anthropic_api import messages_in
-    from routing.dropin.common import DropinError
-    from routing.dropin.openai_api import chat_messages, responses_messages
-
-    parser = {"chat": chat_messages, "responses": responses_messages, "anthropic": messages_in}[parse]
-    with pytest.raises(DropinError) as refused:
-        parser(body)
-    assert str(refused.value) == f"'{param}' must be a string or an array."
-    assert refused.value.param == param
-
-
-def _nested(depth: int) -> str:
-    """A JSON object whose one value nests lists ``depth`` levels deep in all."""
-    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
-
-
-@pytest.mark.parametrize("depth", [65, 980, 90_000])
-@pytest.mark.parametrize("parse", ["chat", "responses", "anthropic"])
-def test_tool_arguments_nested_too_deep_as_text_are_a_400_naming_them_not_a_500(parse, depth):
-    """String-encoded tool arguments are held to the body's 64 levels; 980 and more levels used to
-    exhaust the JSON decoder's recursion (RecursionError, an HTML 500 the SDKs retried)."""
-    from routing.dropin.anthropic_api import messages_in
-    from routing.dropin.common import DropinError
-    from routing.dropin.openai_api import chat_messages, responses_messages
-
-    args = _nested(depth)
-    body, param, parser = {
-        "chat": (
-            [
-                {"role": "user", "content": "x"},
-                {
-                    "role": "assistant",
-                    "tool_calls": [
-                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": args}}
-                    ],
-                },
-                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-            ],
-            "messages[1].tool_calls[0].function.arguments",
-            chat_messages,
-        ),
-        "responses": (
-            {"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": args}]},
-            "input[0].arguments",
-            responses_messages,
-        ),
-        "anthropic": (
-            {
-                "messages": [
-                    {
-                        "role": "assistant",
-                        "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": args}],
-                    }
-                ]
-            },
-            "messages[0].content[0].input",
-            messages_in,
-        ),
-    }[parse]
-    with pytest.raises(DropinError) as refused:
-        parser(body)
-    assert str(refused.value) == f"'{param}' is nested deeper than 64 levels."
-    assert refused.value.param == param
-
-
-def test_tool_arguments_nested_64_levels_as_text_are_accepted():
-    from routing.dropin.openai_api import responses_messages
-
-    args = _nested(64)
-    messages = responses_messages(
-        {"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": args}]}
-    )
-    assert messages[0]["tool_calls"][0]["arguments"] == json.loads(args)
-
-
-@pytest.mark.parametrize(
-    ("schema", "where", "message"),
-    [
-        ({"type": "object", "properties": "x"}, ".properties", "properties must be an object"),
-        ({"type": "object", "properties": {"city": "string"}}, ".properties.city", "Each property's schema"),
-        ({"type": "string"}, ".type", 'must be a JSON Schema of "type": "object"'),
-        ({"type": "object", "required": "city"}, ".required", "required must be a list"),
-    ],
-)
-@pytest.mark.parametrize("parse", ["chat", "responses", "anthropic"])
-def test_a_tool_schema_no_provider_accepts_is_a_400_naming_its_field(parse, schema, where, message):
-    """A malformed schema used to go upstream (a real provider refuses it; the simulated one
-    crashed, and the caller got a 502)."""
-    from routing.dropin.anthropic_api import tools_in
-    from routing.dropin.common import DropinError
-    from routing.dropin.openai_api import chat_tools, responses_tools
-
-    tools, prefix, parser = {
-        "chat": (
-            [{"type": "function", "function": {"name": "g", "parameters": schema}}],
-            "tools[0].function.parameters",
-            chat_tools,
-        ),
-        "responses": (
-            [{"type": "function", "name": "g", "parameters": schema}],
-            "tools[0].parameters",
-            responses_tools,
-        ),
-        "anthropic": ([{"name": "g", "input_schema": schema}], "tools[0].input_schema", tools_in),
-    }[parse]
-    with pytest.raises(DropinError) as refused:
-        parser(tools)
-    assert refused.value.param == prefix + where
-    assert message in str(refused.value)
-    good = {"type": ["object"], "properties": {"city": {"type": "string"}, "any": True}, "required": ["city"]}
-    key = "input_schema" if parse == "anthropic" else "parameters"
-    ok = (
-        [{**tools[0], "function": {"name": "g", key: good}}] if parse == "chat" else [{**tools[0], key: good}]
-    )
-    assert parser(ok)[0]["parameters"] == good

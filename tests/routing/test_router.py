@@ -178,3 +178,43 @@ def test_an_anonymous_job_looks_up_no_sticky_assignment_and_keeps_no_reasoning(
     assert session_end(session=OwnedSession(owner=KEYLESS_OWNER, session_id="s-named")) == 1
     with django_assert_num_queries(0):
         assert decide(anonymous).variant_key == "treatment"
+
+
+def test_a_model_that_cannot_honour_the_output_contract_is_never_asked_and_the_job_says_why(
+    catalogue, upstreams
+):
+    """Claude has no JSON mode: a job pinned to it (the catalogue changed after the drop-in's
+    check) fails ``unsupported_contract`` unsent; the stored contracts reach the request."""
+    from routing.dropin.errors import DropinError
+    from routing.dropin.submission import finished_job
+    from routing.planning import build_request
+    from routing.providers.contracts import OutputFormat, ToolChoice
+
+    contracts = {
+        "output_format": {"type": "json_object"},
+        "tool_choice": {"mode": "required", "name": "f"},
+        "parallel_tool_calls": False,
+    }
+    j = run(job(model="anthropic/claude-sonnet-5-5", **contracts))
+    assert (j.status, j.error) == (
+        "failed",
+        "unsupported_contract: The model anthropic/claude-sonnet-5-5 cannot honour the request's output_format.",
+    )
+    assert upstreams.call_count() == 0
+    record = CallRecord.objects.get(job=j)
+    assert record.reason == "unsupported_contract"
+    assert [(a.endpoint, a.outcome) for a in record.attempts.all()] == [
+        ("anthropic/claude-sonnet-5-5", "unsupported_contract")
+    ]
+    with pytest.raises(DropinError) as refused:
+        finished_job(j)
+    assert (refused.value.status, refused.value.message) == (
+        400,
+        "The model anthropic/claude-sonnet-5-5 cannot honour the request's output_format.",
+    )
+    request = build_request(j, {})
+    assert (request.output_format, request.tool_choice, request.parallel_tool_calls) == (
+        OutputFormat("json_object"),
+        ToolChoice("required", "f"),
+        False,
+    )

@@ -117,7 +117,7 @@ def half_open(endpoint: str) -> None:
 
 
 def test_the_guards_ask_the_shared_stores_in_one_round_trip(candidate, shared_stores):
-    permit = _guard(candidate)
+    permit = _guard(candidate, REQUEST)
     assert shared_stores == [["GET", "EVAL", "EVAL"]]  # cooling, concurrency slot, circuit breaker
     assert limiter.in_flight(AZURE) == 1
     permit.finish(None)
@@ -128,7 +128,7 @@ def test_a_cooling_refusal_gives_back_the_slot_and_the_half_open_probe(candidate
     half_open(AZURE)
     cool(AZURE, 30)
     with pytest.raises(EndpointRefused) as exc:
-        _guard(candidate)
+        _guard(candidate, REQUEST)
     assert exc.value.outcome == "cooling"
     assert limiter.in_flight(AZURE) == 0
     assert breaker().allow(AZURE) == PROBE  # the next caller probes at once, not after the lease
@@ -138,7 +138,7 @@ def test_a_full_endpoint_gives_back_the_half_open_probe(candidate, shared_stores
     half_open(AZURE)
     held = limiter.acquire(AZURE, 1)
     with pytest.raises(EndpointRefused) as exc:
-        _guard(Candidate(dataclasses.replace(candidate.endpoint, max_concurrency=1), "assigned"))
+        _guard(Candidate(dataclasses.replace(candidate.endpoint, max_concurrency=1), "assigned"), REQUEST)
     assert exc.value.outcome == "concurrency_limited"
     assert limiter.in_flight(AZURE) == 1  # only the slot held above
     held.release()

@@ -1,4 +1,4 @@
-"""OpenAI-compatible drop-ins: ``POST /v1/chat/completions`` and ``POST /v1/responses``.
+"""OpenAI answers of the drop-ins: Chat Completions and Responses objects and streams.
 
 Bodies are built with the ``openai`` SDK's own pydantic types (``ChatCompletion``,
 ``ChatCompletionChunk``, ``Response`` …) so they parse exactly as the SDK expects. Streams follow
@@ -18,165 +18,18 @@ from typing import Any
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response as OpenAIResponse
-from rest_framework.response import Response
 
 from ..models import CompletionJob
-from ..streaming import sse, sse_response
-from .common import (
-    MAX_MESSAGES,
-    MAX_TOOLS,
-    DropinError,
-    DropinView,
-    as_list,
-    as_object,
-    as_str,
-    check_known,
-    check_sampling,
-    check_tool_choice,
-    contiguous_tool_calls,
-    finished_job,
-    muse_headers,
-    parse_arguments,
-    require,
-    resolve_model,
-    stream_frames,
-    submit,
-    tool_calls_in_index_order,
-    tool_spec,
-    usage_numbers,
-)
+from ..streaming import sse
+from .errors import openai_error
+from .streams import contiguous_tool_calls, tool_calls_in_index_order, usage_numbers
 
-OPENAI_ERROR_TYPES = {
-    "invalid_request": "invalid_request_error",
-    "not_found": "not_found_error",
-    "authentication": "authentication_error",
-    "permission": "permission_error",
-    "rate_limit": "rate_limit_error",
-    "request_too_large": "invalid_request_error",
-    "timeout": "timeout",
-    "upstream": "api_error",
-    "model_unavailable": "model_unavailable",
-    "conflict": "invalid_request_error",  # 409: the SDKs' ConflictError, retried by them
-}
 CHAT_FINISH = {
     "stop": "stop",
     "tool_calls": "tool_calls",
     "length": "length",
     "content_filter": "content_filter",
 }
-
-
-def openai_error(*, kind: str, message: str, param: str | None = None) -> dict[str, Any]:
-    """``{"error": {"message", "type", "param", "code"}}`` as the OpenAI API answers errors."""
-    code = {"not_found": "model_not_found", "model_unavailable": "model_unavailable"}.get(kind)
-    return {
-        "error": {
-            "message": message,
-            "type": OPENAI_ERROR_TYPES.get(kind, "api_error"),
-            "param": param,
-            "code": code,
-        }
-    }
-
-
-class OpenAIView(DropinView):
-    def error_body(self, *, status: int, kind: str, message: str, param: str | None) -> dict:
-        return openai_error(kind=kind, message=message, param=param)
-
-
-def _text_of(content: Any, param: str, part_types: frozenset[str]) -> str:
-    """A message's content as text: a string, or a list of text parts (other part types are a 400)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return as_str(content, param)
-    parts = as_list(content, param, max_len=1000, or_string=True)
-    texts = []
-    for i, part in enumerate(parts):
-        part = as_object(part, f"{param}[{i}]")
-        require(
-            part.get("type") in part_types,
-            f"Content part type {part.get('type')!r} is not supported; send text.",
-            f"{param}[{i}].type",
-        )
-        field = "refusal" if part.get("type") == "refusal" else "text"
-        require(field in part, f"'{param}[{i}].{field}': Field required.", f"{param}[{i}].{field}")
-        texts.append(as_str(part[field], f"{param}[{i}].{field}"))
-    return "".join(texts)
-
-
-# --------------------------------------------------------------------------------------------
-# Chat Completions
-# --------------------------------------------------------------------------------------------
-
-CHAT_PARAMS = frozenset(
-    {
-        "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "stream", "stream_options",
-        "user", "metadata", "temperature", "top_p", "max_tokens", "max_completion_tokens", "n", "stop",
-        "seed", "store", "reasoning_effort", "service_tier", "safety_identifier", "prompt_cache_key",
-        "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "response_format",
-        "verbosity", "modalities",
-    }
-)  # fmt: skip
-
-
-def chat_messages(raw: Any) -> list[dict[str, Any]]:
-    """OpenAI chat messages → our stored messages (system/developer → system; tool results kept).
-    A tool message must answer a tool call of an earlier assistant message (400 otherwise, as
-    OpenAI answers)."""
-    out = []
-    call_ids: set[str] = set()
-    for i, m in enumerate(as_list(raw, "messages", max_len=MAX_MESSAGES, allow_empty=False)):
-        p = f"messages[{i}]"
-        m = as_object(m, p)
-        role = m.get("role")
-        require(
-            role in ("system", "developer", "user", "assistant", "tool"),
-            f"Invalid role {role!r}.",
-            f"{p}.role",
-        )
-        text = _text_of(m.get("content"), f"{p}.content", frozenset({"text", "refusal"}))
-        msg: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": text}
-        if role == "assistant" and m.get("tool_calls"):
-            calls = []
-            for j, c in enumerate(as_list(m["tool_calls"], f"{p}.tool_calls", max_len=MAX_TOOLS)):
-                c = as_object(c, f"{p}.tool_calls[{j}]")
-                fn = as_object(c.get("function"), f"{p}.tool_calls[{j}].function")
-                calls.append(
-                    {
-                        "id": as_str(c.get("id"), f"{p}.tool_calls[{j}].id", max_len=200, allow_empty=False),
-                        "name": as_str(fn.get("name"), f"{p}.tool_calls[{j}].function.name", max_len=200),
-                        "arguments": parse_arguments(
-                            fn.get("arguments", "{}"), f"{p}.tool_calls[{j}].function.arguments"
-                        ),
-                    }
-                )
-            msg["tool_calls"] = calls
-            call_ids.update(c["id"] for c in calls)
-        if role == "tool":
-            msg["tool_call_id"] = as_str(
-                m.get("tool_call_id"), f"{p}.tool_call_id", max_len=200, allow_empty=False
-            )
-            require(
-                msg["tool_call_id"] in call_ids,
-                "Invalid parameter: messages with role 'tool' must be a response to a preceding "
-                "message with 'tool_calls' (no tool call has this id).",
-                f"{p}.tool_call_id",
-            )
-        out.append(msg)
-    return out
-
-
-def chat_tools(raw: Any) -> list[dict[str, Any]]:
-    tools = []
-    for i, t in enumerate(as_list(raw or [], "tools", max_len=MAX_TOOLS)):
-        t = as_object(t, f"tools[{i}]")
-        require(t.get("type") == "function", "Only function tools are supported.", f"tools[{i}].type")
-        fn = as_object(t.get("function"), f"tools[{i}].function")
-        tools.append(
-            tool_spec(fn.get("name"), fn.get("description"), fn.get("parameters"), f"tools[{i}].function")
-        )
-    return tools
 
 
 def chat_usage(result: dict[str, Any]) -> dict[str, Any]:
@@ -288,133 +141,6 @@ def chat_chunks(
     yield b"data: [DONE]\n\n"
 
 
-class ChatCompletionsApi(OpenAIView):
-    """``POST /v1/chat/completions`` in the OpenAI wire format (streaming included)."""
-
-    def post(self, request):
-        body = self.body(request)
-        check_known(body, CHAT_PARAMS)
-        check_sampling(body, token_fields=("max_tokens", "max_completion_tokens"), temperature_max=2.0)
-        model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
-        pinned = resolve_model(model_name)
-        require(body.get("n") in (None, 1), "Only n=1 is supported.", "n")
-        stream = body.get("stream") or False
-        require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")
-        options = as_object(body.get("stream_options") or {}, "stream_options")
-        tools = chat_tools(body.get("tools"))
-        check_tool_choice(body.get("tool_choice"), tools, style="chat")
-        job, _ = submit(
-            request,
-            messages=chat_messages(body.get("messages")),
-            tools=tools,
-            model=pinned,
-            stream=stream,
-            user=body.get("user"),
-            safety_identifier=body.get("safety_identifier"),
-            metadata=body.get("metadata"),
-        )
-        if stream:
-            include_usage = bool(options.get("include_usage"))
-            frames = stream_frames(
-                job,
-                lambda ev: chat_chunks(ev, job=job, model=model_name, include_usage=include_usage),
-            )
-            response = sse_response(frames)
-            response["x-muse-job-id"] = str(job.id)
-            return response
-        job = finished_job(job, request)
-        return Response(chat_completion(job), headers=muse_headers(job))
-
-
-# --------------------------------------------------------------------------------------------
-# Responses
-# --------------------------------------------------------------------------------------------
-
-RESPONSES_PARAMS = frozenset(
-    {
-        "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "stream",
-        "stream_options", "user", "metadata", "temperature", "top_p", "max_output_tokens", "store",
-        "include", "reasoning", "text", "truncation", "service_tier", "safety_identifier",
-        "prompt_cache_key", "background", "previous_response_id", "max_tool_calls", "top_logprobs",
-    }
-)  # fmt: skip
-INPUT_PART_TYPES = frozenset({"input_text", "output_text", "text"})
-
-
-def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """Responses ``instructions`` + ``input`` → our stored messages.
-
-    Consecutive ``function_call`` items become one assistant message with parallel tool calls;
-    ``function_call_output`` items become tool messages; ``reasoning`` items a client sends back are
-    dropped (we never hand reasoning out, and never forward reasoning we did not issue).
-    """
-    out: list[dict[str, Any]] = []
-    if body.get("instructions") is not None:
-        out.append({"role": "system", "content": as_str(body["instructions"], "instructions")})
-    raw = body.get("input")
-    if isinstance(raw, str):
-        out.append({"role": "user", "content": raw})
-        return out
-    for i, item in enumerate(as_list(raw, "input", max_len=MAX_MESSAGES, allow_empty=False, or_string=True)):
-        p = f"input[{i}]"
-        item = as_object(item, p)
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            require(
-                role in ("system", "developer", "user", "assistant"), f"Invalid role {role!r}.", f"{p}.role"
-            )
-            out.append(
-                {
-                    "role": "system" if role == "developer" else role,
-                    "content": _text_of(item.get("content"), f"{p}.content", INPUT_PART_TYPES),
-                }
-            )
-        elif kind == "function_call":
-            call = {
-                "id": as_str(item.get("call_id"), f"{p}.call_id", max_len=200, allow_empty=False),
-                "name": as_str(item.get("name"), f"{p}.name", max_len=200, allow_empty=False),
-                "arguments": parse_arguments(item.get("arguments", "{}"), f"{p}.arguments"),
-            }
-            last = out[-1] if out else None
-            if (
-                last is not None
-                and last["role"] == "assistant"
-                and (last.get("tool_calls") or not last["content"])
-            ):
-                last.setdefault("tool_calls", []).append(call)
-            elif last is not None and last["role"] == "assistant":
-                last["tool_calls"] = [call]
-            else:
-                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _text_of(output, f"{p}.output", INPUT_PART_TYPES)
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": as_str(
-                        item.get("call_id"), f"{p}.call_id", max_len=200, allow_empty=False
-                    ),
-                    "content": text,
-                }
-            )
-        elif kind == "reasoning":
-            continue
-        else:
-            raise DropinError(f"Input item type {kind!r} is not supported.", param=f"{p}.type")
-    return out
-
-
-def responses_tools(raw: Any) -> list[dict[str, Any]]:
-    tools = []
-    for i, t in enumerate(as_list(raw or [], "tools", max_len=MAX_TOOLS)):
-        t = as_object(t, f"tools[{i}]")
-        require(t.get("type") == "function", "Only function tools are supported.", f"tools[{i}].type")
-        tools.append(tool_spec(t.get("name"), t.get("description"), t.get("parameters"), f"tools[{i}]"))
-    return tools
-
-
 def responses_usage(result: dict[str, Any]) -> dict[str, Any]:
     u = usage_numbers(result)
     return {
@@ -496,7 +222,7 @@ def responses_object(job: CompletionJob) -> dict[str, Any]:
     )
 
 
-class _ResponsesStream:
+class ResponsesStream:
     """Our events → Responses streaming events (one output item open at a time)."""
 
     def __init__(self, job: CompletionJob, model: str) -> None:
@@ -637,41 +363,3 @@ class _ResponsesStream:
     @staticmethod
     def _public(item: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in item.items() if not k.startswith("_")}
-
-
-class ResponsesApi(OpenAIView):
-    """``POST /v1/responses`` in the OpenAI wire format (streaming included; stateless)."""
-
-    def post(self, request):
-        body = self.body(request)
-        check_known(body, RESPONSES_PARAMS)
-        check_sampling(body, token_fields=("max_output_tokens",), temperature_max=2.0)
-        model_name = as_str(body.get("model"), "model", max_len=200, allow_empty=False)
-        pinned = resolve_model(model_name)
-        require(
-            body.get("previous_response_id") is None,
-            "previous_response_id is not supported: send the whole conversation in 'input'.",
-            "previous_response_id",
-        )
-        require(not body.get("background"), "background responses are not supported.", "background")
-        stream = body.get("stream") or False
-        require(isinstance(stream, bool), "'stream' must be a boolean.", "stream")
-        tools = responses_tools(body.get("tools"))
-        check_tool_choice(body.get("tool_choice"), tools, style="responses")
-        job, _ = submit(
-            request,
-            messages=responses_messages(body),
-            tools=tools,
-            model=pinned,
-            stream=stream,
-            user=body.get("user"),
-            safety_identifier=body.get("safety_identifier"),
-            metadata=body.get("metadata"),
-        )
-        if stream:
-            frames = stream_frames(job, _ResponsesStream(job, model_name).frames)
-            response = sse_response(frames)
-            response["x-muse-job-id"] = str(job.id)
-            return response
-        job = finished_job(job, request)
-        return Response(responses_object(job), headers=muse_headers(job))
