@@ -18,7 +18,7 @@ from django.db.models.functions import Coalesce, NullIf, TruncDate, TruncHour
 from django.utils import timezone
 
 from muse_experiments.models import Exposure
-from routing.models import KILL_REASONS, CallRecord, JobStatus, RoutingReason
+from routing.models import FALLBACK_REASONS, KILL_REASONS, CallRecord, JobStatus
 
 from . import histograms
 from .histograms import LogBins
@@ -27,7 +27,6 @@ from .models import CallRollup, LiftPoint, ResultSnapshot, RollupSpan
 log = logging.getLogger(__name__)
 
 KEY = ("bucket", "endpoint", "experiment_id", "phase", "variant_key")
-FALLBACK_REASONS = (RoutingReason.ERROR_FALLBACK, RoutingReason.CIRCUIT_OPEN, RoutingReason.COOLING)
 
 
 def _bin_case(field: str, grid: LogBins) -> Case:
@@ -64,7 +63,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
     """Recompute the rollup from ``since`` (default: the newest stored hour) to now.
 
     Per hour × endpoint × experiment phase × variant: calls, errors (failed calls), fallbacks
-    (``error_fallback``/``circuit_open``/``cooling``), killed (any of ``KILL_REASONS``), cost (USD),
+    (``routing.models.FALLBACK_REASONS``), killed (any of ``KILL_REASONS``), cost (USD),
     tokens (input + output: a call's output tokens already include its reasoning tokens, as both
     providers count them, see :class:`routing.providers.types.Usage`), histograms of latency (ms,
     succeeded calls), cost and tokens per call (:mod:`analytics.histograms`), and units first

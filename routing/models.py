@@ -249,6 +249,17 @@ class RoutingReason(models.TextChoices):
     UNSUPPORTED_CONTRACT = "unsupported_contract"
 
 
+#: Every reason that says the call left its first candidate because of that endpoint's state (not
+#: a kill switch): errors, a protected endpoint, cooling, an output contract it cannot honour.
+FALLBACK_REASONS = frozenset(
+    {
+        RoutingReason.ERROR_FALLBACK,
+        RoutingReason.CIRCUIT_OPEN,
+        RoutingReason.COOLING,
+        RoutingReason.UNSUPPORTED_CONTRACT,
+    }
+)
+
 #: Every reason that says a kill switch moved the call (the legacy generic value included).
 KILL_REASONS = frozenset(
     {

@@ -235,3 +235,13 @@ def test_the_rebuild_command_recomputes_every_row(three_arms, settings):
     call_command("analytics_rollup_rebuild", stdout=out)
     assert "days in UTC" in out.getvalue()
     assert set(CallRollup.objects.filter(calls=1).values_list("tokens", flat=True)) == {30}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("reason", ["error_fallback", "circuit_open", "cooling", "unsupported_contract"])
+def test_every_fallback_reason_counts_as_a_fallback(three_arms, reason):
+    three_arms.expose("u1", "fast", at=T0)
+    three_arms.call("u1", "fast", at=T0 + timedelta(minutes=1), reason=reason, served="azure/muse-special")
+    call_rollup_refresh()
+    rows = CallRollup.objects.filter(span=RollupSpan.DAY, experiment_id=three_arms.experiment.id)
+    assert rows.aggregate(fallbacks=Sum("fallbacks"))["fallbacks"] == 1
