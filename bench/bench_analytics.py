@@ -116,8 +116,8 @@ def generate(*, units: int, calls_per_unit: int, rebuild: bool):
     from django.db import connection, transaction
 
     from analytics.models import ExperimentAnalysisSettings, MetricDefinition
-    from muse_experiments import services
-    from muse_experiments.models import Experiment
+    from muse_experiments.experiments import services
+    from muse_experiments.experiments.models import Experiment
     from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
     from routing.models import ModelEndpoint
     from routing.services import catalogue_seed

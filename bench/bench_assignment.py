@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from muse_experiments.assignment.engine import (  # noqa: E402
+from muse_experiments.experiments.assignment.engine import (  # noqa: E402
     ConfigSnapshot,
     ExperimentSpec,
     HoldoutSpec,

@@ -11,7 +11,7 @@ bound is ``CONFIG_REFRESH_INTERVAL_S`` (0.5 s by default) plus one snapshot rebu
 
 Without ``DATABASE_URL`` the script uses its own SQLite file under ``$MUSE_VAR_DIR`` (default
 ``var/bench``), migrated on first use. The probe mode is also used by
-``tests/muse_experiments/test_propagation.py``.
+``tests/muse_experiments/experiments/test_propagation.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def probe(key: str, poll_s: float, timeout_s: float) -> int:
     """Child: print ``ready <coverage>``, then ``seen <coverage> <unix time>`` on every change
     of experiment ``key``'s coverage in the cached snapshot; exit on EOF of stdin's parent or timeout."""
     setup_django()
-    from muse_experiments.selectors import assignment_snapshot
+    from muse_experiments.experiments.selectors import assignment_snapshot
 
     def coverage() -> float | None:
         spec = next((e for e in assignment_snapshot().experiments if e.key == key), None)
@@ -100,8 +100,8 @@ def main() -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from muse_experiments import services
-    from muse_experiments.models import Experiment
+    from muse_experiments.experiments import services
+    from muse_experiments.experiments.models import Experiment
     from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
     from routing.models import ModelEndpoint
     from routing.services import catalogue_seed

@@ -367,8 +367,8 @@ def prepare_platform(env: dict[str, str], *, upstream: str) -> str:
     from django.core.management import call_command
     from django.db import connections
 
-    from muse_experiments import services
-    from muse_experiments.auth import api_key_create
+    from muse_experiments.api.auth import api_key_create
+    from muse_experiments.experiments import services
     from routing.catalogue import avocado_id
     from routing.models import ModelEndpoint
 
@@ -405,15 +405,15 @@ def bench_formation(formation: str, *, embedded: bool = False) -> str:
 def start_platform(
     procs: Processes, *, upstream: str, var: Path, embedded: bool
 ) -> tuple[str, str, dict[str, str], dict[str, int]]:
-    """The platform as ``make run-prod`` runs it (:mod:`muse_experiments.prodshape`: the Procfile
+    """The platform as ``make run-prod`` runs it (:mod:`muse_experiments.infra.prodshape`: the Procfile
     times ``$MUSE_FORMATION``, without beat); returns (base URL, API key, {process: command},
     {process: pid}). The supervisor is stopped with ``procs``."""
-    from muse_experiments.prodshape import Supervisor, processes
+    from muse_experiments.infra.prodshape import Supervisor, processes
 
     port = free_port(PORTS)
     env = platform_env(var=var, embedded=embedded, port=port)
-    if embedded:  # the private Redis server the settings point at (muse_experiments.private_redis)
-        from muse_experiments.private_redis import ensure_running
+    if embedded:  # the private Redis server the settings point at (muse_experiments.infra.private_redis)
+        from muse_experiments.infra.private_redis import ensure_running
 
         procs.stoppers.append(ensure_running(Path(env["MUSE_VAR_DIR"]) / "redis").stop)
     else:

@@ -10,7 +10,7 @@ instances this script starts and always stops (never the machine's shared servic
   it is the Celery broker (results and streams stay on Redis),
 * two simulated upstream processes (``routing.fake_upstreams``): the in-house Avocado service and
   the external providers (Azure OpenAI, Anthropic) on another port, so one can be taken down,
-* the platform as the ``Procfile`` runs it (``muse_experiments.prodshape``: gunicorn, two Celery
+* the platform as the ``Procfile`` runs it (``muse_experiments.infra.prodshape``: gunicorn, two Celery
   workers, beat), on those services.
 
 A load generator (asyncio) sends requests at a fixed rate, round robin over the native REST API
@@ -59,7 +59,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from muse_experiments.prodshape import Supervisor, processes, signal_group  # noqa: E402
+from muse_experiments.infra.prodshape import Supervisor, processes, signal_group  # noqa: E402
 
 PORTS = {"redis": 18610, "postgres": 18611, "rabbit": 18612, "rabbit_dist": 18613}
 PORTS |= {"upstream_internal": 18614, "upstream_external": 18615, "web": 18616}
@@ -336,8 +336,8 @@ def prepare_database(env: dict[str, str], internal: Upstream, external: Upstream
     from django.core.management import call_command
     from django.db import connections
 
-    from muse_experiments import services
-    from muse_experiments.auth import api_key_create
+    from muse_experiments.api.auth import api_key_create
+    from muse_experiments.experiments import services
     from routing.catalogue import avocado_id
     from routing.models import ModelEndpoint, Provider
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from muse_experiments.config_version import VersionedSnapshot
-from muse_experiments.selectors import experiment_by_key
+from muse_experiments.experiments.selectors import experiment_by_key
+from muse_experiments.infra.config_version import VersionedSnapshot
 
 from . import claims
 from .handoff import apply_final, final_state

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from muse_experiments import config_version, services
-from muse_experiments.auth import api_key_create
+from muse_experiments.api.auth import api_key_create
+from muse_experiments.experiments import services
+from muse_experiments.infra import config_version
 from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
 from routing.models import ModelEndpoint
 from routing.services import catalogue_seed

@@ -1,7 +1,7 @@
 """What the drop-in endpoints share: identity, model resolution, job submission, errors, views.
 
 * Auth: the SDKs' own headers (``Authorization: Bearer <muse key>`` — openai and anthropic>=2 —
-  or ``x-api-key``), handled by :class:`muse_experiments.auth.ApiKeyAuthentication`; scope
+  or ``x-api-key``), handled by :class:`muse_experiments.api.auth.ApiKeyAuthentication`; scope
   ``completions``; the per-key rate limit applies (429 + ``retry-after``, which the SDKs honour).
 * Model: an alias in :data:`routing.planning.ROUTING_ALIASES` (``muse-default``) lets the running
   experiments decide; an endpoint public id (``avocado/<hex>``, ``azure/muse-special``) pins it
@@ -36,11 +36,11 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import MAX_JSON_DEPTH, RequestTooLarge, depth_exceeds
-from muse_experiments.auth import ApiClient, HasScope
-from muse_experiments.storage_text import unstorable_paths
-from muse_experiments.throttling import DeferredThrottleMixin, settle
-from muse_experiments.validation import tool_parameters_problem, unit_id_problem
+from muse_experiments.api.auth import ApiClient, HasScope
+from muse_experiments.api.base import MAX_JSON_DEPTH, RequestTooLarge, depth_exceeds
+from muse_experiments.api.throttling import DeferredThrottleMixin, settle
+from muse_experiments.experiments.validation import tool_parameters_problem, unit_id_problem
+from muse_experiments.infra.storage_text import unstorable_paths
 
 from ..attempts import EndpointRefused
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job

@@ -7,9 +7,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 
-from muse_experiments import services as experiment_services
-from muse_experiments.config_version import invalidate_all
-from muse_experiments.models import AuditEntry, Exposure
+from muse_experiments.experiments import services as experiment_services
+from muse_experiments.experiments.models import AuditEntry, Exposure
+from muse_experiments.infra.config_version import invalidate_all
 from routing import killswitch
 from routing.catalogue import avocado_id
 from routing.killswitch import kill_state
@@ -191,7 +191,7 @@ def test_when_the_switch_state_cannot_be_read_external_providers_are_off(catalog
 
 
 def test_a_failed_refresh_fails_closed_even_with_a_good_snapshot_cached(catalogue, settings, monkeypatch):
-    from muse_experiments import config_version
+    from muse_experiments.infra import config_version
 
     settings.CONFIG_REFRESH_INTERVAL_S = 0
     assert not kill_state().unreadable  # a good snapshot is cached
@@ -347,7 +347,7 @@ def test_the_admin_shows_a_form_error_for_an_unknown_target(catalogue, admin_cli
 
 def sessions_hashing_to(variant: str, n: int) -> list[str]:
     """``n`` fresh session ids the engine assigns to ``variant`` (read-only preview, no exposure)."""
-    from muse_experiments.selectors import assignment_preview
+    from muse_experiments.experiments.selectors import assignment_preview
 
     found = []
     for i in range(200):
@@ -378,7 +378,7 @@ def new_weights(experiment, **weights):
 def test_a_kill_enrols_nobody_new_and_keeps_earlier_units_for_analysis(
     catalogue, upstreams, client, scope, target, reason
 ):
-    from muse_experiments.selectors import sticky_variants
+    from muse_experiments.experiments.selectors import sticky_variants
     from routing.killswitch import KillInForce
     from routing.selectors import experiment_kills_in_force
 

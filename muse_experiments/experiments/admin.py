@@ -1,0 +1,552 @@
+"""Admin for product managers: experiments with inline variants and QA pins, lifecycle buttons,
+an assignment preview, and the audit trail.
+
+Every save goes through :mod:`muse_experiments.experiments.services` (inside the admin's one transaction):
+``save_model`` defers, ``save_related`` calls ``experiment_create``/``experiment_update`` and
+``forced_assignments_replace`` with the validated form and formsets. Forms validate with the
+services' own rules, so invalid configurations come back as form errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+
+from muse_experiments.api.auth import SCOPES, api_key_create, api_keys_delete
+from muse_experiments.infra import config_version
+
+from . import selectors, services
+from .admin_base import ReadOnlyAdmin
+from .audit_text import describe_changes, percent
+from .forms import (
+    ExperimentForm,
+    ForcedAssignmentForm,
+    ForcedAssignmentFormSet,
+    PlatformConfigForm,
+    PreviewForm,
+    VariantForm,
+    VariantFormSet,
+)
+from .models import (
+    ApiKey,
+    AuditEntry,
+    Experiment,
+    ExperimentPhase,
+    Exposure,
+    ForcedAssignment,
+    Layer,
+    PlatformConfig,
+    Variant,
+)
+
+LIFECYCLE = {
+    "start": (services.experiment_start, "running"),
+    "pause": (services.experiment_pause, "paused"),
+    "stop": (services.experiment_stop, "stopped"),
+    "archive": (services.experiment_archive, "archived"),
+    "rerandomise": (services.experiment_rerandomise, "re-randomised (new phase, new seed)"),
+}
+
+
+class ExperimentPartInline(admin.TabularInline):
+    """Rows edited only as part of their experiment (variants, QA pins): the experiment's own
+    permissions apply, not the row model's -- add on the add page, change on the change page,
+    view to see them -- as ``PATCH /api/v1/experiments/{key}`` needs ``change_experiment``
+    (the way Django treats an auto-created many-to-many table)."""
+
+    def _experiment_perm(self, request: HttpRequest, action: str) -> bool:
+        opts = Experiment._meta
+        return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+
+    def has_view_permission(self, request, obj=None):
+        return self._experiment_perm(request, "view") or self._experiment_perm(request, "change")
+
+    def has_add_permission(self, request, obj):
+        return self._experiment_perm(request, "change" if obj is not None else "add")
+
+    def has_change_permission(self, request, obj=None):
+        return self._experiment_perm(request, "change" if obj is not None else "add")
+
+    def has_delete_permission(self, request, obj=None):
+        return self._experiment_perm(request, "change" if obj is not None else "add")
+
+
+class VariantInline(ExperimentPartInline):
+    model = Variant
+    form = VariantForm
+    formset = VariantFormSet
+    extra = 0
+    fields = ("key", "name", "weight_percent", "endpoint", "is_control", "overrides")
+
+    def get_extra(self, request, obj=None, **kwargs):
+        return 0 if obj else 2
+
+
+class ForcedAssignmentInline(ExperimentPartInline):
+    model = ForcedAssignment
+    form = ForcedAssignmentForm
+    formset = ForcedAssignmentFormSet
+    extra = 0
+    fields = ("unit_id", "variant", "note")
+    verbose_name = "QA pin (forced assignment, excluded from analysis)"
+    verbose_name_plural = "QA pins (forced assignments, excluded from analysis)"
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        if obj is not None:
+            formset.form.base_fields["variant"].queryset = Variant.objects.filter(experiment=obj)
+        return formset
+
+
+@admin.register(Experiment)
+class ExperimentAdmin(admin.ModelAdmin):
+    form = ExperimentForm
+    list_display = ("key", "name", "status", "unit_type", "coverage_percent", "phase", "layer", "started_at")
+    list_filter = ("status", "unit_type", "layer")
+    search_fields = ("key", "name", "owner")
+    readonly_fields = (
+        "status",
+        "phase",
+        "started_at",
+        "stopped_at",
+        "created_at",
+        "updated_at",
+        "phase_history",
+        "audit_history",
+    )
+    actions = ["start", "pause", "stop", "archive", "rerandomise"]
+    change_form_template = "admin/muse_experiments/experiment/change_form.html"
+
+    def get_fieldsets(self, request, obj=None):
+        main = (
+            None,
+            {
+                "fields": (
+                    "key",
+                    "name",
+                    "hypothesis",
+                    "owner",
+                    "unit_type",
+                    "seed",
+                    "primary_metric",
+                    "guardrail_metrics",
+                    "base_version",
+                )
+            },
+        )
+        allocation = (
+            "Allocation",
+            {"fields": ("coverage", "layer", "layer_start", "layer_end", "condition")},
+        )
+        if obj is None:
+            return [main, allocation]
+        state = (
+            "State",
+            {"fields": ("status", "phase", "started_at", "stopped_at", "created_at", "updated_at")},
+        )
+        history = ("History", {"fields": ("phase_history", "audit_history")})
+        if obj.status in services.LIVE_STATUSES:
+            allocation[1]["fields"] = (*allocation[1]["fields"], "confirm_new_phase")
+        return [main, allocation, state, history]
+
+    def get_inlines(self, request, obj):
+        return [VariantInline, ForcedAssignmentInline] if obj else [VariantInline]
+
+    # --- saving through the services -----------------------------------------------------------
+
+    def save_model(self, request, obj, form, change):
+        """Deferred to :meth:`save_related`, which has the variants too (one service call)."""
+
+    def save_related(self, request, form, formsets, change):
+        actor = request.user.get_username()
+        variant_formset = next(fs for fs in formsets if isinstance(fs, VariantFormSet))
+        fields = {
+            name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data
+        }
+        fields["condition"] = fields.get("condition") or {}
+        if change:
+            experiment = services.experiment_update(
+                experiment=form.instance,
+                actor=actor,
+                variants=variant_formset.variant_inputs(),
+                removed=variant_formset.removed_keys(),
+                expected_version=form.cleaned_data["base_version"],
+                **fields,
+            )
+            forced = next((fs for fs in formsets if isinstance(fs, ForcedAssignmentFormSet)), None)
+            if forced is not None:
+                services.forced_assignments_replace(
+                    experiment=experiment, pins=self._pins(forced, experiment), actor=actor
+                )
+        else:
+            experiment = services.experiment_create(
+                actor=actor, variants=variant_formset.variant_inputs(), **fields
+            )
+        form.instance.pk = experiment.pk
+        form.instance.refresh_from_db()
+
+    @staticmethod
+    def _pins(formset: ForcedAssignmentFormSet, experiment: Experiment) -> list[services.ForcedInput]:
+        """Pins by variant *row*: a variant renamed in the same save keeps its pins."""
+        keys = dict(experiment.variants.values_list("pk", "key"))
+        return [
+            services.ForcedInput(
+                unit_id=f.cleaned_data["unit_id"],
+                variant_key=keys.get(f.cleaned_data["variant"].pk, ""),
+                note=f.cleaned_data.get("note", ""),
+            )
+            for f in formset.forms
+            if f.cleaned_data and not formset._should_delete_form(f)
+        ]
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        return "Saved through the experiment services (see the audit history)."
+
+    # --- read-only panels ------------------------------------------------------------------------
+
+    @admin.display(description="Coverage", ordering="coverage")
+    def coverage_percent(self, obj: Experiment) -> str:
+        return percent(obj.coverage)
+
+    @admin.display(description="Phases")
+    def phase_history(self, obj: Experiment) -> str:
+        phases = obj.phases.order_by("-number")
+        if not phases:
+            return "No phase yet (starts with the first start)."
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    p.number,
+                    p.get_reason_display(),
+                    p.seed,
+                    percent(p.coverage),
+                    ", ".join(f"{k} {percent(w)}" for k, w in p.weights.items()),
+                    p.started_at,
+                    p.ended_at or "open",
+                )
+                for p in phases
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>#</th><th>why</th><th>seed</th><th>coverage</th><th>weights</th>"
+            "<th>started</th><th>ended</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    @admin.display(description="Audit history")
+    def audit_history(self, obj: Experiment) -> str:
+        entries = selectors.experiment_audit_history(obj)
+        if not entries:
+            return "No changes recorded."
+        models = selectors.model_labels()
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><ul>{}</ul></td></tr>",
+            (
+                (
+                    e.at.strftime("%Y-%m-%d %H:%M:%S"),
+                    e.actor,
+                    e.action,
+                    format_html_join(
+                        "", "<li>{}</li>", ((line,) for line in describe_changes(e.changes, models=models))
+                    ),
+                )
+                for e in entries
+            ),
+        )
+        return format_html(
+            '<table class="audit-history"><thead><tr><th>when (UTC)</th><th>who</th><th>action</th>'
+            "<th>what changed (before → after)</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # --- lifecycle: list actions and change-page buttons ------------------------------------------
+
+    def _lifecycle(self, request: HttpRequest, experiment: Experiment, action: str) -> None:
+        service, verb = LIFECYCLE[action]
+        try:
+            service(experiment=experiment, actor=request.user.get_username())
+        except ValidationError as exc:
+            self.message_user(request, f"{experiment.key}: {'; '.join(exc.messages)}", messages.ERROR)
+        else:
+            self.message_user(request, f"{experiment.key}: {verb}.", messages.SUCCESS)
+            if action == "start":
+                self._warn_about_competitors(request, experiment)
+
+    def _warn_about_competitors(self, request: HttpRequest, experiment: Experiment) -> None:
+        """One call is served by one model: the oldest running experiment that includes a unit decides.
+        Say which running experiments may take this one's traffic first."""
+        earlier = selectors.running_experiments_evaluated_before(experiment=experiment)
+        if earlier:
+            self.message_user(
+                request,
+                f"{experiment.key}: running experiments evaluated first may take its traffic: "
+                f"{', '.join(e.key for e in earlier)}. Separate them with targeting, or put them in one "
+                "layer with disjoint ranges.",
+                messages.WARNING,
+            )
+
+    @admin.action(description="Start (or resume) selected experiments", permissions=["change"])
+    def start(self, request, queryset):
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "start")
+
+    @admin.action(description="Pause selected experiments", permissions=["change"])
+    def pause(self, request, queryset):
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "pause")
+
+    @admin.action(description="Stop selected experiments", permissions=["change"])
+    def stop(self, request, queryset):
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "stop")
+
+    @admin.action(description="Archive selected experiments", permissions=["change"])
+    def archive(self, request, queryset):
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "archive")
+
+    @admin.action(
+        description="Re-randomise selected experiments (new phase, new seed)", permissions=["change"]
+    )
+    def rerandomise(self, request, queryset):
+        for experiment in queryset:
+            self._lifecycle(request, experiment, "rerandomise")
+
+    def get_urls(self):
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path(
+                "<path:object_id>/preview/",
+                self.admin_site.admin_view(self.preview_view),
+                name=f"{prefix}_preview",
+            ),
+            path(
+                "<path:object_id>/lifecycle/<slug:action>/",
+                self.admin_site.admin_view(self.lifecycle_view),
+                name=f"{prefix}_lifecycle",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _experiment_or_404(self, request: HttpRequest, object_id: str) -> Experiment:
+        """The experiment, or 404 for a missing or malformed id (``get_object`` copes with both)."""
+        experiment = self.get_object(request, object_id)
+        if experiment is None:
+            raise Http404("No such experiment.")
+        return experiment
+
+    def lifecycle_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """POST-only button target: runs one lifecycle service, then back to the change page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        experiment = self._experiment_or_404(request, object_id)
+        if not self.has_change_permission(request, experiment) or action not in LIFECYCLE:
+            raise PermissionDenied
+        self._lifecycle(request, experiment, action)
+        return HttpResponseRedirect(reverse("admin:muse_experiments_experiment_change", args=[experiment.pk]))
+
+    def preview_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """ "Preview assignment for this unit id": the engine's decision and its reason trace."""
+        experiment = self._experiment_or_404(request, object_id)
+        if not self.has_view_permission(request, experiment):
+            raise PermissionDenied
+        form = PreviewForm(request.GET or None)
+        preview = None
+        if form.is_valid():
+            preview = selectors.assignment_preview(
+                session_id=form.cleaned_data["session_id"],
+                user_id=form.cleaned_data["user_id"],
+                attributes=form.cleaned_data["attributes"],
+                experiment=experiment,
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": experiment,
+            "title": f"Preview assignment: {experiment.key}",
+            "form": form,
+            "preview": preview,
+            "sticky": {f"{e}:{p}": v for (e, p), v in preview.sticky.items()} if preview else {},
+            "model_labels": _preview_model_labels(preview),
+        }
+        return TemplateResponse(request, "admin/muse_experiments/experiment/preview.html", context)
+
+
+def _preview_model_labels(preview: Any) -> dict[str, str]:
+    """Version labels of the models a preview names (``routing``/``experiment`` → label)."""
+    if preview is None:
+        return {}
+    labels = selectors.model_labels()
+    out = {}
+    for name in ("routing", "experiment"):
+        decision = getattr(preview, name, None)
+        model = getattr(decision, "endpoint_id", None) if decision is not None else None
+        if model:
+            out[name] = labels.get(model, model)
+    return out
+
+
+@admin.register(Layer)
+class LayerAdmin(admin.ModelAdmin):
+    list_display = ("key", "description", "hash_version", "ranges")
+    fields = ("key", "description", "hash_version")
+    search_fields = ("key",)
+
+    @admin.display(description="Experiments [start, end)")
+    def ranges(self, obj: Layer) -> str:
+        return ", ".join(
+            f"{e.key} [{percent(e.layer_start)}, {percent(e.layer_end)})"
+            for e in obj.experiments.exclude(status="archived")
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("key", "hash_version") if obj is not None and obj.experiments.exists() else ()
+
+    def save_model(self, request, obj, form, change):
+        services.layer_save(layer=obj, actor=request.user.get_username())
+
+
+@admin.register(ForcedAssignment)
+class ForcedAssignmentAdmin(ReadOnlyAdmin):
+    """Read-only overview; pins are edited on the experiment page (audited)."""
+
+    can_delete_rows = False
+    list_display = ("experiment", "unit_id", "variant", "note")
+    list_filter = ("experiment",)
+
+
+@admin.register(ExperimentPhase)
+class ExperimentPhaseAdmin(ReadOnlyAdmin):
+    can_delete_rows = False
+    list_display = ("experiment", "number", "reason", "seed", "coverage", "started_at", "ended_at")
+    list_filter = ("experiment", "reason")
+
+
+@admin.register(Exposure)
+class ExposureAdmin(ReadOnlyAdmin):
+    """Exposures are the analysis sample and the durable sticky assignment: never edited or
+    deleted by hand (deleting one would silently change results and re-hash the unit)."""
+
+    can_delete_rows = False
+    list_display = ("experiment", "phase", "unit_id", "variant_key", "reason", "first_exposed_at")
+    list_filter = ("experiment", "phase", "reason")
+    search_fields = ("unit_id",)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    can_delete_rows = False
+    list_display = ("at", "actor", "action", "object_type", "object_id")
+    list_filter = ("action", "object_type")
+    readonly_fields = ("at", "actor", "action", "object_type", "object_id", "changes")
+
+
+@admin.register(PlatformConfig)
+class PlatformConfigAdmin(admin.ModelAdmin):
+    """The global holdout; saved through ``services.platform_config_update`` (audited)."""
+
+    form = PlatformConfigForm
+    list_display = ("__str__", "holdout_share", "holdout_seed", "version")
+    readonly_fields = ("version", "sticky_namespace")
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and not PlatformConfig.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        saved = services.platform_config_update(
+            actor=request.user.get_username(),
+            holdout_share=form.cleaned_data["holdout_share"],
+            holdout_seed=form.cleaned_data["holdout_seed"],
+        )
+        obj.pk = saved.pk
+
+
+class ApiKeyAddForm(forms.ModelForm):
+    """New key: name, scopes and rate limit; the key itself is generated (``auth.api_key_create``)."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=[(s, s) for s in SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="What the key may call.",
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("name", "scopes", "rate_limit_per_minute", "owner")
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are listed by their public prefix; the stored digest is never shown. Adding a key
+    generates it and shows the raw key once, on the page answering the save (it is stored only as
+    its SHA-256 digest, never in a message or the session); ``manage.py create_api_key`` does the
+    same on the command line."""
+
+    list_display = ("name", "prefix", "scopes", "rate_limit_per_minute", "created_at", "revoked_at")
+    fields = ("name", "prefix", "scopes", "rate_limit_per_minute", "owner", "created_at", "revoked_at")
+    readonly_fields = ("prefix", "created_at")
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiKeyAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request, obj=None):
+        return ("name", "scopes", "rate_limit_per_minute", "owner") if obj is None else self.fields
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            with transaction.atomic():
+                super().save_model(request, obj, form, change)
+                config_version.bump()  # revocations, scopes and limits reach cached keys everywhere
+            return None
+        try:
+            key, raw = api_key_create(
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                rate_limit_per_minute=form.cleaned_data["rate_limit_per_minute"],
+                owner=form.cleaned_data.get("owner"),
+            )
+        except ValueError as exc:  # the form already checks these; a race is still a clear error
+            raise PermissionDenied(str(exc)) from None
+        obj.pk = key.pk
+        obj._raw_key = raw  # shown once by response_add, never stored
+
+    def delete_model(self, request, obj):
+        api_keys_delete(keys=[obj])  # like a revocation: cached keys everywhere drop it
+
+    def delete_queryset(self, request, queryset):
+        api_keys_delete(keys=queryset)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        response = TemplateResponse(
+            request,
+            "admin/muse_experiments/apikey/created.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": f"API key {obj.name} created",
+                "key": ApiKey.objects.get(pk=obj.pk),
+                "raw_key": obj._raw_key,
+            },
+        )
+        response["Cache-Control"] = "no-store"
+        return response
