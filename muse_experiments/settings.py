@@ -351,6 +351,9 @@ COMPLETION_STREAM_TTL_S = env.int("COMPLETION_STREAM_TTL_S", default=3600)
 DROPIN_WAIT_S = env.float("DROPIN_WAIT_S", default=300.0)
 # How often (s) a process re-checks the configuration version; bounds propagation time.
 CONFIG_REFRESH_INTERVAL_S = env.float("CONFIG_REFRESH_INTERVAL_S", default=0.5)
+# The model whose row 1 holds the configuration version in the database, which readers fall back to
+# when Redis is unreachable (muse_experiments.infra.config_version).
+CONFIG_VERSION_MODEL = "muse_experiments.PlatformConfig"
 
 # --- Routing resilience (routing/retry.py, circuit.py, killswitch.py) -------------------------
 # Retries per endpoint after the first attempt, for retryable failures (429, 5xx, 529, timeouts,

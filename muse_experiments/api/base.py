@@ -14,7 +14,6 @@ from django.core.handlers.wsgi import LimitedStream
 from django.utils.http import parse_header_parameters
 from rest_framework import exceptions, parsers, serializers, status
 
-from muse_experiments.experiments.validation import UNIT_ID_MAX, unit_id_problem
 from muse_experiments.infra.storage_text import unstorable_paths
 
 
@@ -213,23 +212,6 @@ class AttributesField(serializers.DictField):
         value = super().to_internal_value(data)
         if len(value) > 64:
             raise serializers.ValidationError("At most 64 attributes.")
-        return value
-
-
-class UnitIdField(serializers.CharField):
-    """A session or user id: kept exactly as sent (no trimming) and refused with a field error
-    when :func:`muse_experiments.experiments.validation.unit_id_problem` finds it ambiguous."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("max_length", UNIT_ID_MAX)
-        kwargs["trim_whitespace"] = False
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        problem = unit_id_problem(value)
-        if problem:
-            raise serializers.ValidationError(problem)
         return value
 
 

@@ -11,10 +11,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
-from muse_experiments.api.base import AttributesField, FiniteFloatField, StrictSerializer, UnitIdField
+from muse_experiments.api.base import AttributesField, FiniteFloatField, StrictSerializer
 from muse_experiments.experiments.assignment.engine import REASONS
 
 from . import services
+from .fields import UnitIdField
 from .models import Experiment
 from .selectors import assignment_preview, models_by_public_id
 

@@ -4,7 +4,9 @@ Writers call :func:`bump` inside the transaction that changes configuration (exp
 catalogue, kill switches). Readers call :func:`current` at most every
 ``CONFIG_REFRESH_INTERVAL_S`` and rebuild their in-process snapshot when it moved. The version is a
 Redis key (one GET per interval), and a row in the database that readers fall back to when Redis
-is unreachable.
+is unreachable: row 1 of ``settings.CONFIG_VERSION_MODEL`` (``"app_label.ModelName"``, a model with
+an integer field ``version``; the project names the experiments app's ``PlatformConfig``), named
+in settings the way ``AUTH_USER_MODEL`` is, so this module imports no app.
 """
 
 from __future__ import annotations
@@ -15,11 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
-
-from muse_experiments.experiments.models import PlatformConfig
 
 from .redis_client import redis_client
 
@@ -30,10 +31,16 @@ T = TypeVar("T")
 _snapshots: list[VersionedSnapshot] = []
 
 
+def _version_model():
+    """The model whose row 1 holds the version in the database (``settings.CONFIG_VERSION_MODEL``)."""
+    return apps.get_model(settings.CONFIG_VERSION_MODEL)
+
+
 def bump() -> None:
     """Record that configuration changed. Call inside the writing transaction."""
-    PlatformConfig.objects.get_or_create(pk=1)
-    PlatformConfig.objects.filter(pk=1).update(version=F("version") + 1)
+    model = _version_model()
+    model.objects.get_or_create(pk=1)
+    model.objects.filter(pk=1).update(version=F("version") + 1)
     transaction.on_commit(_redis_incr)
 
 
@@ -51,7 +58,7 @@ def current() -> str:
         return f"r{int(value or 0)}"
     except Exception:  # noqa: BLE001 - Redis down: the database still knows
         log.warning("Redis unavailable for config version; reading the database")
-    db_version = PlatformConfig.objects.filter(pk=1).values_list("version", flat=True).first()
+    db_version = _version_model().objects.filter(pk=1).values_list("version", flat=True).first()
     return f"d{db_version or 0}"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 
+from celery import current_app
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -48,10 +49,9 @@ def check_migrations() -> None:
 
 
 def check_broker() -> None:
-    """Raises when the Celery broker refuses a connection within ``READYZ_TIMEOUT_S``."""
-    from muse_experiments.celery import app
-
-    with app.connection_for_write() as conn:
+    """Raises when the Celery broker (the process's Celery app's) refuses a connection within
+    ``READYZ_TIMEOUT_S``."""
+    with current_app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=settings.READYZ_TIMEOUT_S)
 
 

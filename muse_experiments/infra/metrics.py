@@ -22,6 +22,7 @@ import logging
 import os
 import time
 
+from celery import current_app
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
@@ -78,15 +79,15 @@ def observe_task_start(task=None, **_kwargs) -> None:
 
 class QueueDepthCollector:
     """Scrape-time gauges: messages waiting in each Celery queue, read from the broker (Redis or
-    RabbitMQ, through kombu's passive queue declare) within ``METRICS_BROKER_TIMEOUT_S``."""
+    RabbitMQ, through kombu's passive queue declare) within ``METRICS_BROKER_TIMEOUT_S``. The
+    broker is the process's Celery app's (``celery.current_app``: the project's app, which Celery's
+    Django fix-up makes the default in every thread)."""
 
     def collect(self):
-        from muse_experiments.celery import app
-
         depth = GaugeMetricFamily("muse_queue_depth", "Messages waiting in a Celery queue.", labels=["queue"])
         up = GaugeMetricFamily("muse_broker_up", "1 when the broker answered this scrape.")
         try:
-            with app.connection_for_read() as conn:
+            with current_app.connection_for_read() as conn:
                 conn.ensure_connection(max_retries=1, timeout=settings.METRICS_BROKER_TIMEOUT_S)
                 channel = conn.default_channel
                 for queue in Queue:
