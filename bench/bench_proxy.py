@@ -368,24 +368,26 @@ def prepare_platform(env: dict[str, str], *, upstream: str) -> str:
     from django.db import connections
 
     from muse_experiments.api.auth import api_key_create
-    from muse_experiments.experiments import services
+    from muse_experiments.experiments.services.edits import experiment_create
+    from muse_experiments.experiments.services.lifecycle import experiment_start
+    from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id
     from routing.models import ModelEndpoint
 
     call_command("migrate", verbosity=0)
     call_command("seed_catalogue", simulated_base_url=upstream, stdout=open(os.devnull, "w"))  # noqa: SIM115
     v14, v15 = (ModelEndpoint.objects.get(public_id=avocado_id(i)) for i in (14, 15))
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key="bench-proxy",
         name="Avocado v15 vs v14 (bench)",
         owner="bench",
         actor="bench",
         variants=[
-            services.VariantInput(key="control", weight=0.5, endpoint=v14, is_control=True),
-            services.VariantInput(key="avocado-v15", weight=0.5, endpoint=v15),
+            VariantInput(key="control", weight=0.5, endpoint=v14, is_control=True),
+            VariantInput(key="avocado-v15", weight=0.5, endpoint=v15),
         ],
     )
-    services.experiment_start(experiment=experiment, actor="bench")
+    experiment_start(experiment=experiment, actor="bench")
     _, key = api_key_create(name="bench-proxy", scopes=["completions"], rate_limit_per_minute=10**9)
     connections.close_all()
     return key

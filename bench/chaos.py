@@ -337,7 +337,9 @@ def prepare_database(env: dict[str, str], internal: Upstream, external: Upstream
     from django.db import connections
 
     from muse_experiments.api.auth import api_key_create
-    from muse_experiments.experiments import services
+    from muse_experiments.experiments.services.edits import experiment_create
+    from muse_experiments.experiments.services.lifecycle import experiment_start
+    from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id
     from routing.models import ModelEndpoint, Provider
 
@@ -350,16 +352,16 @@ def prepare_database(env: dict[str, str], internal: Upstream, external: Upstream
         ("claude", "anthropic/claude-sonnet-5-5", 0.3),
     ]
     endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in arms])}
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key="chaos",
         name="chaos",
         actor="chaos",
         variants=[
-            services.VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=(i == 0))
+            VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=(i == 0))
             for i, (k, pid, w) in enumerate(arms)
         ],
     )
-    services.experiment_start(experiment=experiment, actor="chaos")
+    experiment_start(experiment=experiment, actor="chaos")
     _, key = api_key_create(name="chaos", scopes=["completions", "ops"], rate_limit_per_minute=10**9)
     connections.close_all()
     return key

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from muse_experiments.experiments.assignment.engine import Decision, route
+from muse_experiments.experiments.assignment.engine import route
+from muse_experiments.experiments.assignment.specs import Decision
 from muse_experiments.experiments.selectors import assignment_snapshot, assignment_state, sticky_variants
 
 from .killswitch import KillState, kill_state

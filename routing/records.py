@@ -24,9 +24,9 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from muse_experiments.experiments.assignment.engine import Decision
+from muse_experiments.experiments.assignment.specs import Decision
 from muse_experiments.experiments.selectors import assignment_snapshot
-from muse_experiments.experiments.services import ExposureInput, exposures_record_many
+from muse_experiments.experiments.services.exposures import ExposureInput, exposures_record_many
 from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
 
@@ -235,7 +235,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     payload) are skipped, and so are repeats within the batch and payloads whose job no longer
     exists (logged). For each new call: the job's row if it was claimed without one
     (:mod:`routing.claims`; ``row`` in the payload), the exposure
-    (first variant wins, :func:`muse_experiments.experiments.services.exposures_record_many`), the call record
+    (first variant wins, :func:`muse_experiments.experiments.services.exposures.exposures_record_many`), the call record
     and its attempts, the job's final state (unless another path already finished the job, except
     a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn. Every
     string goes through :func:`muse_experiments.infra.storage_text.storable` first (PostgreSQL cannot

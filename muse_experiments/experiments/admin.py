@@ -24,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 from muse_experiments.api.auth import SCOPES, api_key_create, api_keys_delete
 from muse_experiments.infra import config_version
 
-from . import selectors, services
+from . import selectors
 from .admin_base import ReadOnlyAdmin
 from .audit_text import describe_changes, percent
 from .forms import (
@@ -47,13 +47,24 @@ from .models import (
     PlatformConfig,
     Variant,
 )
+from .services.edits import experiment_create, experiment_update
+from .services.forced import ForcedInput, forced_assignments_replace
+from .services.layers import layer_save, platform_config_update
+from .services.lifecycle import (
+    experiment_archive,
+    experiment_pause,
+    experiment_rerandomise,
+    experiment_start,
+    experiment_stop,
+)
+from .services.rules import EDITABLE_FIELDS, LIVE_STATUSES
 
 LIFECYCLE = {
-    "start": (services.experiment_start, "running"),
-    "pause": (services.experiment_pause, "paused"),
-    "stop": (services.experiment_stop, "stopped"),
-    "archive": (services.experiment_archive, "archived"),
-    "rerandomise": (services.experiment_rerandomise, "re-randomised (new phase, new seed)"),
+    "start": (experiment_start, "running"),
+    "pause": (experiment_pause, "paused"),
+    "stop": (experiment_stop, "stopped"),
+    "archive": (experiment_archive, "archived"),
+    "rerandomise": (experiment_rerandomise, "re-randomised (new phase, new seed)"),
 }
 
 
@@ -154,7 +165,7 @@ class ExperimentAdmin(admin.ModelAdmin):
             {"fields": ("status", "phase", "started_at", "stopped_at", "created_at", "updated_at")},
         )
         history = ("History", {"fields": ("phase_history", "audit_history")})
-        if obj.status in services.LIVE_STATUSES:
+        if obj.status in LIVE_STATUSES:
             allocation[1]["fields"] = (*allocation[1]["fields"], "confirm_new_phase")
         return [main, allocation, state, history]
 
@@ -169,12 +180,10 @@ class ExperimentAdmin(admin.ModelAdmin):
     def save_related(self, request, form, formsets, change):
         actor = request.user.get_username()
         variant_formset = next(fs for fs in formsets if isinstance(fs, VariantFormSet))
-        fields = {
-            name: form.cleaned_data[name] for name in services.EDITABLE_FIELDS if name in form.cleaned_data
-        }
+        fields = {name: form.cleaned_data[name] for name in EDITABLE_FIELDS if name in form.cleaned_data}
         fields["condition"] = fields.get("condition") or {}
         if change:
-            experiment = services.experiment_update(
+            experiment = experiment_update(
                 experiment=form.instance,
                 actor=actor,
                 variants=variant_formset.variant_inputs(),
@@ -184,22 +193,20 @@ class ExperimentAdmin(admin.ModelAdmin):
             )
             forced = next((fs for fs in formsets if isinstance(fs, ForcedAssignmentFormSet)), None)
             if forced is not None:
-                services.forced_assignments_replace(
+                forced_assignments_replace(
                     experiment=experiment, pins=self._pins(forced, experiment), actor=actor
                 )
         else:
-            experiment = services.experiment_create(
-                actor=actor, variants=variant_formset.variant_inputs(), **fields
-            )
+            experiment = experiment_create(actor=actor, variants=variant_formset.variant_inputs(), **fields)
         form.instance.pk = experiment.pk
         form.instance.refresh_from_db()
 
     @staticmethod
-    def _pins(formset: ForcedAssignmentFormSet, experiment: Experiment) -> list[services.ForcedInput]:
+    def _pins(formset: ForcedAssignmentFormSet, experiment: Experiment) -> list[ForcedInput]:
         """Pins by variant *row*: a variant renamed in the same save keeps its pins."""
         keys = dict(experiment.variants.values_list("pk", "key"))
         return [
-            services.ForcedInput(
+            ForcedInput(
                 unit_id=f.cleaned_data["unit_id"],
                 variant_key=keys.get(f.cleaned_data["variant"].pk, ""),
                 note=f.cleaned_data.get("note", ""),
@@ -415,7 +422,7 @@ class LayerAdmin(admin.ModelAdmin):
         return ("key", "hash_version") if obj is not None and obj.experiments.exists() else ()
 
     def save_model(self, request, obj, form, change):
-        services.layer_save(layer=obj, actor=request.user.get_username())
+        layer_save(layer=obj, actor=request.user.get_username())
 
 
 @admin.register(ForcedAssignment)
@@ -455,7 +462,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(PlatformConfig)
 class PlatformConfigAdmin(admin.ModelAdmin):
-    """The global holdout; saved through ``services.platform_config_update`` (audited)."""
+    """The global holdout; saved through ``platform_config_update`` (audited)."""
 
     form = PlatformConfigForm
     list_display = ("__str__", "holdout_share", "holdout_seed", "version")
@@ -468,7 +475,7 @@ class PlatformConfigAdmin(admin.ModelAdmin):
         return False
 
     def save_model(self, request, obj, form, change):
-        saved = services.platform_config_update(
+        saved = platform_config_update(
             actor=request.user.get_username(),
             holdout_share=form.cleaned_data["holdout_share"],
             holdout_seed=form.cleaned_data["holdout_seed"],

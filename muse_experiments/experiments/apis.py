@@ -12,12 +12,13 @@ from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
 from muse_experiments.api.base import AttributesField, FiniteFloatField, StrictSerializer
-from muse_experiments.experiments.assignment.engine import REASONS
+from muse_experiments.experiments.assignment.specs import REASONS
 
-from . import services
 from .fields import UnitIdField
 from .models import Experiment
 from .selectors import assignment_preview, models_by_public_id
+from .services.edits import EditConflict, experiment_update
+from .services.variants import VariantInput
 
 
 class VariantOutputSerializer(serializers.Serializer):
@@ -147,7 +148,7 @@ class ExperimentDetailApi(APIView):
                 return getattr(current[r["key"]], field) if r["key"] in current else new_default
 
             variants = [
-                services.VariantInput(
+                VariantInput(
                     key=r["key"],
                     name=kept(r, "name", ""),
                     weight=r["weight"],
@@ -160,7 +161,7 @@ class ExperimentDetailApi(APIView):
             ]
         try:
             with transaction.atomic():
-                experiment = services.experiment_update(
+                experiment = experiment_update(
                     experiment=experiment,
                     actor=_actor(request.user),
                     variants=variants,
@@ -168,7 +169,7 @@ class ExperimentDetailApi(APIView):
                     expected_version=version,
                     **fields,
                 )
-        except services.EditConflict as exc:
+        except EditConflict as exc:
             return Response(
                 {
                     "error": {

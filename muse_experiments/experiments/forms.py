@@ -1,6 +1,7 @@
 """Admin forms for product managers: percentages in, shares out; every rule as a form error.
 
-The forms validate with the same functions the services use (``services.validate_*``,
+The forms validate with the same functions the services use
+(:func:`~.services.rules.validate_experiment_fields`, :func:`~.services.variants.validate_variants`,
 ``validation.*_errors``), so a configuration the admin accepts is one the service accepts; the
 admin then saves through the services (see :mod:`muse_experiments.experiments.admin`).
 """
@@ -16,9 +17,14 @@ from django.forms.models import BaseInlineFormSet
 
 from muse_experiments.api.base import MAX_JSON_DEPTH, depth_exceeds
 
-from . import selectors, services
+from . import selectors
 from .audit_text import describe_changes
 from .models import Experiment, ExperimentStatus, ForcedAssignment, PlatformConfig, Variant
+from .services.edits import ChangePlan, EditConflict, experiment_change_plan, experiment_lock
+from .services.forced import ForcedInput
+from .services.layers import MAX_HOLDOUT_SHARE
+from .services.rules import DRAFT_ONLY_FIELDS, EDITABLE_FIELDS, validate_experiment_fields
+from .services.variants import VariantInput, validate_variants
 from .validation import condition_errors, overrides_errors, unit_id_problem
 
 
@@ -150,7 +156,7 @@ class ExperimentForm(forms.ModelForm):
 
     class Meta:
         model = Experiment
-        fields = services.EDITABLE_FIELDS
+        fields = EDITABLE_FIELDS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -158,7 +164,7 @@ class ExperimentForm(forms.ModelForm):
             self.fields["base_version"].required = True
             self.fields["base_version"].initial = self.instance.version
         if self.instance.pk and self.instance.status != ExperimentStatus.DRAFT:
-            for name in services.DRAFT_ONLY_FIELDS:
+            for name in DRAFT_ONLY_FIELDS:
                 if name in self.fields:
                     self.fields[name].disabled = True
                     self.fields[name].help_text = "Fixed once the experiment started."
@@ -177,16 +183,16 @@ class ExperimentForm(forms.ModelForm):
             # Lock the row for the rest of the admin's transaction: no save can slip in between this
             # check and ours (optimistic concurrency; the service checks the same version again).
             try:
-                services.experiment_lock(experiment=self.instance, expected_version=data["base_version"])
-            except services.EditConflict as exc:
+                experiment_lock(experiment=self.instance, expected_version=data["base_version"])
+            except EditConflict as exc:
                 self.add_error(None, exc.message_dict["version"])
         if self.errors:
             return data
-        values = {name: data.get(name) for name in services.EDITABLE_FIELDS}
+        values = {name: data.get(name) for name in EDITABLE_FIELDS}
         values["condition"] = values["condition"] or {}
         values["guardrail_metrics"] = values["guardrail_metrics"] or []
         try:
-            services.validate_experiment_fields(values, exclude_id=self.instance.pk)
+            validate_experiment_fields(values, exclude_id=self.instance.pk)
         except ValidationError as exc:
             for name, messages in exc.message_dict.items():
                 self.add_error(name if name in self.fields else None, messages)
@@ -238,11 +244,11 @@ class VariantFormSet(BaseInlineFormSet):
     """The variant set as a whole: weights sum to 100 %, exactly one control, and (for a running
     experiment) every model enabled. Errors show above the variants table."""
 
-    def variant_inputs(self) -> list[services.VariantInput]:
+    def variant_inputs(self) -> list[VariantInput]:
         """The submitted variants as service inputs (call after ``is_valid()``)."""
         rows = [f for f in self.forms if f.cleaned_data and not self._should_delete_form(f)]
         return [
-            services.VariantInput(
+            VariantInput(
                 key=f.cleaned_data["key"],
                 name=f.cleaned_data.get("name", ""),
                 weight=f.cleaned_data["weight"],
@@ -265,7 +271,7 @@ class VariantFormSet(BaseInlineFormSet):
             return
         running = self.instance.pk is not None and self.instance.status == ExperimentStatus.RUNNING
         try:
-            services.validate_variants(self.variant_inputs(), require_enabled=running)
+            validate_variants(self.variant_inputs(), require_enabled=running)
             plan = self.change_plan()
         except ValidationError as exc:
             raise ValidationError([m for msgs in exc.message_dict.values() for m in msgs]) from None
@@ -281,14 +287,14 @@ class VariantFormSet(BaseInlineFormSet):
                 code="confirm_new_phase",
             )
 
-    def change_plan(self) -> services.ChangePlan | None:
+    def change_plan(self) -> ChangePlan | None:
         """What saving would change (None for a new experiment); the form's edits are already on
         ``self.instance`` when the admin validates the formsets."""
         if self.instance.pk is None:
             return None
         stored = Experiment.objects.get(pk=self.instance.pk)
-        fields = {name: getattr(self.instance, name) for name in services.EDITABLE_FIELDS}
-        return services.experiment_change_plan(
+        fields = {name: getattr(self.instance, name) for name in EDITABLE_FIELDS}
+        return experiment_change_plan(
             experiment=stored, variants=self.variant_inputs(), removed=self.removed_keys(), **fields
         )
 
@@ -322,10 +328,10 @@ class ForcedAssignmentForm(forms.ModelForm):
 
 
 class ForcedAssignmentFormSet(BaseInlineFormSet):
-    def pins(self) -> list[services.ForcedInput]:
+    def pins(self) -> list[ForcedInput]:
         """The submitted pins as service inputs (call after ``is_valid()``)."""
         return [
-            services.ForcedInput(
+            ForcedInput(
                 unit_id=f.cleaned_data["unit_id"],
                 variant_key=f.cleaned_data["variant"].key,
                 note=f.cleaned_data.get("note", ""),
@@ -340,7 +346,7 @@ class PlatformConfigForm(forms.ModelForm):
 
     holdout_share = PercentField(
         label="Holdout share (%)",
-        max_percent=services.MAX_HOLDOUT_SHARE * 100,
+        max_percent=MAX_HOLDOUT_SHARE * 100,
         help_text="Percent (0–50) of users that no experiment touches; they get the default model.",
     )
 

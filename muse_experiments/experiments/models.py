@@ -32,7 +32,7 @@ class UnitType(models.TextChoices):
 
 
 class LayerHash(models.IntegerChoices):
-    """How a layer hashes units onto its [0, 1) space (see ``assignment.engine.LayerSpec``)."""
+    """How a layer hashes units onto its [0, 1) space (see ``assignment.specs.LayerSpec``)."""
 
     GROWTHBOOK = 1, "GrowthBook namespace hash (compatible; correlated for similar layer keys)"
     UNBIASED = 2, "Unbiased hash (independent layers whatever their keys; the default)"

@@ -1,7 +1,7 @@
 """Selectors: reads of experiment configuration for routing and analytics.
 
 :func:`assignment_snapshot` is on the path of every model call: it returns an immutable
-:class:`~muse_experiments.experiments.assignment.engine.ConfigSnapshot` cached in process and rebuilt only
+:class:`~muse_experiments.experiments.assignment.specs.ConfigSnapshot` cached in process and rebuilt only
 when the configuration version changes (see :mod:`muse_experiments.infra.config_version`).
 """
 
@@ -16,15 +16,14 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from muse_experiments.experiments.assignment.engine import (
+from muse_experiments.experiments.assignment.engine import assign, route
+from muse_experiments.experiments.assignment.specs import (
     ConfigSnapshot,
     Decision,
     ExperimentSpec,
     HoldoutSpec,
     LayerSpec,
     VariantSpec,
-    assign,
-    route,
 )
 from muse_experiments.infra.config_version import VersionedSnapshot, current
 

@@ -4,7 +4,7 @@ Each function returns a list of human-readable error messages (empty = valid); s
 forms turn them into ``ValidationError`` field errors.
 
 * :func:`condition_errors` -- a GrowthBook targeting condition must be a JSON object that
-  :func:`~muse_experiments.experiments.assignment.growthbook.eval_condition` can evaluate *meaningfully*:
+  :func:`~muse_experiments.experiments.assignment.growthbook.conditions.eval_condition` can evaluate *meaningfully*:
   the evaluator never raises and treats an unknown operator or an invalid regex as "matches
   nobody", so a typo (``$gte`` written ``$gteq``) would silently exclude every unit. We refuse
   those up front instead.

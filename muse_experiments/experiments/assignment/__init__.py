@@ -2,46 +2,11 @@
 
 Imports only the standard library and numpy -- never Django -- so it is safe to use from the
 routing proxy, Celery workers and offline analysis.
+
+* :mod:`.specs` -- the configuration evaluated (experiments, variants, layers, holdout) and the
+  :class:`~.specs.Decision` returned, with its reason codes;
+* :mod:`.engine` -- one unit's decisions: :func:`~.engine.route`, :func:`~.engine.assign`,
+  :func:`~.engine.bucket`;
+* :mod:`.vectorised` -- :func:`~.vectorised.assign_many`, the hash-only assignment of many ids;
+* :mod:`.growthbook` -- the GrowthBook SDK primitives they are built on.
 """
-
-from muse_experiments.experiments.assignment.engine import (
-    REASONS,
-    ConfigSnapshot,
-    Decision,
-    ExperimentSpec,
-    HoldoutSpec,
-    LayerSpec,
-    VariantSpec,
-    assign,
-    assign_many,
-    bucket,
-    route,
-)
-from muse_experiments.experiments.assignment.growthbook import (
-    choose_variation,
-    eval_condition,
-    get_bucket_ranges,
-    get_equal_weights,
-    hash,
-    in_namespace,
-)
-
-__all__ = [
-    "REASONS",
-    "ConfigSnapshot",
-    "Decision",
-    "ExperimentSpec",
-    "HoldoutSpec",
-    "LayerSpec",
-    "VariantSpec",
-    "assign",
-    "assign_many",
-    "bucket",
-    "choose_variation",
-    "eval_condition",
-    "get_bucket_ranges",
-    "get_equal_weights",
-    "hash",
-    "in_namespace",
-    "route",
-]

@@ -393,23 +393,23 @@ def test_starting_an_experiment_warns_about_older_running_ones_that_take_its_tra
 
 
 def three_arm(**kwargs):
-    from muse_experiments.experiments import services
+    from muse_experiments.experiments.services.edits import experiment_update
+    from muse_experiments.experiments.services.lifecycle import experiment_start
+    from muse_experiments.experiments.services.variants import VariantInput
 
     experiment = make_experiment(start=False, **kwargs)
-    services.experiment_update(
+    experiment_update(
         experiment=experiment,
         actor="pm",
         variants=[
             *[
-                services.VariantInput(
-                    key=v.key, weight=w, endpoint=v.endpoint, is_control=v.is_control, id=v.pk
-                )
+                VariantInput(key=v.key, weight=w, endpoint=v.endpoint, is_control=v.is_control, id=v.pk)
                 for v, w in zip(experiment.variants.all(), [0.34, 0.33], strict=True)
             ],
-            services.VariantInput(key="third", weight=0.33, endpoint=ModelEndpoint.objects.get(public_id=V2)),
+            VariantInput(key="third", weight=0.33, endpoint=ModelEndpoint.objects.get(public_id=V2)),
         ],
     )
-    services.experiment_start(experiment=experiment, actor="pm")
+    experiment_start(experiment=experiment, actor="pm")
     return Experiment.objects.get(pk=experiment.pk)
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from muse_experiments.experiments import services
 from muse_experiments.experiments.models import Experiment
+from muse_experiments.experiments.services.edits import experiment_update
+from muse_experiments.experiments.services.variants import VariantInput
 from routing.models import ModelEndpoint
 from tests.analytics.test_pages_browser import TIMEOUT_MS, _shot, chromium  # noqa: F401 (fixture)
 from tests.factories import make_experiment, seed_catalogue
@@ -24,21 +25,19 @@ def admin_page(chromium, live_server, transactional_db, client):  # noqa: F811
     seed_catalogue()
     experiment = make_experiment(key="browser-exp")
     v = list(experiment.variants.all())
-    services.experiment_update(
+    experiment_update(
         experiment=experiment,
         actor="pm",
         variants=[
-            services.VariantInput(
-                key=v[0].key, weight=0.34, endpoint=v[0].endpoint, is_control=True, id=v[0].pk
-            ),
-            services.VariantInput(
+            VariantInput(key=v[0].key, weight=0.34, endpoint=v[0].endpoint, is_control=True, id=v[0].pk),
+            VariantInput(
                 key=v[1].key,
                 weight=0.33,
                 endpoint=v[1].endpoint,
                 id=v[1].pk,
                 overrides={"reasoning_effort": "low"},
             ),
-            services.VariantInput(key="third", weight=0.33, endpoint=ModelEndpoint.objects.get(public_id=V2)),
+            VariantInput(key="third", weight=0.33, endpoint=ModelEndpoint.objects.get(public_id=V2)),
         ],
     )
     user = get_user_model().objects.create_superuser("pm-browser", "pm@example.com", "pw")

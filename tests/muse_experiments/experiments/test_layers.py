@@ -11,7 +11,8 @@ import string
 import pytest
 from scipy import stats
 
-from muse_experiments.experiments.assignment.engine import LayerSpec, bucket
+from muse_experiments.experiments.assignment.engine import bucket
+from muse_experiments.experiments.assignment.specs import LayerSpec
 from muse_experiments.experiments.models import Layer, LayerHash
 from tests.muse_experiments.experiments.assignment.test_engine import experiment
 
@@ -69,11 +70,11 @@ def test_the_migration_keeps_existing_layers_on_the_growthbook_hash(db):
 def test_the_layer_hash_cannot_change_once_an_experiment_uses_it(catalogue):
     from django.core.exceptions import ValidationError
 
-    from muse_experiments.experiments import services
+    from muse_experiments.experiments.services.layers import layer_save
     from tests.factories import make_experiment
 
     layer = Layer.objects.create(key="busy")
     make_experiment(key="in-busy", layer=layer, layer_start=0.0, layer_end=0.5, start=False)
     layer.hash_version = LayerHash.GROWTHBOOK
     with pytest.raises(ValidationError, match="hash cannot change"):
-        services.layer_save(layer=layer, actor="pm")
+        layer_save(layer=layer, actor="pm")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from muse_experiments.experiments import services
+from muse_experiments.experiments.services.edits import experiment_update
 from tests.conftest import database_url_for_subprocess
 from tests.factories import make_experiment, seed_catalogue
 
@@ -34,7 +34,7 @@ def test_a_coverage_change_reaches_another_process(redis_url):
     proc = start_probe("propagate", env, timeout_s=60)
     try:
         committed = time.time()
-        services.experiment_update(experiment=experiment, actor="pm", coverage=0.25)
+        experiment_update(experiment=experiment, actor="pm", coverage=0.25)
         line = proc.stdout.readline().split()  # blocks until the probe sees it (or exits at its timeout)
     finally:
         proc.kill()

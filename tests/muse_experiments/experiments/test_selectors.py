@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from muse_experiments.experiments import selectors, services
+from muse_experiments.experiments import selectors
 from muse_experiments.experiments.models import Exposure, Layer
+from muse_experiments.experiments.services.edits import experiment_update
+from muse_experiments.experiments.services.exposures import exposure_record
+from muse_experiments.experiments.services.forced import ForcedInput, forced_assignments_replace
+from muse_experiments.experiments.services.layers import platform_config_update
+from muse_experiments.experiments.services.lifecycle import experiment_pause, experiment_rerandomise
 from muse_experiments.infra.config_version import invalidate_all
 from routing import planning
 from routing.models import CompletionJob
@@ -26,7 +31,7 @@ def decide(session_id: str, user_id: str = "", attributes=None):
     job = CompletionJob(session_id=session_id, user_id=user_id, attributes=attributes or {}, request={})
     decision = planning.decide(job)
     if decision.in_experiment:
-        services.exposure_record(
+        exposure_record(
             experiment_id=decision.experiment_id,
             phase=decision.phase,
             unit_id=session_id,
@@ -40,10 +45,8 @@ def test_the_snapshot_holds_running_experiments_with_phase_seed_layer_and_pins(c
     layer = Layer.objects.create(key="checkout-layer")
     running = make_experiment(key="run", layer=layer, layer_start=0.2, layer_end=0.6, coverage=0.5)
     make_experiment(key="draft", start=False)
-    services.forced_assignments_replace(
-        experiment=running, pins=[services.ForcedInput("qa-1", "treatment")], actor="qa"
-    )
-    services.experiment_rerandomise(experiment=running, actor="pm")
+    forced_assignments_replace(experiment=running, pins=[ForcedInput("qa-1", "treatment")], actor="qa")
+    experiment_rerandomise(experiment=running, actor="pm")
     invalidate_all()
     (spec,) = selectors.assignment_snapshot().experiments
     assert (spec.key, spec.phase, spec.coverage, spec.unit_type) == ("run", 2, 0.5, "session")
@@ -61,7 +64,7 @@ def test_an_exposed_unit_keeps_its_variant_after_a_weight_change(catalogue):
     invalidate_all()
     first = {f"s-{i}": decide(f"s-{i}").variant_key for i in range(60)}
     assert set(first.values()) == {"control", "treatment"}
-    services.experiment_update(
+    experiment_update(
         experiment=experiment,
         actor="pm",
         variants=variant_inputs([("control", V14, 0.0), ("treatment", V15, 1.0)]),
@@ -90,7 +93,7 @@ def test_in_the_first_phase_of_a_seed_run_a_returning_unit_is_decided_without_a_
     assert {u: d.variant_key for u, d in again.items()} == first
     assert {d.reason for d in again.values()} == {"assigned"}
     # after a weight change the earlier phase's exposures matter, and are looked up
-    services.experiment_update(
+    experiment_update(
         experiment=experiment,
         actor="pm",
         variants=variant_inputs([("control", V14, 0.0), ("treatment", V15, 1.0)]),
@@ -104,7 +107,7 @@ def test_a_user_id_equal_to_another_units_session_id_does_not_inherit_its_sticky
     experiment = make_experiment(key="session-unit")
     invalidate_all()
     exposed = next(f"s-{i}" for i in range(100) if decide(f"s-{i}").variant_key == "control")
-    services.experiment_update(
+    experiment_update(
         experiment=experiment,
         actor="pm",
         variants=variant_inputs([("control", V14, 0.0), ("treatment", V15, 1.0)]),
@@ -120,7 +123,7 @@ def test_rerandomising_moves_units_into_a_fresh_phase_without_stickiness(catalog
     experiment = make_experiment(key="rr")
     invalidate_all()
     first = {f"s-{i}": decide(f"s-{i}").variant_key for i in range(100)}
-    services.experiment_rerandomise(experiment=experiment, actor="pm")
+    experiment_rerandomise(experiment=experiment, actor="pm")
     invalidate_all()
     after = {u: decide(u) for u in first}
     assert {d.reason for d in after.values()} == {"assigned"} and {d.phase for d in after.values()} == {2}
@@ -135,12 +138,10 @@ def test_a_qa_pin_is_not_sticky_once_removed(catalogue):
     natural = decide("qa-unit").variant_key
     Exposure.objects.all().delete()
     other = "control" if natural == "treatment" else "treatment"
-    services.forced_assignments_replace(
-        experiment=experiment, pins=[services.ForcedInput("qa-unit", other)], actor="qa"
-    )
+    forced_assignments_replace(experiment=experiment, pins=[ForcedInput("qa-unit", other)], actor="qa")
     invalidate_all()
     assert (decide("qa-unit").variant_key, decide("qa-unit").reason) == (other, "forced")
-    services.forced_assignments_replace(experiment=experiment, pins=[], actor="qa")
+    forced_assignments_replace(experiment=experiment, pins=[], actor="qa")
     invalidate_all()
     assert decide("qa-unit").variant_key == natural
     assert Exposure.objects.get().reason == "forced"  # the unit stays out of analysis for this phase
@@ -161,9 +162,7 @@ def test_the_preview_explains_holdout_forcing_targeting_layer_and_coverage(catal
     experiment = make_experiment(
         key="pv", condition={"tier": "pro"}, layer=layer, layer_start=0.0, layer_end=0.5, coverage=0.5
     )
-    services.forced_assignments_replace(
-        experiment=experiment, pins=[services.ForcedInput("qa", "treatment")], actor="qa"
-    )
+    forced_assignments_replace(experiment=experiment, pins=[ForcedInput("qa", "treatment")], actor="qa")
     invalidate_all()
 
     def reason(session_id, **attrs):
@@ -177,7 +176,7 @@ def test_the_preview_explains_holdout_forcing_targeting_layer_and_coverage(catal
     assert reason("s-1", tier="free") in ("not_targeted", "not_in_layer")
     reasons = {reason(f"s-{i}", tier="pro") for i in range(60)}
     assert reasons == {"assigned", "not_in_layer", "not_in_coverage"}
-    services.platform_config_update(actor="pm", holdout_share=0.5)
+    platform_config_update(actor="pm", holdout_share=0.5)
     invalidate_all()
     reasons = {reason(f"s-{i}", tier="pro") for i in range(60)}
     assert "holdout" in reasons
@@ -194,6 +193,6 @@ def test_the_preview_of_a_draft_with_one_variant_explains_why_it_cannot_run(cata
 
 def test_the_audit_history_lists_the_experiments_changes_newest_first(catalogue):
     experiment = make_experiment()
-    services.experiment_pause(experiment=experiment, actor="pm")
+    experiment_pause(experiment=experiment, actor="pm")
     history = selectors.experiment_audit_history(experiment)
     assert [(e.action, e.actor) for e in history] == [("pause", "pm"), ("start", "test"), ("create", "test")]

@@ -7,7 +7,6 @@ import math
 import pytest
 from django.core.exceptions import ValidationError
 
-from muse_experiments.experiments import services
 from muse_experiments.experiments.models import (
     AuditEntry,
     Experiment,
@@ -17,6 +16,17 @@ from muse_experiments.experiments.models import (
     PlatformConfig,
     Variant,
 )
+from muse_experiments.experiments.services.edits import experiment_create, experiment_update
+from muse_experiments.experiments.services.forced import ForcedInput, forced_assignments_replace
+from muse_experiments.experiments.services.layers import platform_config_update
+from muse_experiments.experiments.services.lifecycle import (
+    experiment_archive,
+    experiment_pause,
+    experiment_rerandomise,
+    experiment_start,
+    experiment_stop,
+)
+from muse_experiments.experiments.services.variants import VariantInput
 from routing.models import ModelEndpoint
 from tests.factories import make_experiment, variant_inputs
 from tests.muse_experiments.conftest import V2, V14, V15
@@ -44,10 +54,10 @@ TRANSITIONS = {
     "archived": set(),
 }
 SERVICE_FOR = {
-    "running": services.experiment_start,
-    "paused": services.experiment_pause,
-    "stopped": services.experiment_stop,
-    "archived": services.experiment_archive,
+    "running": experiment_start,
+    "paused": experiment_pause,
+    "stopped": experiment_stop,
+    "archived": experiment_archive,
 }
 
 
@@ -88,7 +98,7 @@ def test_every_status_transition_is_allowed_or_refused_as_the_state_machine_says
 def test_the_first_start_opens_phase_one_with_the_key_as_seed_and_resume_keeps_the_phase(catalogue):
     experiment = make_experiment(key="checkout", start=False)
     assert experiment.phase == 0 and not ExperimentPhase.objects.exists()
-    experiment = services.experiment_start(experiment=experiment, actor="pm")
+    experiment = experiment_start(experiment=experiment, actor="pm")
     phase = ExperimentPhase.objects.get(experiment=experiment)
     assert (phase.number, phase.seed, phase.coverage, phase.weights, phase.reason, phase.ended_at) == (
         1,
@@ -98,15 +108,15 @@ def test_the_first_start_opens_phase_one_with_the_key_as_seed_and_resume_keeps_t
         "start",
         None,
     )
-    services.experiment_pause(experiment=experiment, actor="pm")
-    experiment = services.experiment_start(experiment=experiment, actor="pm")
+    experiment_pause(experiment=experiment, actor="pm")
+    experiment = experiment_start(experiment=experiment, actor="pm")
     assert experiment.phase == 1 and ExperimentPhase.objects.filter(experiment=experiment).count() == 1
     assert audit(experiment, "resume").get().changes == {"status": ["paused", "running"]}
 
 
 def test_stopping_closes_the_open_phase(catalogue):
     experiment = make_experiment()
-    experiment = services.experiment_stop(experiment=experiment, actor="pm")
+    experiment = experiment_stop(experiment=experiment, actor="pm")
     phase = ExperimentPhase.objects.get(experiment=experiment)
     assert phase.ended_at == experiment.stopped_at is not None
 
@@ -115,7 +125,7 @@ def test_starting_with_a_disabled_model_is_refused(catalogue):
     experiment = make_experiment(start=False)
     ModelEndpoint.objects.filter(public_id=V15).update(enabled=False)
     with pytest.raises(ValidationError) as exc:
-        services.experiment_start(experiment=experiment, actor="pm")
+        experiment_start(experiment=experiment, actor="pm")
     assert V15 in exc.value.message_dict["endpoint"][0]
     assert Experiment.objects.get(pk=experiment.pk).status == "draft"
 
@@ -124,7 +134,7 @@ def test_starting_with_a_disabled_provider_is_refused(catalogue):
     experiment = make_experiment(start=False)
     catalogue[V15].provider.__class__.objects.filter(pk=catalogue[V15].provider_id).update(enabled=False)
     with pytest.raises(ValidationError, match="Disabled model"):
-        services.experiment_start(experiment=experiment, actor="pm")
+        experiment_start(experiment=experiment, actor="pm")
 
 
 # --------------------------------------------------------------------------- phases
@@ -132,7 +142,7 @@ def test_starting_with_a_disabled_provider_is_refused(catalogue):
 
 def test_changing_weights_while_running_opens_a_new_phase_with_the_same_seed(catalogue):
     experiment = make_experiment(key="w")
-    experiment = services.experiment_update(
+    experiment = experiment_update(
         experiment=experiment,
         actor="pm",
         variants=variant_inputs([("control", V14, 0.2), ("treatment", V15, 0.8)]),
@@ -167,7 +177,7 @@ def test_config_changes_while_live_start_a_new_phase(catalogue, change, status):
     experiment = _in_status(status)
     if "variants" in change:
         change = {"variants": variant_inputs(change["variants"])}
-    experiment = services.experiment_update(experiment=experiment, actor="pm", **change)
+    experiment = experiment_update(experiment=experiment, actor="pm", **change)
     assert experiment.phase == 2
     assert list(ExperimentPhase.objects.filter(experiment=experiment).values_list("number", "reason")) == [
         (1, "start"),
@@ -177,7 +187,7 @@ def test_config_changes_while_live_start_a_new_phase(catalogue, change, status):
 
 def test_descriptive_changes_while_running_keep_the_phase_and_record_a_diff(catalogue):
     experiment = make_experiment()
-    experiment = services.experiment_update(
+    experiment = experiment_update(
         experiment=experiment,
         actor="pm",
         name="Checkout v2",
@@ -196,9 +206,7 @@ def test_descriptive_changes_while_running_keep_the_phase_and_record_a_diff(cata
 
 def test_changes_to_a_draft_never_open_a_phase(catalogue):
     experiment = make_experiment(start=False)
-    experiment = services.experiment_update(
-        experiment=experiment, actor="pm", coverage=0.3, seed="s2", key="exp2"
-    )
+    experiment = experiment_update(experiment=experiment, actor="pm", coverage=0.3, seed="s2", key="exp2")
     assert (experiment.phase, experiment.coverage, experiment.seed, experiment.key) == (0, 0.3, "s2", "exp2")
     assert not ExperimentPhase.objects.exists()
 
@@ -206,7 +214,7 @@ def test_changes_to_a_draft_never_open_a_phase(catalogue):
 def test_a_no_op_update_writes_nothing(catalogue):
     experiment = make_experiment()
     before = version()
-    services.experiment_update(experiment=experiment, actor="pm", coverage=1.0, variants=variant_inputs(ARMS))
+    experiment_update(experiment=experiment, actor="pm", coverage=1.0, variants=variant_inputs(ARMS))
     assert version() == before and not audit(experiment, "update").exists()
 
 
@@ -215,12 +223,10 @@ def test_renaming_a_variant_keeps_its_row_and_swapping_keys_works(catalogue):
     ids = {v.key: v.pk for v in experiment.variants.all()}
     inputs = variant_inputs([("treatment", V14, 0.5), ("control", V15, 0.5)])
     inputs = [
-        services.VariantInput(
-            key=i.key, weight=i.weight, endpoint=i.endpoint, is_control=i.is_control, id=ids[other]
-        )
+        VariantInput(key=i.key, weight=i.weight, endpoint=i.endpoint, is_control=i.is_control, id=ids[other])
         for i, other in zip(inputs, ["control", "treatment"], strict=True)
     ]
-    services.experiment_update(experiment=experiment, actor="pm", variants=inputs)
+    experiment_update(experiment=experiment, actor="pm", variants=inputs)
     assert dict(Variant.objects.filter(experiment=experiment).values_list("pk", "key")) == {
         ids["control"]: "treatment",
         ids["treatment"]: "control",
@@ -229,13 +235,13 @@ def test_renaming_a_variant_keeps_its_row_and_swapping_keys_works(catalogue):
 
 def test_rerandomising_opens_a_phase_with_a_new_seed(catalogue):
     experiment = make_experiment(key="rr")
-    experiment = services.experiment_rerandomise(experiment=experiment, actor="pm")
+    experiment = experiment_rerandomise(experiment=experiment, actor="pm")
     p2 = ExperimentPhase.objects.get(experiment=experiment, number=2)
     assert p2.reason == "rerandomise" and p2.seed.startswith("rr-") and p2.seed != "rr"
     assert experiment.seed == p2.seed
     assert audit(experiment, "rerandomise").get().changes == {"seed": ["rr", p2.seed], "phase": [1, 2]}
     # a later weight change keeps the re-randomised seed
-    experiment = services.experiment_update(experiment=experiment, actor="pm", coverage=0.9)
+    experiment = experiment_update(experiment=experiment, actor="pm", coverage=0.9)
     assert ExperimentPhase.objects.get(experiment=experiment, number=3).seed == p2.seed
 
 
@@ -243,7 +249,7 @@ def test_rerandomising_opens_a_phase_with_a_new_seed(catalogue):
 def test_rerandomising_is_refused_unless_running_or_paused(catalogue, status):
     experiment = _in_status(status)
     with pytest.raises(ValidationError, match="re-randomised"):
-        services.experiment_rerandomise(experiment=experiment, actor="pm")
+        experiment_rerandomise(experiment=experiment, actor="pm")
 
 
 # --------------------------------------------------------------------------- validation
@@ -252,16 +258,16 @@ def test_rerandomising_is_refused_unless_running_or_paused(catalogue, status):
 def test_key_unit_type_and_seed_are_fixed_after_the_start(catalogue):
     experiment = make_experiment()
     with pytest.raises(ValidationError) as exc:
-        services.experiment_update(experiment=experiment, actor="pm", key="other", unit_type="user", seed="x")
+        experiment_update(experiment=experiment, actor="pm", key="other", unit_type="user", seed="x")
     assert set(exc.value.message_dict) == {"key", "unit_type", "seed"}
     assert "re-randomise" in exc.value.message_dict["seed"][0]
 
 
 def test_a_stopped_experiment_only_accepts_descriptive_changes(catalogue):
     experiment = _in_status("stopped")
-    services.experiment_update(experiment=experiment, actor="pm", hypothesis="it worked")
+    experiment_update(experiment=experiment, actor="pm", hypothesis="it worked")
     with pytest.raises(ValidationError) as exc:
-        services.experiment_update(
+        experiment_update(
             experiment=experiment,
             actor="pm",
             coverage=0.5,
@@ -285,7 +291,7 @@ def test_a_stopped_experiment_only_accepts_descriptive_changes(catalogue):
 )
 def test_invalid_variant_sets_are_refused_with_field_errors(catalogue, arms, field, message):
     with pytest.raises(ValidationError) as exc:
-        services.experiment_create(key="bad", name="bad", actor="pm", variants=variant_inputs(arms))
+        experiment_create(key="bad", name="bad", actor="pm", variants=variant_inputs(arms))
     assert message in " ".join(exc.value.message_dict[field])
     assert not Experiment.objects.exists() and not AuditEntry.objects.exists()
 
@@ -293,11 +299,11 @@ def test_invalid_variant_sets_are_refused_with_field_errors(catalogue, arms, fie
 @pytest.mark.parametrize("controls", [0, 2])
 def test_exactly_one_control_is_required(catalogue, controls):
     inputs = [
-        services.VariantInput(key=k, weight=0.5, endpoint=catalogue[pid], is_control=i < controls)
+        VariantInput(key=k, weight=0.5, endpoint=catalogue[pid], is_control=i < controls)
         for i, (k, pid, _) in enumerate(ARMS)
     ]
     with pytest.raises(ValidationError) as exc:
-        services.experiment_create(key="c", name="c", actor="pm", variants=inputs)
+        experiment_create(key="c", name="c", actor="pm", variants=inputs)
     assert exc.value.message_dict["is_control"] == [
         f"Exactly one variant must be the control (found {controls})."
     ]
@@ -319,9 +325,7 @@ def test_exactly_one_control_is_required(catalogue, controls):
 )
 def test_invalid_routing_overrides_are_refused(catalogue, overrides, message):
     with pytest.raises(ValidationError) as exc:
-        services.experiment_create(
-            key="o", name="o", actor="pm", variants=variant_inputs(ARMS, treatment=overrides)
-        )
+        experiment_create(key="o", name="o", actor="pm", variants=variant_inputs(ARMS, treatment=overrides))
     assert message in exc.value.message_dict["overrides"][0]
 
 
@@ -333,7 +337,7 @@ def test_valid_overrides_are_stored_for_the_router(catalogue):
         "allowed_tools": ["search", "read_file"],
         "system_prompt_version": "v7",
     }
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key="o", name="o", actor="pm", variants=variant_inputs(ARMS, treatment=overrides)
     )
     assert experiment.variants.get(key="treatment").overrides == overrides
@@ -356,9 +360,7 @@ def test_valid_overrides_are_stored_for_the_router(catalogue):
 )
 def test_invalid_targeting_conditions_are_refused(catalogue, condition, message):
     with pytest.raises(ValidationError) as exc:
-        services.experiment_create(
-            key="t", name="t", actor="pm", variants=variant_inputs(ARMS), condition=condition
-        )
+        experiment_create(key="t", name="t", actor="pm", variants=variant_inputs(ARMS), condition=condition)
     assert message in " ".join(exc.value.message_dict["condition"])
 
 
@@ -374,7 +376,7 @@ def test_a_rich_growthbook_condition_is_accepted(catalogue):
             {"flags": {"$size": {"$gt": 0}}},
         ]
     }
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key="t", name="t", actor="pm", variants=variant_inputs(ARMS), condition=condition
     )
     assert experiment.condition == condition
@@ -383,9 +385,7 @@ def test_a_rich_growthbook_condition_is_accepted(catalogue):
 @pytest.mark.parametrize("coverage", [math.nan, math.inf, -0.1, 1.5])
 def test_coverage_must_be_finite_in_zero_to_one(catalogue, coverage):
     with pytest.raises(ValidationError) as exc:
-        services.experiment_create(
-            key="c", name="c", actor="pm", variants=variant_inputs(ARMS), coverage=coverage
-        )
+        experiment_create(key="c", name="c", actor="pm", variants=variant_inputs(ARMS), coverage=coverage)
     assert "coverage" in exc.value.message_dict
 
 
@@ -399,7 +399,7 @@ def test_overlapping_layer_ranges_are_refused_and_archived_experiments_free_thei
         "Layer range [40 %, 60 %) overlaps experiment a [0 %, 50 %).",
         "Layer range [40 %, 60 %) overlaps experiment b [50 %, 100 %).",
     ]
-    services.experiment_archive(experiment=a, actor="pm")
+    experiment_archive(experiment=a, actor="pm")
     c = make_experiment(key="c", layer=layer, layer_start=0.1, layer_end=0.4, start=False)
     assert c.layer_id == layer.pk
 
@@ -415,7 +415,7 @@ def test_a_running_experiment_cannot_switch_to_a_disabled_model(catalogue):
     experiment = make_experiment()
     ModelEndpoint.objects.filter(public_id=V2).update(enabled=False)
     with pytest.raises(ValidationError) as exc:
-        services.experiment_update(
+        experiment_update(
             experiment=experiment,
             actor="pm",
             variants=variant_inputs([("control", V14, 0.5), ("treatment", V2, 0.5)]),
@@ -429,22 +429,20 @@ def test_a_running_experiment_cannot_switch_to_a_disabled_model(catalogue):
 
 def test_forced_assignments_are_replaced_audited_and_validated(catalogue):
     experiment = make_experiment()
-    services.forced_assignments_replace(
+    forced_assignments_replace(
         experiment=experiment,
-        pins=[services.ForcedInput("qa-1", "treatment", "QA"), services.ForcedInput("qa-2", "control")],
+        pins=[ForcedInput("qa-1", "treatment", "QA"), ForcedInput("qa-2", "control")],
         actor="qa",
     )
-    services.forced_assignments_replace(
-        experiment=experiment, pins=[services.ForcedInput("qa-1", "control")], actor="qa"
-    )
+    forced_assignments_replace(experiment=experiment, pins=[ForcedInput("qa-1", "control")], actor="qa")
     assert list(ForcedAssignment.objects.values_list("unit_id", "variant__key")) == [("qa-1", "control")]
     assert audit(experiment, "forced_assignments").first().changes == {
         "forced": {"qa-1": ["treatment", "control"], "qa-2": ["control", None]}
     }
     with pytest.raises(ValidationError) as exc:
-        services.forced_assignments_replace(
+        forced_assignments_replace(
             experiment=experiment,
-            pins=[services.ForcedInput("qa-1", "nope"), services.ForcedInput("qa-1", "control")],
+            pins=[ForcedInput("qa-1", "nope"), ForcedInput("qa-1", "control")],
             actor="qa",
         )
     assert set(exc.value.message_dict) == {"unit_id", "variant"}
@@ -452,13 +450,13 @@ def test_forced_assignments_are_replaced_audited_and_validated(catalogue):
 
 def test_the_holdout_share_is_validated_audited_and_bumps_the_version(catalogue):
     before = version()
-    services.platform_config_update(actor="pm", holdout_share=0.05)
+    platform_config_update(actor="pm", holdout_share=0.05)
     assert PlatformConfig.objects.get(pk=1).holdout_share == 0.05 and version() > before
     entry = AuditEntry.objects.get(object_type="PlatformConfig")
     assert (entry.actor, entry.changes) == ("pm", {"holdout_share": [0.0, 0.05]})
     for bad in (math.nan, 0.6, -0.1):
         with pytest.raises(ValidationError):
-            services.platform_config_update(actor="pm", holdout_share=bad)
+            platform_config_update(actor="pm", holdout_share=bad)
     assert PlatformConfig.objects.get(pk=1).holdout_share == 0.05
 
 

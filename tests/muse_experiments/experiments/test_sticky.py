@@ -6,8 +6,9 @@ import pytest
 import redis
 from django.conf import settings
 
-from muse_experiments.experiments import selectors, services, sticky
+from muse_experiments.experiments import selectors, sticky
 from muse_experiments.experiments.models import Exposure, PlatformConfig
+from muse_experiments.experiments.services.exposures import exposure_record, sticky_cache_reset
 from muse_experiments.infra.config_version import invalidate_all
 from tests.factories import make_experiment
 
@@ -15,7 +16,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def record(experiment, unit_id, variant_key, phase=1, reason="assigned"):
-    services.exposure_record(
+    exposure_record(
         experiment_id=experiment.id, phase=phase, unit_id=unit_id, variant_key=variant_key, reason=reason
     )
 
@@ -101,6 +102,6 @@ def test_rotating_the_namespace_drops_every_cached_entry(experiment):
     record(experiment, "s-6", "treatment")
     selectors.sticky_variants(experiment_ids=[experiment.id], session_id="s-6", user_id="")
     Exposure.objects.all().delete()  # e.g. a database restored from a backup
-    services.sticky_cache_reset(actor="ops")
+    sticky_cache_reset(actor="ops")
     invalidate_all()
     assert selectors.sticky_variants(experiment_ids=[experiment.id], session_id="s-6", user_id="") == {}

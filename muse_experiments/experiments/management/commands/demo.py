@@ -35,8 +35,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from muse_experiments.api.auth import api_key_create
-from muse_experiments.experiments import services
 from muse_experiments.experiments.models import Experiment, ExperimentStatus
+from muse_experiments.experiments.services.edits import experiment_create
+from muse_experiments.experiments.services.lifecycle import experiment_start, experiment_stop
+from muse_experiments.experiments.services.variants import VariantInput
 from muse_experiments.infra import private_redis
 from routing import writebehind
 from routing.catalogue import avocado_id
@@ -298,14 +300,14 @@ class Command(BaseCommand):
         """Stop experiments left running by earlier demo runs: the oldest running experiment that
         includes a unit decides its model, so an old demo would take all the new one's traffic."""
         for old in Experiment.objects.filter(owner="demo", status=ExperimentStatus.RUNNING):
-            services.experiment_stop(experiment=old, actor="demo")
+            experiment_stop(experiment=old, actor="demo")
             self.stdout.write(f"stopped the previous demo experiment {old.key}")
 
     def _create_experiment(self):
         self._stop_previous_demos()
         endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in ARMS])}
         key = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-        experiment = services.experiment_create(
+        experiment = experiment_create(
             key=key,
             name="Avocado v15 and external models vs Avocado v14",
             hypothesis="Newer or external models raise the share of subagent sessions that succeed.",
@@ -314,11 +316,10 @@ class Command(BaseCommand):
             primary_metric="task_success",
             guardrail_metrics=["latency_ms", "cost_usd"],
             variants=[
-                services.VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=c)
-                for k, pid, w, c in ARMS
+                VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=c) for k, pid, w, c in ARMS
             ],
         )
-        return services.experiment_start(experiment=experiment, actor="demo")
+        return experiment_start(experiment=experiment, actor="demo")
 
     def _ensure_admin(self) -> str:
         """The ``admin`` superuser, with a fresh password each run (``DEMO_ADMIN_PASSWORD`` fixes it)."""

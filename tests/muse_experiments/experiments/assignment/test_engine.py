@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from muse_experiments.experiments.assignment import growthbook as gb
-from muse_experiments.experiments.assignment.engine import (
+from muse_experiments.experiments.assignment.engine import assign, bucket, route
+from muse_experiments.experiments.assignment.growthbook import hashing
+from muse_experiments.experiments.assignment.specs import (
     REASONS,
     ConfigSnapshot,
     Decision,
@@ -24,11 +25,8 @@ from muse_experiments.experiments.assignment.engine import (
     HoldoutSpec,
     LayerSpec,
     VariantSpec,
-    assign,
-    assign_many,
-    bucket,
-    route,
 )
+from muse_experiments.experiments.assignment.vectorised import assign_many
 
 REPO = Path(__file__).resolve().parents[4]
 P_FLOOR = 1e-6  # statistical checks fail only if p < 1e-6: deterministic ids, essentially never flaky
@@ -71,10 +69,10 @@ def binomial_ok(k: int, n: int, p: float) -> bool:
 
 def test_assignment_is_growthbook_hash_v2_on_bucket_ranges():
     exp = experiment(variants=variants(0.2, 0.3, 0.5), coverage=0.8)
-    ranges = gb.get_bucket_ranges(3, 0.8, [0.2, 0.3, 0.5])
+    ranges = hashing.get_bucket_ranges(3, 0.8, [0.2, 0.3, 0.5])
     for i in range(2000):
         uid = f"s-{i}"
-        assert bucket(exp, uid) == gb.choose_variation(gb.hash(exp.seed, uid, 2), ranges)
+        assert bucket(exp, uid) == hashing.choose_variation(hashing.hash(exp.seed, uid, 2), ranges)
 
 
 def test_layer_membership_is_growthbook_in_namespace_on_the_unit_id():
@@ -82,7 +80,7 @@ def test_layer_membership_is_growthbook_in_namespace_on_the_unit_id():
     for i in range(2000):
         uid = f"s-{i}"
         d = assign(snapshot(exp), session_id=uid, user_id="u")[0]
-        assert (d.reason != "not_in_layer") is gb.in_namespace(uid, ("llm", 0.25, 0.6))
+        assert (d.reason != "not_in_layer") is hashing.in_namespace(uid, ("llm", 0.25, 0.6))
 
 
 def test_route_and_assign_agree_with_the_hash_only_bucket_when_nothing_else_applies():
@@ -125,6 +123,7 @@ def test_same_unit_gets_same_answer_in_another_process():
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from muse_experiments.experiments.assignment.engine import *
+from muse_experiments.experiments.assignment.specs import *
 exps = (
     ExperimentSpec(id=1, key="a", seed="sa", phase=0, unit_type="session",
         variants=(VariantSpec("c", 1, "e0"), VariantSpec("t", 1, "e1")), coverage=0.6,
@@ -248,8 +247,8 @@ def test_growthbook_v1_layers_with_near_identical_keys_are_correlated_but_v2_lay
     """Documents a property of GrowthBook's legacy namespace hash (FNV-1a of id + "__" + key,
     mod 1000): keys differing only in the last character give correlated layer hashes."""
     ids = IDS_200K[:100_000]
-    a1 = np.array([gb.hash("__layer-a", u, 1) for u in ids])
-    b1 = np.array([gb.hash("__layer-b", u, 1) for u in ids])
+    a1 = np.array([hashing.hash("__layer-a", u, 1) for u in ids])
+    b1 = np.array([hashing.hash("__layer-b", u, 1) for u in ids])
     assert stats.chi2_contingency(_membership_table(a1 < 0.5, b1 < 0.33)).pvalue < 1e-9
     a2 = assign_many(experiment(1, layer=LayerSpec("layer-a", 0.0, 0.5, 2)), ids) >= 0
     b2 = assign_many(experiment(2, layer=LayerSpec("layer-b", 0.0, 0.33, 2)), ids) >= 0
@@ -474,7 +473,7 @@ def test_assignment_modules_import_only_stdlib_numpy_and_each_other():
 
     allowed_roots = {"numpy", "muse_experiments"} | set(sys.stdlib_module_names)
     pkg = REPO / "muse_experiments" / "experiments" / "assignment"
-    for path in pkg.glob("*.py"):
+    for path in pkg.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = []
             if isinstance(node, ast.Import):

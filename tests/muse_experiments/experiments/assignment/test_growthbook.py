@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from muse_experiments.experiments.assignment import growthbook as gb
+from muse_experiments.experiments.assignment.growthbook import conditions, hashing
 
 VENDORED = Path(__file__).resolve().parents[3] / "data" / "growthbook_cases.json"
 FILES = {"full": json.loads(VENDORED.read_text(encoding="utf-8"))}
@@ -63,7 +63,7 @@ def test_vendored_file_names_its_source():
     ("seed", "value", "version", "expected"), _cases("hash", lambda c: f"{c[0]!r}|{c[1]!r}|v{c[2]}")
 )
 def test_hash_matches_growthbook(seed, value, version, expected):
-    got = gb.hash(seed, value, version)
+    got = hashing.hash(seed, value, version)
     if expected is None:
         assert got is None
     else:
@@ -73,28 +73,28 @@ def test_hash_matches_growthbook(seed, value, version, expected):
 @pytest.mark.parametrize(("name", "args", "expected"), _cases("getBucketRange", lambda c: c[0]))
 def test_get_bucket_ranges_matches_growthbook(name, args, expected):
     num, coverage, weights = args
-    assert _r6(gb.get_bucket_ranges(num, coverage, weights)) == _r6(expected)
+    assert _r6(hashing.get_bucket_ranges(num, coverage, weights)) == _r6(expected)
 
 
 @pytest.mark.parametrize(("name", "n", "ranges", "expected"), _cases("chooseVariation", lambda c: c[0]))
 def test_choose_variation_matches_growthbook(name, n, ranges, expected):
-    assert gb.choose_variation(n, ranges) == expected
+    assert hashing.choose_variation(n, ranges) == expected
 
 
 @pytest.mark.parametrize(("name", "user_id", "namespace", "expected"), _cases("inNamespace", lambda c: c[0]))
 def test_in_namespace_matches_growthbook(name, user_id, namespace, expected):
-    assert gb.in_namespace(user_id, tuple(namespace)) is expected
+    assert hashing.in_namespace(user_id, tuple(namespace)) is expected
 
 
 @pytest.mark.parametrize(("n", "expected"), _cases("getEqualWeights", lambda c: f"n={c[0]}"))
 def test_get_equal_weights_matches_growthbook(n, expected):
-    got = gb.get_equal_weights(n)
+    got = hashing.get_equal_weights(n)
     assert [round(x, 8) for x in got] == [round(x, 8) for x in expected]
 
 
 @pytest.mark.parametrize(("condition", "attributes", "expected", "saved_groups"), _condition_cases())
 def test_eval_condition_matches_growthbook(condition, attributes, expected, saved_groups):
-    assert gb.eval_condition(attributes, condition, saved_groups) is expected
+    assert conditions.eval_condition(attributes, condition, saved_groups) is expected
 
 
 # ----------------------------------------------------------------------------- UTF-16 hashing
@@ -133,28 +133,28 @@ NODE_VALUES = [
 
 @pytest.mark.parametrize(("seed", "value", "version", "expected", "fnv"), NODE_VALUES, ids=lambda v: repr(v))
 def test_non_ascii_ids_hash_like_the_javascript_sdk(seed, value, version, expected, fnv):
-    assert gb.fnv1a32(seed + value) == fnv == _js_fnv(seed + value)
-    assert gb.hash(seed, value, version) == pytest.approx(expected, abs=1e-12)
+    assert hashing.fnv1a32(seed + value) == fnv == _js_fnv(seed + value)
+    assert hashing.hash(seed, value, version) == pytest.approx(expected, abs=1e-12)
 
 
 def test_ascii_string_hashes_like_its_bytes():
     for s in ["", "a", "user-123", '()**(%$##$%#$#___)((*":&']:
-        assert gb.fnv1a32(s) == _byte_fnv(s.encode("ascii"))
+        assert hashing.fnv1a32(s) == _byte_fnv(s.encode("ascii"))
 
 
 def test_bmp_char_is_one_code_unit_and_emoji_is_two_surrogates():
-    assert gb.utf16_code_units("é") == (0xE9,)
-    assert gb.utf16_code_units("😀") == (0xD83D, 0xDE00)
+    assert hashing.utf16_code_units("é") == (0xE9,)
+    assert hashing.utf16_code_units("😀") == (0xD83D, 0xDE00)
     # a BMP char is XORed in whole, not as its UTF-8 bytes
-    assert gb.fnv1a32("é") != _byte_fnv("é".encode())
-    assert gb.fnv1a32("é") == _byte_fnv(b"\xe9")
+    assert hashing.fnv1a32("é") != _byte_fnv("é".encode())
+    assert hashing.fnv1a32("é") == _byte_fnv(b"\xe9")
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(), st.text())
 def test_fnv_equals_js_algorithm_for_any_text(a, b):
-    assert gb.fnv1a32(a + b) == _js_fnv(a + b)
-    assert gb.fnv1a32_continue(gb.fnv1a32(a), b) == gb.fnv1a32(a + b)
+    assert hashing.fnv1a32(a + b) == _js_fnv(a + b)
+    assert hashing.fnv1a32_continue(hashing.fnv1a32(a), b) == hashing.fnv1a32(a + b)
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
@@ -167,7 +167,7 @@ def test_live_cross_check_with_node():
     )
     arg = json.dumps(samples, ensure_ascii=True)
     out = subprocess.run(["node", "-e", script, arg], capture_output=True, text=True, timeout=30, check=True)
-    assert json.loads(out.stdout) == [gb.fnv1a32(s) for s in samples]
+    assert json.loads(out.stdout) == [hashing.fnv1a32(s) for s in samples]
 
 
 # ----------------------------------------------------------------------------- invalid input
@@ -186,7 +186,7 @@ def test_live_cross_check_with_node():
     ],
 )
 def test_bad_coverage_and_weights_fall_back_like_growthbook(coverage, weights, expected):
-    assert _r6(gb.get_bucket_ranges(2, coverage, weights)) == _r6(expected)
+    assert _r6(hashing.get_bucket_ranges(2, coverage, weights)) == _r6(expected)
 
 
 @pytest.mark.parametrize(
@@ -202,18 +202,18 @@ def test_bad_coverage_and_weights_fall_back_like_growthbook(coverage, weights, e
     ],
 )
 def test_malformed_conditions_never_raise(condition):
-    assert gb.eval_condition({"a": [1, 2]}, condition) in (True, False)
+    assert conditions.eval_condition({"a": [1, 2]}, condition) in (True, False)
 
 
 def test_unknown_operator_never_includes_even_under_not():
-    assert gb.eval_condition({"a": 1}, {"a": {"$bogus": 1}}) is False
-    assert gb.eval_condition({"a": 1}, {"$not": {"a": {"$bogus": 1}}}) is False
-    assert gb.eval_condition({"a": 1}, {"a": {"$not": {"$bogus": 1}}}) is False
+    assert conditions.eval_condition({"a": 1}, {"a": {"$bogus": 1}}) is False
+    assert conditions.eval_condition({"a": 1}, {"$not": {"a": {"$bogus": 1}}}) is False
+    assert conditions.eval_condition({"a": 1}, {"a": {"$not": {"$bogus": 1}}}) is False
 
 
 def test_compiled_flat_condition_agrees_with_eval_condition():
     cond = {"subagent": "coder", "tier": "1"}
-    fn = gb.compile_condition(cond)
+    fn = conditions.compile_condition(cond)
     for attrs in [
         {},
         {"subagent": "coder"},
@@ -222,4 +222,4 @@ def test_compiled_flat_condition_agrees_with_eval_condition():
         {"subagent": "x", "tier": "1"},
         {"subagent": None, "tier": True},
     ]:
-        assert fn(attrs) is gb.eval_condition(attrs, cond)
+        assert fn(attrs) is conditions.eval_condition(attrs, cond)
