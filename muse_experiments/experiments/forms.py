@@ -3,7 +3,7 @@
 The forms validate with the same functions the services use
 (:func:`~.services.rules.validate_experiment_fields`, :func:`~.services.variants.validate_variants`,
 ``validation.*_errors``), so a configuration the admin accepts is one the service accepts; the
-admin then saves through the services (see :mod:`muse_experiments.experiments.admin`).
+admin then saves through the services (see :mod:`muse_experiments.experiments.admin.experiments`).
 """
 
 from __future__ import annotations

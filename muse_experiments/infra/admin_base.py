@@ -1,4 +1,4 @@
-"""Shared admin building blocks."""
+"""Admin building blocks shared by every app's admin (knows no app)."""
 
 from django.contrib import admin
 

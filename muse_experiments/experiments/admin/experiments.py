@@ -1,7 +1,8 @@
 """Admin for product managers: experiments with inline variants and QA pins, lifecycle buttons,
 an assignment preview, and the audit trail.
 
-Every save goes through :mod:`muse_experiments.experiments.services` (inside the admin's one transaction):
+Every save goes through the services (:mod:`muse_experiments.experiments.services`, inside the
+admin's one transaction):
 ``save_model`` defers, ``save_related`` calls ``experiment_create``/``experiment_update`` and
 ``forced_assignments_replace`` with the validated form and formsets. Forms validate with the
 services' own rules, so invalid configurations come back as form errors.
@@ -11,53 +12,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from muse_experiments.api.auth import SCOPES, api_key_create, api_keys_delete
-from muse_experiments.infra import config_version
-
-from . import selectors
-from .admin_base import ReadOnlyAdmin
-from .audit_text import describe_changes, percent
-from .forms import (
+from .. import selectors
+from ..audit_text import describe_changes, percent
+from ..forms import (
     ExperimentForm,
     ForcedAssignmentForm,
     ForcedAssignmentFormSet,
-    PlatformConfigForm,
     PreviewForm,
     VariantForm,
     VariantFormSet,
 )
-from .models import (
-    ApiKey,
-    AuditEntry,
-    Experiment,
-    ExperimentPhase,
-    Exposure,
-    ForcedAssignment,
-    Layer,
-    PlatformConfig,
-    Variant,
-)
-from .services.edits import experiment_create, experiment_update
-from .services.forced import ForcedInput, forced_assignments_replace
-from .services.layers import layer_save, platform_config_update
-from .services.lifecycle import (
+from ..models import Experiment, ForcedAssignment, Variant
+from ..services.edits import experiment_create, experiment_update
+from ..services.forced import ForcedInput, forced_assignments_replace
+from ..services.lifecycle import (
     experiment_archive,
     experiment_pause,
     experiment_rerandomise,
     experiment_start,
     experiment_stop,
 )
-from .services.rules import EDITABLE_FIELDS, LIVE_STATUSES
+from ..services.rules import EDITABLE_FIELDS, LIVE_STATUSES
 
 LIFECYCLE = {
     "start": (experiment_start, "running"),
@@ -403,157 +386,3 @@ def _preview_model_labels(preview: Any) -> dict[str, str]:
         if model:
             out[name] = labels.get(model, model)
     return out
-
-
-@admin.register(Layer)
-class LayerAdmin(admin.ModelAdmin):
-    list_display = ("key", "description", "hash_version", "ranges")
-    fields = ("key", "description", "hash_version")
-    search_fields = ("key",)
-
-    @admin.display(description="Experiments [start, end)")
-    def ranges(self, obj: Layer) -> str:
-        return ", ".join(
-            f"{e.key} [{percent(e.layer_start)}, {percent(e.layer_end)})"
-            for e in obj.experiments.exclude(status="archived")
-        )
-
-    def get_readonly_fields(self, request, obj=None):
-        return ("key", "hash_version") if obj is not None and obj.experiments.exists() else ()
-
-    def save_model(self, request, obj, form, change):
-        layer_save(layer=obj, actor=request.user.get_username())
-
-
-@admin.register(ForcedAssignment)
-class ForcedAssignmentAdmin(ReadOnlyAdmin):
-    """Read-only overview; pins are edited on the experiment page (audited)."""
-
-    can_delete_rows = False
-    list_display = ("experiment", "unit_id", "variant", "note")
-    list_filter = ("experiment",)
-
-
-@admin.register(ExperimentPhase)
-class ExperimentPhaseAdmin(ReadOnlyAdmin):
-    can_delete_rows = False
-    list_display = ("experiment", "number", "reason", "seed", "coverage", "started_at", "ended_at")
-    list_filter = ("experiment", "reason")
-
-
-@admin.register(Exposure)
-class ExposureAdmin(ReadOnlyAdmin):
-    """Exposures are the analysis sample and the durable sticky assignment: never edited or
-    deleted by hand (deleting one would silently change results and re-hash the unit)."""
-
-    can_delete_rows = False
-    list_display = ("experiment", "phase", "unit_id", "variant_key", "reason", "first_exposed_at")
-    list_filter = ("experiment", "phase", "reason")
-    search_fields = ("unit_id",)
-
-
-@admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyAdmin):
-    can_delete_rows = False
-    list_display = ("at", "actor", "action", "object_type", "object_id")
-    list_filter = ("action", "object_type")
-    readonly_fields = ("at", "actor", "action", "object_type", "object_id", "changes")
-
-
-@admin.register(PlatformConfig)
-class PlatformConfigAdmin(admin.ModelAdmin):
-    """The global holdout; saved through ``platform_config_update`` (audited)."""
-
-    form = PlatformConfigForm
-    list_display = ("__str__", "holdout_share", "holdout_seed", "version")
-    readonly_fields = ("version", "sticky_namespace")
-
-    def has_add_permission(self, request):
-        return super().has_add_permission(request) and not PlatformConfig.objects.exists()
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def save_model(self, request, obj, form, change):
-        saved = platform_config_update(
-            actor=request.user.get_username(),
-            holdout_share=form.cleaned_data["holdout_share"],
-            holdout_seed=form.cleaned_data["holdout_seed"],
-        )
-        obj.pk = saved.pk
-
-
-class ApiKeyAddForm(forms.ModelForm):
-    """New key: name, scopes and rate limit; the key itself is generated (``auth.api_key_create``)."""
-
-    scopes = forms.MultipleChoiceField(
-        choices=[(s, s) for s in SCOPES],
-        widget=forms.CheckboxSelectMultiple,
-        help_text="What the key may call.",
-    )
-
-    class Meta:
-        model = ApiKey
-        fields = ("name", "scopes", "rate_limit_per_minute", "owner")
-
-
-@admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
-    """Keys are listed by their public prefix; the stored digest is never shown. Adding a key
-    generates it and shows the raw key once, on the page answering the save (it is stored only as
-    its SHA-256 digest, never in a message or the session); ``manage.py create_api_key`` does the
-    same on the command line."""
-
-    list_display = ("name", "prefix", "scopes", "rate_limit_per_minute", "created_at", "revoked_at")
-    fields = ("name", "prefix", "scopes", "rate_limit_per_minute", "owner", "created_at", "revoked_at")
-    readonly_fields = ("prefix", "created_at")
-
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        if obj is None:
-            kwargs["form"] = ApiKeyAddForm
-        return super().get_form(request, obj, change=change, **kwargs)
-
-    def get_fields(self, request, obj=None):
-        return ("name", "scopes", "rate_limit_per_minute", "owner") if obj is None else self.fields
-
-    def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else self.readonly_fields
-
-    def save_model(self, request, obj, form, change):
-        if change:
-            with transaction.atomic():
-                super().save_model(request, obj, form, change)
-                config_version.bump()  # revocations, scopes and limits reach cached keys everywhere
-            return None
-        try:
-            key, raw = api_key_create(
-                name=form.cleaned_data["name"],
-                scopes=form.cleaned_data["scopes"],
-                rate_limit_per_minute=form.cleaned_data["rate_limit_per_minute"],
-                owner=form.cleaned_data.get("owner"),
-            )
-        except ValueError as exc:  # the form already checks these; a race is still a clear error
-            raise PermissionDenied(str(exc)) from None
-        obj.pk = key.pk
-        obj._raw_key = raw  # shown once by response_add, never stored
-
-    def delete_model(self, request, obj):
-        api_keys_delete(keys=[obj])  # like a revocation: cached keys everywhere drop it
-
-    def delete_queryset(self, request, queryset):
-        api_keys_delete(keys=queryset)
-
-    def response_add(self, request, obj, post_url_continue=None):
-        response = TemplateResponse(
-            request,
-            "admin/muse_experiments/apikey/created.html",
-            {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
-                "title": f"API key {obj.name} created",
-                "key": ApiKey.objects.get(pk=obj.pk),
-                "raw_key": obj._raw_key,
-            },
-        )
-        response["Cache-Control"] = "no-store"
-        return response
