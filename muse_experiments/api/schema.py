@@ -1,4 +1,4 @@
-"""OpenAPI schema generation settings (kept apart from api_base: drf-spectacular imports DRF views,
+"""OpenAPI schema generation settings (kept apart from :mod:`.base`: drf-spectacular imports DRF views,
 which import the parser classes named in settings)."""
 
 from __future__ import annotations
