@@ -2,7 +2,8 @@
 
 Redis (the one client factory, the private server, the Celery broker transport), the cluster-wide
 configuration version, logs, metrics, health probes, process tuning, the SQLite engine, the gunicorn
-configuration and worker, the production-shape supervisor, and small storage and export helpers.
+configuration and worker, the production-shape supervisor, the admin's read-only base class, and
+small storage and export helpers.
 Nothing here imports ``muse_experiments.api``, ``muse_experiments.experiments``, ``routing`` or
 ``analytics`` (``.importlinter``).
 """
