@@ -11,4 +11,4 @@ COPY manage.py Procfile ./
 RUN pip install . && useradd --system muse && mkdir -p var && chown muse var
 USER muse
 EXPOSE 8000
-CMD ["python", "-m", "muse_experiments.prodshape", "exec", "web"]
+CMD ["python", "-m", "muse_experiments.infra.prodshape", "exec", "web"]

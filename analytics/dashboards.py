@@ -20,7 +20,7 @@ from django.db.models.functions import RowNumber
 from django.urls import reverse
 from django.utils import timezone
 
-from muse_experiments.models import Experiment, ExperimentPhase, Variant
+from muse_experiments.experiments.models import Experiment, ExperimentPhase, Variant
 from routing.circuit import breaker
 from routing.killswitch import kill_state
 from routing.models import KillScope, KillSwitch, ModelEndpoint

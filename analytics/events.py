@@ -26,7 +26,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from muse_experiments.models import Experiment
+from muse_experiments.experiments.models import Experiment
 from routing.models import CallRecord
 
 from .models import MetricDefinition, MetricSource, MetricType, OutcomeEvent

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from muse_experiments.models import Exposure
+from muse_experiments.experiments.models import Exposure
 from routing.models import FALLBACK_REASONS, CallRecord
 
 from .models import OutcomeEvent

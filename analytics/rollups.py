@@ -17,7 +17,7 @@ from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, Sum, Val
 from django.db.models.functions import Coalesce, NullIf, TruncDate, TruncHour
 from django.utils import timezone
 
-from muse_experiments.models import Exposure
+from muse_experiments.experiments.models import Exposure
 from routing.models import FALLBACK_REASONS, KILL_REASONS, CallRecord, JobStatus
 
 from . import histograms

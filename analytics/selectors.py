@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from muse_experiments.models import Experiment
+from muse_experiments.experiments.models import Experiment
 
 from .analysis import MetricSpec
 from .builtin_metrics import BUILTIN_METRICS

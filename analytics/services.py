@@ -11,7 +11,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, transaction
 
-from muse_experiments.models import AuditEntry, Experiment, ExperimentStatus
+from muse_experiments.experiments.models import AuditEntry, Experiment, ExperimentStatus
 
 from .analysis import VariantInfo, analyse_population
 from .builtin_metrics import seed_builtin_metrics
@@ -202,7 +202,7 @@ def guardrails_apply(
     A breach: a guardrail metric of a treatment is significantly worse under the always-valid
     sequential test of the intent-to-treat analysis (``sequential_verdict == "worse"``), with at
     least ``guardrail_min_units`` units in both arms. For each new breach one
-    :class:`GuardrailAction` is written with an :class:`~muse_experiments.models.AuditEntry`:
+    :class:`GuardrailAction` is written with an :class:`~muse_experiments.experiments.models.AuditEntry`:
 
     * ``paused`` — auto-pause is on and :func:`routing.ops_services.kill_switch_set` turned on the
       ``variant`` kill switch ``<experiment>/<variant>`` (its units go to control);

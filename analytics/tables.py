@@ -4,7 +4,7 @@ A view builds :class:`Table` objects from selectors; the template renders every 
 :func:`analytics.templatetags.dashboard.cell` (people-ready text by column ``kind``) and
 ``?export=csv|json&table=<id>`` answers the same rows with raw values (fractions, USD, ms, codes,
 ids, ISO 8601 times in UTC); in the CSV, text that a spreadsheet would read as a formula starts
-with ``'`` (:mod:`muse_experiments.csv_export`).
+with ``'`` (:mod:`muse_experiments.infra.csv_export`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, JsonResponse
 
-from muse_experiments.csv_export import csv_write
+from muse_experiments.infra.csv_export import csv_write
 
 #: Column kinds (how a raw value is shown): text, int, num, pct (fraction), lift (signed
 #: fraction), money (USD), ms, p, status (code → words), model (public id → version label),
@@ -100,7 +100,7 @@ class Table:
 def export_response(table: Table, fmt: str, filename: str) -> HttpResponse:
     """``table`` as a CSV (header row of column keys) or JSON (``{"table", "columns", "rows"}``)
     download. CSV text cells that a spreadsheet would evaluate as a formula are written with a
-    leading ``'`` (:mod:`muse_experiments.csv_export`); numbers stay numbers, and the JSON keeps
+    leading ``'`` (:mod:`muse_experiments.infra.csv_export`); numbers stay numbers, and the JSON keeps
     the raw values. Raises ValueError on an unknown format."""
     rows = table.export_rows()
     if fmt == "json":

@@ -6,8 +6,8 @@ import uuid
 
 from celery import shared_task
 
-from muse_experiments.models import Experiment
-from muse_experiments.queues import Queue
+from muse_experiments.experiments.models import Experiment
+from muse_experiments.infra.queues import Queue
 
 from .models import ResultSnapshot, SnapshotTrigger
 from .rollups import call_rollup_refresh

@@ -3,7 +3,7 @@
 Views stay thin: :mod:`analytics.dashboards` reads, :mod:`analytics.tables` exports. Every table
 answers ``?export=csv|json&table=<id>`` with its raw values. Each page needs the Django
 permissions below (403 without them, as in the admin; README "Roles"); recomputing needs what
-``POST /api/v1/experiments/{key}/results/compute`` needs (``muse_experiments.auth``).
+``POST /api/v1/experiments/{key}/results/compute`` needs (``muse_experiments.api.auth``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from muse_experiments.auth import SESSION_PERMISSIONS
-from muse_experiments.models import Experiment, ExperimentStatus, Layer
+from muse_experiments.api.auth import SESSION_PERMISSIONS
+from muse_experiments.experiments.models import Experiment, ExperimentStatus, Layer
 
 from .dashboards import (
     ANALYSES,

@@ -116,8 +116,10 @@ def generate(*, units: int, calls_per_unit: int, rebuild: bool):
     from django.db import connection, transaction
 
     from analytics.models import ExperimentAnalysisSettings, MetricDefinition
-    from muse_experiments import services
-    from muse_experiments.models import Experiment
+    from muse_experiments.experiments.models import Experiment
+    from muse_experiments.experiments.services.edits import experiment_create
+    from muse_experiments.experiments.services.lifecycle import experiment_start
+    from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
     from routing.models import ModelEndpoint
     from routing.services import catalogue_seed
@@ -146,18 +148,18 @@ def generate(*, units: int, calls_per_unit: int, rebuild: bool):
         )
     eps = {e.public_id: e for e in ModelEndpoint.objects.all()}
     arms = [("control", avocado_id(14)), ("t1", avocado_id(15)), ("t2", "azure/muse-special")]
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key=EXPERIMENT_KEY,
         name="scale benchmark",
         actor="bench",
         variants=[
-            services.VariantInput(key=k, weight=1 / 3, endpoint=eps[pid], is_control=(i == 0))
+            VariantInput(key=k, weight=1 / 3, endpoint=eps[pid], is_control=(i == 0))
             for i, (k, pid) in enumerate(arms)
         ],
         primary_metric="task_success",
         guardrail_metrics=["error_rate", "latency_ms"],
     )
-    experiment = services.experiment_start(experiment=experiment, actor="bench")
+    experiment = experiment_start(experiment=experiment, actor="bench")
     ExperimentAnalysisSettings.objects.update_or_create(
         experiment=experiment,
         defaults={"secondary_metrics": ["output_tokens", "fallback_rate"], "sequential_tuning": float(units)},

@@ -20,16 +20,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from muse_experiments.assignment.engine import (  # noqa: E402
+from muse_experiments.experiments.assignment.engine import assign, route  # noqa: E402
+from muse_experiments.experiments.assignment.specs import (  # noqa: E402
     ConfigSnapshot,
     ExperimentSpec,
     HoldoutSpec,
     LayerSpec,
     VariantSpec,
-    assign,
-    assign_many,
-    route,
 )
+from muse_experiments.experiments.assignment.vectorised import assign_many  # noqa: E402
 
 SUBAGENTS = ("planner", "coder", "reviewer", "tester", "writer")
 

@@ -88,7 +88,7 @@ def main() -> int:
         port = free_port()
         gunicorn = procs.spawn(
             [py, "-m", "gunicorn", "muse_experiments.wsgi", "-k", "gthread", "--workers", "1",
-             "--threads", "4", "-b", f"127.0.0.1:{port}", "--config", "python:muse_experiments.gunicorn_conf"],
+             "--threads", "4", "-b", f"127.0.0.1:{port}", "--config", "python:muse_experiments.infra.gunicorn_conf"],
             "gunicorn", env=env, cwd=repo,
         )  # fmt: skip
         wait_http(f"http://127.0.0.1:{port}/healthz", procs=[gunicorn])

@@ -2,7 +2,7 @@
 
 Run: ``REDIS_URL=redis://127.0.0.1:6379/1 .venv/bin/python bench/bench_config_propagation.py [--rounds 20]``
 
-The parent process changes an experiment's coverage through ``services.experiment_update`` (which
+The parent process changes an experiment's coverage through ``experiment_update`` (which
 bumps the configuration version: a Redis INCR after commit, or a database row without Redis); a
 child process (this script with ``--probe``) polls ``selectors.assignment_snapshot()`` the way a
 routing worker does and prints the wall-clock time at which it first sees each new coverage. The
@@ -11,7 +11,7 @@ bound is ``CONFIG_REFRESH_INTERVAL_S`` (0.5 s by default) plus one snapshot rebu
 
 Without ``DATABASE_URL`` the script uses its own SQLite file under ``$MUSE_VAR_DIR`` (default
 ``var/bench``), migrated on first use. The probe mode is also used by
-``tests/muse_experiments/test_propagation.py``.
+``tests/muse_experiments/experiments/test_propagation.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def probe(key: str, poll_s: float, timeout_s: float) -> int:
     """Child: print ``ready <coverage>``, then ``seen <coverage> <unix time>`` on every change
     of experiment ``key``'s coverage in the cached snapshot; exit on EOF of stdin's parent or timeout."""
     setup_django()
-    from muse_experiments.selectors import assignment_snapshot
+    from muse_experiments.experiments.selectors import assignment_snapshot
 
     def coverage() -> float | None:
         spec = next((e for e in assignment_snapshot().experiments if e.key == key), None)
@@ -100,8 +100,10 @@ def main() -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from muse_experiments import services
-    from muse_experiments.models import Experiment
+    from muse_experiments.experiments.models import Experiment
+    from muse_experiments.experiments.services.edits import experiment_create, experiment_update
+    from muse_experiments.experiments.services.lifecycle import experiment_start, experiment_stop
+    from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
     from routing.models import ModelEndpoint
     from routing.services import catalogue_seed
@@ -112,18 +114,16 @@ def main() -> int:
         )
     endpoints = {e.public_id: e for e in ModelEndpoint.objects.all()}
     key = f"bench-propagation-{secrets.token_hex(3)}"
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key=key,
         name=key,
         actor="bench",
         variants=[
-            services.VariantInput(
-                key="control", weight=0.5, endpoint=endpoints[avocado_id(14)], is_control=True
-            ),
-            services.VariantInput(key="treatment", weight=0.5, endpoint=endpoints[avocado_id(15)]),
+            VariantInput(key="control", weight=0.5, endpoint=endpoints[avocado_id(14)], is_control=True),
+            VariantInput(key="treatment", weight=0.5, endpoint=endpoints[avocado_id(15)]),
         ],
     )
-    experiment = services.experiment_start(experiment=experiment, actor="bench")
+    experiment = experiment_start(experiment=experiment, actor="bench")
     env = {**os.environ, "DJANGO_DEBUG": "true"}
     proc = start_probe(key, env)
     delays = []
@@ -131,7 +131,7 @@ def main() -> int:
         for i in range(args.rounds):
             coverage = 0.5 if i % 2 == 0 else 0.9
             committed = time.time()
-            services.experiment_update(experiment=experiment, actor="bench", coverage=coverage)
+            experiment_update(experiment=experiment, actor="bench", coverage=coverage)
             line = proc.stdout.readline().split()
             if not line or line[0] != "seen" or float(line[1]) != coverage:
                 raise RuntimeError(f"unexpected probe output {line!r}")
@@ -141,7 +141,7 @@ def main() -> int:
         proc.kill()
         proc.wait()
         proc.stdout.close()
-        services.experiment_stop(experiment=Experiment.objects.get(key=key), actor="bench")
+        experiment_stop(experiment=Experiment.objects.get(key=key), actor="bench")
     delays.sort()
     backend = "Redis version key" if settings.REDIS_URL else "database version row"
     print(f"config propagation to a second process via the {backend} ({args.rounds} changes,")

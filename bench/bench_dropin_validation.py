@@ -278,7 +278,7 @@ def drf_chat_shape():
     checks, no conversion -- to show what they would cost on this path."""
     from rest_framework import serializers
 
-    from muse_experiments.api_base import StrictSerializer
+    from muse_experiments.api.base import StrictSerializer
 
     class Function(serializers.Serializer):
         name = serializers.CharField(max_length=200)

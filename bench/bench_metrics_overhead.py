@@ -98,8 +98,8 @@ def main() -> int:
     from django.http import HttpResponse
     from django.test import RequestFactory
 
-    from muse_experiments.logs import JsonFormatter
-    from muse_experiments.observability import ObservabilityMiddleware
+    from muse_experiments.infra.logs import JsonFormatter
+    from muse_experiments.infra.observability import ObservabilityMiddleware
     from routing.metrics import observe_outcome
     from routing.serving import AttemptLog, ServeOutcome
 

@@ -201,7 +201,7 @@ def main() -> None:
 
     if not (args.reuse_snapshot and ResultSnapshot.objects.filter(experiment=experiment).exists()):
         _compute(experiment=experiment, days=args.days)
-    from muse_experiments.models import Exposure
+    from muse_experiments.experiments.models import Exposure
 
     units = Exposure.objects.filter(experiment=experiment).count()
     print(

@@ -367,25 +367,27 @@ def prepare_platform(env: dict[str, str], *, upstream: str) -> str:
     from django.core.management import call_command
     from django.db import connections
 
-    from muse_experiments import services
-    from muse_experiments.auth import api_key_create
+    from muse_experiments.api.auth import api_key_create
+    from muse_experiments.experiments.services.edits import experiment_create
+    from muse_experiments.experiments.services.lifecycle import experiment_start
+    from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id
     from routing.models import ModelEndpoint
 
     call_command("migrate", verbosity=0)
     call_command("seed_catalogue", simulated_base_url=upstream, stdout=open(os.devnull, "w"))  # noqa: SIM115
     v14, v15 = (ModelEndpoint.objects.get(public_id=avocado_id(i)) for i in (14, 15))
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key="bench-proxy",
         name="Avocado v15 vs v14 (bench)",
         owner="bench",
         actor="bench",
         variants=[
-            services.VariantInput(key="control", weight=0.5, endpoint=v14, is_control=True),
-            services.VariantInput(key="avocado-v15", weight=0.5, endpoint=v15),
+            VariantInput(key="control", weight=0.5, endpoint=v14, is_control=True),
+            VariantInput(key="avocado-v15", weight=0.5, endpoint=v15),
         ],
     )
-    services.experiment_start(experiment=experiment, actor="bench")
+    experiment_start(experiment=experiment, actor="bench")
     _, key = api_key_create(name="bench-proxy", scopes=["completions"], rate_limit_per_minute=10**9)
     connections.close_all()
     return key
@@ -405,15 +407,15 @@ def bench_formation(formation: str, *, embedded: bool = False) -> str:
 def start_platform(
     procs: Processes, *, upstream: str, var: Path, embedded: bool
 ) -> tuple[str, str, dict[str, str], dict[str, int]]:
-    """The platform as ``make run-prod`` runs it (:mod:`muse_experiments.prodshape`: the Procfile
+    """The platform as ``make run-prod`` runs it (:mod:`muse_experiments.infra.prodshape`: the Procfile
     times ``$MUSE_FORMATION``, without beat); returns (base URL, API key, {process: command},
     {process: pid}). The supervisor is stopped with ``procs``."""
-    from muse_experiments.prodshape import Supervisor, processes
+    from muse_experiments.infra.prodshape import Supervisor, processes
 
     port = free_port(PORTS)
     env = platform_env(var=var, embedded=embedded, port=port)
-    if embedded:  # the private Redis server the settings point at (muse_experiments.private_redis)
-        from muse_experiments.private_redis import ensure_running
+    if embedded:  # the private Redis server the settings point at (muse_experiments.infra.private_redis)
+        from muse_experiments.infra.private_redis import ensure_running
 
         procs.stoppers.append(ensure_running(Path(env["MUSE_VAR_DIR"]) / "redis").stop)
     else:

@@ -28,8 +28,8 @@ import django  # noqa: E402
 django.setup()
 
 from muse_experiments.celery import app  # noqa: E402,F401 - the app the task is bound to
-from muse_experiments.queues import Queue  # noqa: E402
-from muse_experiments.redis_client import redis_client  # noqa: E402
+from muse_experiments.infra.queues import Queue  # noqa: E402
+from muse_experiments.infra.redis_client import redis_client  # noqa: E402
 from routing import dispatch  # noqa: E402
 
 ROW = {

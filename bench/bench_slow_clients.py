@@ -4,7 +4,7 @@ Run:  .venv/bin/python bench/bench_slow_clients.py [--levels 100,200] [--readers
           [--pooled 32] [--window 10] [--reader-window 40]
       (loopback only, no database; about 5 minutes; never part of the test suite)
 
-It starts the ``web`` line of the ``Procfile`` — gunicorn with ``muse_experiments.gunicorn_conf``,
+It starts the ``web`` line of the ``Procfile`` — gunicorn with ``muse_experiments.infra.gunicorn_conf``,
 ``WEB_CONCURRENCY`` processes x ``WEB_THREADS`` threads (2 x 48 by default) — serving the tiny
 WSGI application at the bottom of this file instead of the project's (``GET /healthz`` answers
 ``ok``; ``POST`` reads its whole body first, as the API views do; ``GET /stream`` streams

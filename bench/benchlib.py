@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 # The Procfile is read in one place (the production supervisor); re-exported for the benches.
-from muse_experiments.prodshape import PROCFILE, read_procfile  # noqa: F401
+from muse_experiments.infra.prodshape import PROCFILE, read_procfile  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 

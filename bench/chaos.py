@@ -10,7 +10,7 @@ instances this script starts and always stops (never the machine's shared servic
   it is the Celery broker (results and streams stay on Redis),
 * two simulated upstream processes (``routing.fake_upstreams``): the in-house Avocado service and
   the external providers (Azure OpenAI, Anthropic) on another port, so one can be taken down,
-* the platform as the ``Procfile`` runs it (``muse_experiments.prodshape``: gunicorn, two Celery
+* the platform as the ``Procfile`` runs it (``muse_experiments.infra.prodshape``: gunicorn, two Celery
   workers, beat), on those services.
 
 A load generator (asyncio) sends requests at a fixed rate, round robin over the native REST API
@@ -59,7 +59,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from muse_experiments.prodshape import Supervisor, processes, signal_group  # noqa: E402
+from muse_experiments.infra.prodshape import Supervisor, processes, signal_group  # noqa: E402
 
 PORTS = {"redis": 18610, "postgres": 18611, "rabbit": 18612, "rabbit_dist": 18613}
 PORTS |= {"upstream_internal": 18614, "upstream_external": 18615, "web": 18616}
@@ -336,8 +336,10 @@ def prepare_database(env: dict[str, str], internal: Upstream, external: Upstream
     from django.core.management import call_command
     from django.db import connections
 
-    from muse_experiments import services
-    from muse_experiments.auth import api_key_create
+    from muse_experiments.api.auth import api_key_create
+    from muse_experiments.experiments.services.edits import experiment_create
+    from muse_experiments.experiments.services.lifecycle import experiment_start
+    from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id
     from routing.models import ModelEndpoint, Provider
 
@@ -350,16 +352,16 @@ def prepare_database(env: dict[str, str], internal: Upstream, external: Upstream
         ("claude", "anthropic/claude-sonnet-5-5", 0.3),
     ]
     endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in arms])}
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key="chaos",
         name="chaos",
         actor="chaos",
         variants=[
-            services.VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=(i == 0))
+            VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=(i == 0))
             for i, (k, pid, w) in enumerate(arms)
         ],
     )
-    services.experiment_start(experiment=experiment, actor="chaos")
+    experiment_start(experiment=experiment, actor="chaos")
     _, key = api_key_create(name="chaos", scopes=["completions", "ops"], rate_limit_per_minute=10**9)
     connections.close_all()
     return key

@@ -1,8 +1,8 @@
-"""The Celery application. Queues are named in :class:`muse_experiments.queues.Queue`.
+"""The Celery application. Queues are named in :class:`muse_experiments.infra.queues.Queue`.
 
 Signal handlers carry the web request id to the worker and bind the job id while a task runs
-(:mod:`muse_experiments.logs`), and time each task's wait in its queue
-(:mod:`muse_experiments.metrics`).
+(:mod:`muse_experiments.infra.logs`), and time each task's wait in its queue
+(:mod:`muse_experiments.infra.metrics`).
 """
 
 import os
@@ -14,7 +14,7 @@ from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
 
-app = Celery("muse_experiments", amqp="muse_experiments.broker:AMQP")
+app = Celery("muse_experiments", amqp="muse_experiments.infra.broker:AMQP")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Celery's Django fixup closes every database connection before and after each task unless
 # CELERY_DB_REUSE_MAX is set, whatever CONN_MAX_AGE says: on SQLite every task
@@ -23,13 +23,13 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # off), before and after each task as around a web request. PostgreSQL (CONN_MAX_AGE 0) still
 # closes (or returns to the pool) after every task.
 app.conf.CELERY_DB_REUSE_MAX = sys.maxsize // 4
-app.autodiscover_tasks(["routing", "analytics", "muse_experiments"])
+app.autodiscover_tasks(["routing", "analytics"])
 
 
 @before_task_publish.connect(weak=False)
 def _stamp_headers(headers=None, **kwargs):
-    from .logs import inject_request_id
-    from .metrics import stamp_published_at
+    from muse_experiments.infra.logs import inject_request_id
+    from muse_experiments.infra.metrics import stamp_published_at
 
     inject_request_id(headers=headers)
     stamp_published_at(headers=headers)
@@ -37,8 +37,8 @@ def _stamp_headers(headers=None, **kwargs):
 
 @task_prerun.connect(weak=False)
 def _task_started(task_id=None, task=None, **kwargs):
-    from .logs import bind_task_context
-    from .metrics import observe_task_start
+    from muse_experiments.infra.logs import bind_task_context
+    from muse_experiments.infra.metrics import observe_task_start
 
     _close_old_connections(task)
     bind_task_context(task_id=task_id, task=task)
@@ -47,7 +47,7 @@ def _task_started(task_id=None, task=None, **kwargs):
 
 @task_postrun.connect(weak=False)
 def _task_finished(task=None, **kwargs):
-    from .logs import clear_task_context
+    from muse_experiments.infra.logs import clear_task_context
 
     clear_task_context()
     _close_old_connections(task)

@@ -1,7 +1,7 @@
 """Django settings for Muse Experiments, read from the environment (django-environ).
 
 Defaults are for a laptop: SQLite in ``var/``, a private Redis server on a Unix socket under
-``var/`` (:mod:`muse_experiments.private_redis`) and simulated upstreams. Production sets
+``var/`` (:mod:`muse_experiments.infra.private_redis`) and simulated upstreams. Production sets
 ``DATABASE_URL``, ``REDIS_URL``, ``SECRET_KEY`` and ``ALLOWED_HOSTS``; a missing ``SECRET_KEY``
 outside DEBUG fails loudly at start-up.
 """
@@ -17,8 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from muse_experiments import private_redis
-from muse_experiments.redis_client import broker_url
+from muse_experiments.infra import private_redis
+from muse_experiments.infra.redis_client import broker_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI / Redoc assets from our static files (works offline)
     "django_celery_beat",
-    "muse_experiments",
+    "muse_experiments.experiments",  # label "muse_experiments"
     "routing",
     "routing.transcripts",
     "analytics",
@@ -76,10 +76,10 @@ INSTALLED_APPS = [
 
 # What every request goes through, the drop-ins included (API_MIDDLEWARE below).
 _CORE_MIDDLEWARE = [
-    "muse_experiments.api_base.ChunkedBodyMiddleware",  # a chunked body reaches the parser (bounded)
-    "muse_experiments.api_base.DrainRefusedBodyMiddleware",  # a 413 leaves keep-alive usable
-    "muse_experiments.observability.ObservabilityMiddleware",  # request id, latency, access log
-    "muse_experiments.api_errors.DependencyOutageMiddleware",  # database/broker/Redis down: JSON 503
+    "muse_experiments.api.base.ChunkedBodyMiddleware",  # a chunked body reaches the parser (bounded)
+    "muse_experiments.api.base.DrainRefusedBodyMiddleware",  # a 413 leaves keep-alive usable
+    "muse_experiments.infra.observability.ObservabilityMiddleware",  # request id, latency, access log
+    "muse_experiments.api.errors.DependencyOutageMiddleware",  # database/broker/Redis down: JSON 503
 ]
 MIDDLEWARE = [
     *_CORE_MIDDLEWARE,
@@ -129,8 +129,8 @@ if SQLITE:
     # every writer queued behind it paid too; the database stays consistent, and only the last
     # commits before a power loss (not a process crash) can be rolled back.
     # ...and writers queue for the write lock instead of sleeping in SQLite's busy handler
-    # (muse_experiments.sqlite_backend).
-    DATABASES["default"]["ENGINE"] = "muse_experiments.sqlite_backend"
+    # (muse_experiments.infra.sqlite_backend).
+    DATABASES["default"]["ENGINE"] = "muse_experiments.infra.sqlite_backend"
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
@@ -203,13 +203,13 @@ LOGIN_URL = "/admin/login/"
 # --- Redis / Celery -------------------------------------------------------------------------
 # One runtime: Redis carries tasks, claims, hand-offs, streams, buffered records and shared guard
 # state. REDIS_URL unset means a private server of this checkout's own on a Unix socket under
-# var/ (muse_experiments.private_redis; the demo, the test session and the Makefile start it); the
+# var/ (muse_experiments.infra.private_redis; the demo, the test session and the Makefile start it); the
 # test suite's is apart from the demo's (var/test/, one per pytest-xdist process).
 _REDIS_URL = env.str("REDIS_URL", default="")
 _XDIST = os.environ.get("PYTEST_XDIST_WORKER", "") if TESTING else ""
 PRIVATE_REDIS_DIR = "" if _REDIS_URL else str(VAR_DIR / (f"redis-{_XDIST}" if _XDIST else "redis"))
 REDIS_URL = _REDIS_URL or private_redis.url(PRIVATE_REDIS_DIR)
-# Every client comes from muse_experiments.redis_client; keep the socket timeout above the longest
+# Every client comes from muse_experiments.infra.redis_client; keep the socket timeout above the longest
 # blocking read (1 s).
 REDIS_CONNECT_TIMEOUT_S = env.float("REDIS_CONNECT_TIMEOUT_S", default=1.0)
 REDIS_SOCKET_TIMEOUT_S = env.float("REDIS_SOCKET_TIMEOUT_S", default=5.0)
@@ -225,7 +225,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL_S", default=10),
     "unacked_restore_throttle": env.int("CELERY_UNACKED_RESTORE_THROTTLE", default=10),
     # a completion task is recorded as unacknowledged only if it still runs this many seconds
-    # after delivery: its job's claim is its record (muse_experiments.broker.QoS); 0 = kombu's
+    # after delivery: its job's claim is its record (muse_experiments.infra.broker.QoS); 0 = kombu's
     # record at delivery
     "unacked_record_after_s": {"completions": env.float("CELERY_COMPLETION_RECORD_AFTER_S", default=1.0)},
 }
@@ -248,7 +248,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "completions"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-# Every task goes to the queue of its purpose (muse_experiments.queues.Queue).
+# Every task goes to the queue of its purpose (muse_experiments.infra.queues.Queue).
 CELERY_TASK_ROUTES = {
     "routing.*": {"queue": "completions"},
     "analytics.*": {"queue": "analytics"},
@@ -273,17 +273,17 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # --- REST API ------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "muse_experiments.auth.ApiKeyAuthentication",
+        "muse_experiments.api.auth.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "muse_experiments.api_schema.MuseAutoSchema",
-    "DEFAULT_PARSER_CLASSES": ["muse_experiments.api_base.BoundedJSONParser"],
-    "DEFAULT_THROTTLE_CLASSES": ["muse_experiments.throttling.ApiKeyRateThrottle"],
-    "EXCEPTION_HANDLER": "muse_experiments.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "muse_experiments.api.schema.MuseAutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["muse_experiments.api.base.BoundedJSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": ["muse_experiments.api.throttling.ApiKeyRateThrottle"],
+    "EXCEPTION_HANDLER": "muse_experiments.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
-# Failed API-key authentications (muse_experiments/auth_failures.py): from AUTH_FAILURE_LIMIT failures
+# Failed API-key authentications (muse_experiments/api/auth_failures.py): from AUTH_FAILURE_LIMIT failures
 # within AUTH_FAILURE_WINDOW_S seconds of an address's first one, the address is refused (429 with
 # Retry-After) for the rest of that window, whatever key it sends.
 AUTH_FAILURE_LIMIT = env.int("AUTH_FAILURE_LIMIT", default=20)
@@ -351,6 +351,9 @@ COMPLETION_STREAM_TTL_S = env.int("COMPLETION_STREAM_TTL_S", default=3600)
 DROPIN_WAIT_S = env.float("DROPIN_WAIT_S", default=300.0)
 # How often (s) a process re-checks the configuration version; bounds propagation time.
 CONFIG_REFRESH_INTERVAL_S = env.float("CONFIG_REFRESH_INTERVAL_S", default=0.5)
+# The model whose row 1 holds the configuration version in the database, which readers fall back to
+# when Redis is unreachable (muse_experiments.infra.config_version).
+CONFIG_VERSION_MODEL = "muse_experiments.PlatformConfig"
 
 # --- Routing resilience (routing/retry.py, circuit.py, killswitch.py) -------------------------
 # Retries per endpoint after the first attempt, for retryable failures (429, 5xx, 529, timeouts,
@@ -400,17 +403,20 @@ PROVIDER_CREDENTIAL_HOSTS = env.dict(
 # tests need it; in debug it defaults to `make upstreams`' address.
 SIMULATED_UPSTREAMS = env.list("SIMULATED_UPSTREAMS", default=["127.0.0.1:8900"] if DEBUG else [])
 
-# --- Observability (muse_experiments/logs.py, metrics.py, health.py) -------------------------
+# --- Observability (muse_experiments/infra/logs.py, metrics.py, health.py) -------------------------
 # json: one JSON object per line with request_id / job_id (production default); plain: for a terminal.
 # Garbage collection thresholds applied after start-up, with start-up's objects frozen
-# (muse_experiments.runtime.tune_gc); empty = the interpreter's defaults.
+# (muse_experiments.infra.runtime.tune_gc); empty = the interpreter's defaults.
 GC_THRESHOLD = env.list("GC_THRESHOLD", cast=int, default=[] if TESTING else [50_000, 50, 100])
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain" if DEBUG or TESTING else "json")
 # /metrics requires "Authorization: Bearer <token>" when set (else expose it on an internal network only).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_BROKER_TIMEOUT_S = env.float("METRICS_BROKER_TIMEOUT_S", default=1.0)
 # Scrape-time collectors (dotted paths), so the experiments app never imports routing.
-METRICS_COLLECTORS = ["muse_experiments.metrics.QueueDepthCollector", "routing.metrics.RoutingStateCollector"]
+METRICS_COLLECTORS = [
+    "muse_experiments.infra.metrics.QueueDepthCollector",
+    "routing.metrics.RoutingStateCollector",
+]
 READYZ_TIMEOUT_S = env.float("READYZ_TIMEOUT_S", default=2.0)
 
 LOGGING = {
@@ -418,12 +424,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {
-            "()": "muse_experiments.logs.ContextFormatter",
+            "()": "muse_experiments.infra.logs.ContextFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
-        "json": {"()": "muse_experiments.logs.JsonFormatter"},
+        "json": {"()": "muse_experiments.infra.logs.JsonFormatter"},
     },
-    "filters": {"not_gateway_status": {"()": "muse_experiments.logs.NotGatewayStatus"}},
+    "filters": {"not_gateway_status": {"()": "muse_experiments.infra.logs.NotGatewayStatus"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
@@ -436,7 +442,7 @@ LOGGING = {
         # ANTHROPIC_LOG/OPENAI_LOG=debug in production either.
         "anthropic": {"level": "INFO"},
         "openai": {"level": "INFO"},
-        # one line per request (muse_experiments.observability); ACCESS_LOG=false silences it
+        # one line per request (muse_experiments.infra.observability); ACCESS_LOG=false silences it
         "muse.access": {"level": "INFO" if env.bool("ACCESS_LOG", default=True) else "WARNING"},
         # Celery's "Task … received" line is formatted and written by the worker's consumer thread
         # before the task reaches a pool thread, on every call's critical path; the "succeeded" (or

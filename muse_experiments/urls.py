@@ -6,9 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from analytics.apis import EventsCreateApi, ResultsApi, ResultsComputeApi
 from analytics.views import results_index, results_page, results_recompute, routing_health_page
-from muse_experiments.apis import AssignmentPreviewApi, ExperimentDetailApi, ExperimentListApi
-from muse_experiments.health import healthz, readyz
-from muse_experiments.metrics import metrics_view
+from muse_experiments.experiments.apis import AssignmentPreviewApi, ExperimentDetailApi, ExperimentListApi
+from muse_experiments.infra.health import healthz, readyz
+from muse_experiments.infra.metrics import metrics_view
 from routing.apis import CompletionCreateApi, CompletionDetailApi
 from routing.apis_ops import KillSwitchListApi
 from routing.transcripts.apis import (

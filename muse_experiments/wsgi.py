@@ -56,6 +56,6 @@ application = PathDispatch(
     prefixes=tuple(settings.API_PATH_PREFIXES),
 )
 
-from muse_experiments.runtime import tune_gc  # noqa: E402 - needs the settings configured above
+from muse_experiments.infra.runtime import tune_gc  # noqa: E402 - needs the settings configured above
 
 tune_gc()

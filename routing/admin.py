@@ -13,7 +13,7 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils.html import escape
 
-from muse_experiments.admin_base import ReadOnlyAdmin
+from muse_experiments.infra.admin_base import ReadOnlyAdmin
 
 from .credentials import credential_binding_validate
 from .models import Attempt, CallRecord, CompletionJob, KillScope, KillSwitch, ModelEndpoint, Provider

@@ -17,9 +17,10 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import AttributesField, StrictSerializer, UnitIdField
-from muse_experiments.auth import ApiClient, HasScope
-from muse_experiments.validation import tool_parameters_problem
+from muse_experiments.api.auth import ApiClient, HasScope
+from muse_experiments.api.base import AttributesField, StrictSerializer
+from muse_experiments.experiments.fields import UnitIdField
+from muse_experiments.experiments.validation import tool_parameters_problem
 
 from .dispatch import submit_completion, wait_for_job
 from .dropin.errors import DropinError

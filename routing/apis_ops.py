@@ -19,8 +19,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import StrictSerializer
-from muse_experiments.auth import ApiClient, HasScope
+from muse_experiments.api.auth import ApiClient, HasScope
+from muse_experiments.api.base import StrictSerializer
 
 from .killswitch import kill_state
 from .models import KillScope

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 from . import roundtrip
 from .circuit import OPEN, PROBE, breaker

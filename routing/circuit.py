@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 from . import roundtrip
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from django.conf import settings
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 KEY_PREFIX = "muse:claim:"
 #: Running claims by the end of their lease (epoch ms): what :func:`reap` scans.

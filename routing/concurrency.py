@@ -18,7 +18,7 @@ import uuid
 
 from django.conf import settings
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 from . import roundtrip
 

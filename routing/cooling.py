@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 from . import roundtrip
 

@@ -34,8 +34,8 @@ from django.db import IntegrityError, transaction
 from kombu.transport import redis as kombu_redis
 from rest_framework.exceptions import AuthenticationFailed
 
-from muse_experiments.broker import direct_publisher
-from muse_experiments.queues import Queue
+from muse_experiments.infra.broker import direct_publisher
+from muse_experiments.infra.queues import Queue
 
 from .events import job_cancel_request
 from .handoff import apply_final, wait_final
@@ -93,7 +93,7 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     No Celery result is stored (the answer travels through :mod:`routing.handoff`): the message
     is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
     headers and signals), and pushed onto the queue's Redis list by
-    :class:`muse_experiments.broker.DirectPublisher` in kombu's wire format, with Celery's
+    :class:`muse_experiments.infra.broker.DirectPublisher` in kombu's wire format, with Celery's
     publish retry policy. Left out is what ``apply_async`` and kombu's producer add for a task
     whose caller may want a result or another broker: task routing, an ``AsyncResult``
     registered with the result backend and dropped at once, a pooled connection and channel per
@@ -101,7 +101,7 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     Celery's layered configuration. Measured (``bench/bench_publish.py``, 2026-12-02, CPU per
     publish against ``apply_async``'s): 0.42-0.46x, where kombu's producer path was 0.65-0.70x.
     It is on the web's critical path before the worker can start. Brokers
-    :func:`~muse_experiments.broker.direct_publisher` declines (Sentinel, key prefixes,
+    :func:`~muse_experiments.infra.broker.direct_publisher` declines (Sentinel, key prefixes,
     ``task-sent`` events) take ``send_task_message``; eager mode (tests) takes ``apply_async``.
     """
     # the message's printable copy of its arguments (Celery's saferepr of them, shown by monitoring

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 from .models import FINISHED_STATUSES, CompletionJob, JobStatus
 from .providers.transport import UpstreamCall, upstream_call

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ the kill keep their exposure (and sticky variant) for analysis. Endpoint-level k
 results page reads the kills in force on an experiment through
 :func:`routing.selectors.experiment_kills_in_force`.
 
-Propagation: the state is an in-process :class:`~muse_experiments.config_version.VersionedSnapshot`
+Propagation: the state is an in-process :class:`~muse_experiments.infra.config_version.VersionedSnapshot`
 rebuilt whenever the cluster configuration version moves (checked every
 ``CONFIG_REFRESH_INTERVAL_S``, 0.5 s by default), so every web and worker process sees a change
 within about a second. Workers read it immediately before each upstream call, so queued jobs obey
@@ -41,7 +41,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from muse_experiments.config_version import VersionedSnapshot
+from muse_experiments.infra.config_version import VersionedSnapshot
 
 from .models import KillScope, KillSwitch, RoutingReason
 

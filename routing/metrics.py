@@ -1,4 +1,4 @@
-"""Routing metrics for Prometheus (see :mod:`muse_experiments.metrics` for the multiprocess set-up).
+"""Routing metrics for Prometheus (see :mod:`muse_experiments.infra.metrics` for the multiprocess set-up).
 
 Counted in the worker as each call is recorded (:func:`observe_outcome`, a few counter
 increments, no I/O):

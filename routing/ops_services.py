@@ -1,7 +1,7 @@
 """Operator writes: kill switches and admin edits of the model catalogue.
 
 Each function is keyword-only, runs in one transaction, records an
-:class:`~muse_experiments.models.AuditEntry` (who, what, why) and bumps the cluster configuration
+:class:`~muse_experiments.experiments.models.AuditEntry` (who, what, why) and bumps the cluster configuration
 version, so every web and worker process picks the change up within about a second. Invalid input
 raises :class:`django.core.exceptions.ValidationError` with field errors and writes nothing.
 """
@@ -15,9 +15,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from muse_experiments import config_version
-from muse_experiments.models import AuditEntry
-from muse_experiments.selectors import experiment_by_key
+from muse_experiments.experiments.models import AuditEntry
+from muse_experiments.experiments.selectors import experiment_by_key
+from muse_experiments.infra import config_version
 
 from .credentials import credential_binding_validate
 from .models import KillScope, KillSwitch, ModelEndpoint, Provider

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from muse_experiments.assignment.engine import Decision, route
-from muse_experiments.selectors import assignment_snapshot, assignment_state, sticky_variants
+from muse_experiments.experiments.assignment.engine import route
+from muse_experiments.experiments.assignment.specs import Decision
+from muse_experiments.experiments.selectors import assignment_snapshot, assignment_state, sticky_variants
 
 from .killswitch import KillState, kill_state
 from .models import CompletionJob, RoutingReason
@@ -84,7 +85,7 @@ def decide(job: CompletionJob) -> Decision:
     """Assignment for a job's unit (pure engine + sticky lookup). No provider is called.
 
     The sticky lookup covers only the experiments whose sticky entries can change a decision
-    (:attr:`~muse_experiments.selectors.AssignmentState.sticky_experiment_ids`: a phase change
+    (:attr:`~muse_experiments.experiments.selectors.AssignmentState.sticky_experiment_ids`: a phase change
     since the seed run began), and none for an anonymous call (:func:`is_anonymous`): a unit id
     made for this call has no exposures yet."""
     state = assignment_state()

@@ -14,7 +14,7 @@ import logging
 
 from django.conf import settings
 
-from muse_experiments.assignment.engine import Decision
+from muse_experiments.experiments.assignment.specs import Decision
 
 from .handoff import apply_final, publish_final
 from .metrics import observe_outcome

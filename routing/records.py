@@ -24,11 +24,11 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from muse_experiments import bulk_sql
-from muse_experiments.assignment.engine import Decision
-from muse_experiments.selectors import assignment_snapshot
-from muse_experiments.services import ExposureInput, exposures_record_many
-from muse_experiments.storage_text import storable
+from muse_experiments.experiments.assignment.specs import Decision
+from muse_experiments.experiments.selectors import assignment_snapshot
+from muse_experiments.experiments.services.exposures import ExposureInput, exposures_record_many
+from muse_experiments.infra import bulk_sql
+from muse_experiments.infra.storage_text import storable
 
 from .killswitch import kill_state
 from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
@@ -235,13 +235,13 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     payload) are skipped, and so are repeats within the batch and payloads whose job no longer
     exists (logged). For each new call: the job's row if it was claimed without one
     (:mod:`routing.claims`; ``row`` in the payload), the exposure
-    (first variant wins, :func:`muse_experiments.services.exposures_record_many`), the call record
+    (first variant wins, :func:`muse_experiments.experiments.services.exposures.exposures_record_many`), the call record
     and its attempts, the job's final state (unless another path already finished the job, except
     a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn. Every
-    string goes through :func:`muse_experiments.storage_text.storable` first (PostgreSQL cannot
+    string goes through :func:`muse_experiments.infra.storage_text.storable` first (PostgreSQL cannot
     store NUL), in both the write-behind drainer and the direct path.
     """
-    # the storage boundary: NULs in provider output are stored escaped (muse_experiments.storage_text)
+    # the storage boundary: NULs in provider output are stored escaped (muse_experiments.infra.storage_text)
     by_job = {p["job"]["id"]: storable(p) for p in payloads}
     if not by_job:
         return 0
@@ -286,7 +286,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
 def _finish_jobs(payloads: Sequence[Mapping[str, Any]]) -> None:
     """Store each job's final state unless it already finished (a ``worker_lost`` verdict excepted).
 
-    One ``UPDATE`` for the batch (:func:`muse_experiments.bulk_sql.update_from_values`; Django's
+    One ``UPDATE`` for the batch (:func:`muse_experiments.infra.bulk_sql.update_from_values`; Django's
     ``bulk_update`` builds a CASE expression per row and field, which cost more CPU than the rest
     of the drain); one per job where that is not supported.
     """

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import cached_property
 
-from muse_experiments.config_version import VersionedSnapshot
-from muse_experiments.selectors import experiment_by_key
+from muse_experiments.experiments.selectors import experiment_by_key
+from muse_experiments.infra.config_version import VersionedSnapshot
 
 from . import claims
 from .handoff import apply_final, final_state

@@ -19,8 +19,8 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from rest_framework import exceptions
 
-from muse_experiments import config_version
-from muse_experiments.storage_text import storable
+from muse_experiments.infra import config_version
+from muse_experiments.infra.storage_text import storable
 
 from . import claims
 from .catalogue import EndpointSeed, ProviderSeed

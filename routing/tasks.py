@@ -24,8 +24,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from muse_experiments.queues import Queue
-from muse_experiments.runtime import tune_gc
+from muse_experiments.infra.queues import Queue
+from muse_experiments.infra.runtime import tune_gc
 
 from .leases import keeper
 from .models import CompletionJob, JobStatus
@@ -138,7 +138,7 @@ def drain_call_records() -> int:
 def _start_background_threads(**_kwargs) -> None:
     """Every worker renews its leases and reaps expired jobs, with or without ``celery beat``,
     and (with ``RECORDS_DRAINER``) drains the write-behind buffer of call records. Start-up's
-    objects are then frozen out of garbage collection (:func:`muse_experiments.runtime.tune_gc`)."""
+    objects are then frozen out of garbage collection (:func:`muse_experiments.infra.runtime.tune_gc`)."""
     keeper.start(reap=True)
     if settings.RECORDS_DRAINER:
         drainer.start()

@@ -43,7 +43,7 @@ from typing import Any
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 
 from .claims import queue_done, queue_forget_row
 from .handoff import queue_final

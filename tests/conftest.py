@@ -36,7 +36,7 @@ def pytest_sessionstart(session):
 
     if not settings.configured or not settings.PRIVATE_REDIS_DIR:
         return
-    from muse_experiments.private_redis import ensure_running
+    from muse_experiments.infra.private_redis import ensure_running
 
     _private_redis.append(ensure_running(settings.PRIVATE_REDIS_DIR))
 
@@ -46,7 +46,7 @@ def redis_url() -> str:
     """The Redis URL the platform uses (the settings' REDIS_URL), answering ``PING``."""
     from django.conf import settings
 
-    from muse_experiments.redis_client import redis_client
+    from muse_experiments.infra.redis_client import redis_client
 
     redis_client().ping()
     return settings.REDIS_URL
@@ -79,7 +79,7 @@ def no_claims_of_other_tests() -> None:
 
     if not settings.configured:
         return
-    from muse_experiments.redis_client import redis_client
+    from muse_experiments.infra.redis_client import redis_client
     from routing.claims import LEASES
 
     redis_client().delete(LEASES)
@@ -87,14 +87,14 @@ def no_claims_of_other_tests() -> None:
 
 @pytest.fixture(autouse=True)
 def _no_auth_failures_of_other_tests(no_claims_of_other_tests):
-    """Each test starts with no failed authentication counted (``muse_experiments.auth_failures``):
+    """Each test starts with no failed authentication counted (``muse_experiments.api.auth_failures``):
     the test client's requests all come from 127.0.0.1, and other tests' 401s would add up to a 429."""
     from django.apps import apps
 
     if not apps.ready:  # pure-core tests may run with -p no:django
         return
-    from muse_experiments import auth_failures
-    from muse_experiments.redis_client import redis_client
+    from muse_experiments.api import auth_failures
+    from muse_experiments.infra.redis_client import redis_client
 
     auth_failures.forget_all()
     client = redis_client()
@@ -135,7 +135,7 @@ def _fresh_config_snapshots():
     if not apps.ready:  # pure-core tests may run with -p no:django
         yield
         return
-    from muse_experiments.config_version import invalidate_all
+    from muse_experiments.infra.config_version import invalidate_all
 
     invalidate_all()
     yield
@@ -318,8 +318,8 @@ class _SharedWorker:
 
         from kombu.transport.redis import Channel
 
-        from muse_experiments.queues import Queue
-        from muse_experiments.redis_client import redis_client
+        from muse_experiments.infra.queues import Queue
+        from muse_experiments.infra.redis_client import redis_client
         from routing import writebehind
 
         client = redis_client()
@@ -398,7 +398,7 @@ def _purge_task_queues(*, unacknowledged: bool = False) -> None:
     ``unacknowledged`` (only while no worker runs): also drop the messages workers that earlier
     tests killed had received and not finished, which kombu would otherwise hand out again."""
     from muse_experiments.celery import app
-    from muse_experiments.queues import Queue
+    from muse_experiments.infra.queues import Queue
 
     with app.connection_for_write() as conn:
         channel = conn.default_channel

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from muse_experiments import config_version, services
-from muse_experiments.auth import api_key_create
+from muse_experiments.api.auth import api_key_create
+from muse_experiments.experiments.services.edits import experiment_create
+from muse_experiments.experiments.services.lifecycle import experiment_start
+from muse_experiments.experiments.services.variants import VariantInput
+from muse_experiments.infra import config_version
 from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
 from routing.models import ModelEndpoint
 from routing.services import catalogue_seed
@@ -32,25 +35,25 @@ def make_experiment(
     """An experiment whose arms are ``(variant key, endpoint public id, weight)``; the first is control."""
     arms = arms or [("control", avocado_id(14), 0.5), ("treatment", avocado_id(15), 0.5)]
     endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in arms])}
-    experiment = services.experiment_create(
+    experiment = experiment_create(
         key=key,
         name=key,
         actor="test",
         variants=[
-            services.VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=(i == 0))
+            VariantInput(key=k, weight=w, endpoint=endpoints[pid], is_control=(i == 0))
             for i, (k, pid, w) in enumerate(arms)
         ],
         **kwargs,
     )
-    return services.experiment_start(experiment=experiment, actor="test") if start else experiment
+    return experiment_start(experiment=experiment, actor="test") if start else experiment
 
 
-def variant_inputs(arms: list[tuple[str, str, float]], **overrides_by_key) -> list[services.VariantInput]:
+def variant_inputs(arms: list[tuple[str, str, float]], **overrides_by_key) -> list[VariantInput]:
     """``VariantInput``s for ``(key, endpoint public id, weight)`` arms; the first is control,
     ``overrides_by_key`` maps a variant key to its routing overrides."""
     endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[a[1] for a in arms])}
     return [
-        services.VariantInput(
+        VariantInput(
             key=k,
             weight=w,
             endpoint=endpoints[pid],

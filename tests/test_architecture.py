@@ -2,18 +2,48 @@
 
 from __future__ import annotations
 
+import configparser
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: The contracts of the project's layout (``.importlinter``): pure cores, the dependency direction
+#: between apps, and the layers of ``muse_experiments`` with no import cycle among them.
+LAYOUT_CONTRACTS = {
+    "pure-stats",
+    "pure-assignment",
+    "pure-providers",
+    "experiments-independent",
+    "project-layers",
+    "project-acyclic",
+    "routing-steps",
+}
+MAX_MODULE_LINES = 500
 
 
 def test_pure_cores_and_dependency_direction_hold():
+    config = configparser.ConfigParser()
+    config.read(REPO / ".importlinter")
+    contracts = {s.removeprefix("importlinter:contract:") for s in config.sections() if ":contract:" in s}
+    assert contracts >= LAYOUT_CONTRACTS
     lint = Path(sys.executable).with_name("lint-imports")
     result = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def test_no_module_of_the_project_package_is_over_500_lines():
+    """``muse_experiments`` (project, infra, api, experiments app) has no god module; migrations
+    are generated and exempt."""
+    package = REPO / "muse_experiments"
+    sizes = {
+        str(path.relative_to(REPO)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in package.rglob("*.py")
+        if "migrations" not in path.parts
+    }
+    assert len(sizes) > 50
+    assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
 
 
 def test_no_test_reads_files_outside_the_repository():

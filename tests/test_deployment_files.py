@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from muse_experiments.prodshape import read_procfile
+from muse_experiments.infra.prodshape import read_procfile
 
 REPO = Path(__file__).resolve().parent.parent
 CHECK = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or "check-jsonschema"
@@ -44,7 +44,7 @@ def test_compose_services_run_procfile_types_and_one_beat():
     used = {}
     for name, service in compose["services"].items():
         command = service.get("command") or []
-        if command[:4] == ["python", "-m", "muse_experiments.prodshape", "exec"]:
+        if command[:4] == ["python", "-m", "muse_experiments.infra.prodshape", "exec"]:
             used[name] = command[4]
     assert used == {"web": "web", "worker": "worker", "beat": "beat", "drainer": "drainer"}
     assert set(used.values()) == set(types)  # every process type of the Procfile has a service

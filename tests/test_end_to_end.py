@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from muse_experiments.models import Exposure
+from muse_experiments.experiments.models import Exposure
 from routing.catalogue import avocado_id
 from routing.models import CallRecord
 from tests.conftest import wait_for_records_written

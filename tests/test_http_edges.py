@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from muse_experiments.auth import api_key_create
+from muse_experiments.api.auth import api_key_create
 from tests.conftest import REPO, database_url_for_subprocess
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -30,7 +30,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def gunicorn_url(django_db_setup):
     """One gunicorn for the module's tests, on the test database. Each test makes its own API key,
-    which the server learns when its configuration version moves (muse_experiments.auth): checked
+    which the server learns when its configuration version moves (muse_experiments.api.auth): checked
     on every request here (``CONFIG_REFRESH_INTERVAL_S=0``), so a key works from its commit on."""
     from django.conf import settings
 
@@ -52,7 +52,7 @@ def gunicorn_url(django_db_setup):
             "--threads",
             "4",
             "--config",
-            "python:muse_experiments.gunicorn_conf",
+            "python:muse_experiments.infra.gunicorn_conf",
         ],  # fmt: skip
         env=env,
         cwd=REPO,

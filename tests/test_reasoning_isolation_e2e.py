@@ -19,8 +19,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from muse_experiments import config_version
-from muse_experiments.models import ForcedAssignment
+from muse_experiments.experiments.models import ForcedAssignment
+from muse_experiments.infra import config_version
 from routing.catalogue import avocado_id
 from tests.conftest import wait_for_records_written
 from tests.factories import api_key, make_experiment, seed_catalogue

@@ -25,7 +25,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from muse_experiments.auth import MAX_RATE_LIMIT_PER_MINUTE, api_key_create
+from muse_experiments.api.auth import MAX_RATE_LIMIT_PER_MINUTE, api_key_create
 from muse_experiments.wsgi import application
 from tests.factories import ALL_SCOPES
 

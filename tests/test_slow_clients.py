@@ -1,5 +1,5 @@
 """Slow clients against the production web server: the Procfile's ``web`` line (gunicorn with
-``muse_experiments.gunicorn_conf``) on loopback, 1 process x 2 threads, 1 s deadlines
+``muse_experiments.infra.gunicorn_conf``) on loopback, 1 process x 2 threads, 1 s deadlines
 (``WEB_*_TIMEOUT_S``), a 64 KiB request buffer, serving the small WSGI application below.
 
 A client that sends its head or body slowly is answered 408 and closed, one that stops reading is
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from muse_experiments.prodshape import read_procfile
+from muse_experiments.infra.prodshape import read_procfile
 
 pytestmark = pytest.mark.slow
 

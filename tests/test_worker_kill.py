@@ -22,8 +22,8 @@ import httpx
 import pytest
 from django.conf import settings
 
-from muse_experiments.models import Exposure
-from muse_experiments.redis_client import redis_client
+from muse_experiments.experiments.models import Exposure
+from muse_experiments.infra.redis_client import redis_client
 from routing import writebehind
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.services import WORKER_LOST
@@ -88,7 +88,7 @@ def test_a_worker_killed_mid_call_fails_that_job_once_and_another_worker_complet
 ):
     """Killed after its delivery was recorded (a call running longer than
     ``CELERY_COMPLETION_RECORD_AFTER_S``), job one's message is redelivered to B, which must not
-    call the provider again; killed before (muse_experiments.broker.QoS), it is not redelivered and
+    call the provider again; killed before (muse_experiments.infra.broker.QoS), it is not redelivered and
     the reaper fails the job: either way one upstream call, ``worker_lost``."""
     seed_catalogue(upstreams.url)
     upstreams.set_scenario("avocado-v15", latency_ms=60_000)  # in flight until the kill

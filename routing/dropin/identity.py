@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from muse_experiments.validation import unit_id_problem
+from muse_experiments.experiments.validation import unit_id_problem
 
 from .errors import DropinError, require
 from .shapes import Metadata
@@ -45,7 +45,7 @@ def identity(
     given, so both are a unit id made for this call. The body's ids are strings already (the
     request shapes refuse anything else rather than ignoring it, which made the call an anonymous
     unit of its own). Raises :class:`DropinError` (400) naming where an ambiguous id
-    (:func:`~muse_experiments.validation.unit_id_problem`) came from.
+    (:func:`~muse_experiments.experiments.validation.unit_id_problem`) came from.
     """
     meta = metadata or Metadata()
 

@@ -30,9 +30,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 from pydantic import ValidationError as ShapeError
 from pydantic_core import PydanticCustomError
 
-from muse_experiments.api_base import MAX_JSON_DEPTH, depth_exceeds
-from muse_experiments.storage_text import unstorable_paths
-from muse_experiments.validation import tool_parameters_problem
+from muse_experiments.api.base import MAX_JSON_DEPTH, depth_exceeds
+from muse_experiments.experiments.validation import tool_parameters_problem
+from muse_experiments.infra.storage_text import unstorable_paths
 
 from ..providers.contracts import OutputFormat, ToolChoice
 from .errors import DropinError, require

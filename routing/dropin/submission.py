@@ -22,8 +22,8 @@ from typing import Any
 
 from django.conf import settings
 
-from muse_experiments.auth import ApiClient
-from muse_experiments.throttling import settle
+from muse_experiments.api.auth import ApiClient
+from muse_experiments.api.throttling import settle
 
 from ..attempts import EndpointRefused
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job

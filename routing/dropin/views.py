@@ -7,7 +7,7 @@ terms (:mod:`.openai_shapes`, :mod:`.anthropic_shapes`), the model resolved and 
 (:mod:`.openai_framing`, :mod:`.anthropic_framing`).
 
 * Auth: the SDKs' own headers (``Authorization: Bearer <muse key>`` — openai and anthropic>=2 —
-  or ``x-api-key``), handled by :class:`muse_experiments.auth.ApiKeyAuthentication`; scope
+  or ``x-api-key``), handled by :class:`muse_experiments.api.auth.ApiKeyAuthentication`; scope
   ``completions``; the per-key rate limit applies (429 + ``retry-after``, which the SDKs honour).
 * Errors are in the vendor's shape (:mod:`.errors`); failures carry ``x-should-retry: false``
   (routing already retried and fell back), so the SDKs do not re-submit them.
@@ -25,9 +25,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import RequestTooLarge
-from muse_experiments.auth import HasScope
-from muse_experiments.throttling import DeferredThrottleMixin
+from muse_experiments.api.auth import HasScope
+from muse_experiments.api.base import RequestTooLarge
+from muse_experiments.api.throttling import DeferredThrottleMixin
 
 from ..models import CompletionJob
 from ..services import IdempotencyConflict

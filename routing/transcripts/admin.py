@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from muse_experiments.admin_base import ReadOnlyAdmin
+from muse_experiments.infra.admin_base import ReadOnlyAdmin
 
 from .models import GateCounter, TrainingOptOut, TrainingRecord, Transcript, TranscriptTurn
 from .services import training_opt_in, training_opt_out

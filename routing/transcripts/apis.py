@@ -19,9 +19,9 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api_base import StrictSerializer
-from muse_experiments.auth import ApiClient, HasScope
-from muse_experiments.validation import unit_id_problem
+from muse_experiments.api.auth import ApiClient, HasScope
+from muse_experiments.api.base import StrictSerializer
+from muse_experiments.experiments.validation import unit_id_problem
 from routing.reasoning_store import ReasoningStoreUnavailable
 
 from .export import TrainingExport
@@ -41,7 +41,7 @@ MAX_INGEST_BATCH = 1000
 
 def unit_id_error(name: str, value: str) -> Response | None:
     """A 400 naming ``name`` when the path id ``value`` is empty or breaks the one unit-id rule
-    (:func:`muse_experiments.validation.unit_id_problem`: no trimming, no normalising), else None."""
+    (:func:`muse_experiments.experiments.validation.unit_id_problem`: no trimming, no normalising), else None."""
     problem = "Required." if not value else unit_id_problem(value)
     if problem is None:
         return None

@@ -75,7 +75,7 @@ What the reinforcement-learning completion server accepts is decided here:
 
 A training record (one line of the training export) is a JSON object with at least
 ``record_id`` (non-empty string, at most 200 characters), ``user_id`` (a unit id: the one
-rule of :func:`muse_experiments.validation.unit_id_problem`, refused rather than normalised, so
+rule of :func:`muse_experiments.experiments.validation.unit_id_problem`, refused rather than normalised, so
 ``"alice "`` or ``"alice\u200b"`` cannot slip past ``alice``'s opt-out), optional
 ``session_id`` (same rule) and
 ``provenance`` (``"native"`` for Avocado; anything else is an external provider). The gate
@@ -108,7 +108,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from muse_experiments.validation import unit_id_problem
+from muse_experiments.experiments.validation import unit_id_problem
 
 #: How many nested decodings (JSON-in-string, base64-in-string) the detector follows.
 MAX_DECODE_DEPTH = 6

@@ -22,8 +22,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from muse_experiments import bulk_sql
-from muse_experiments.storage_text import storable
+from muse_experiments.infra import bulk_sql
+from muse_experiments.infra.storage_text import storable
 from routing.reasoning_store import OwnedSession, session_end, session_owner
 from routing.selectors import catalogue, session_started
 
@@ -152,7 +152,7 @@ def transcript_record_turns(*, turns: Sequence[TurnInput]) -> int:
 def _transcripts_advance(transcripts: Sequence[Transcript], *, now: Any) -> None:
     """Store each transcript's ``last_input_count``/``last_input_digest`` and ``updated_at``.
 
-    One ``UPDATE`` for the batch (:func:`muse_experiments.bulk_sql.update_from_values`; one per
+    One ``UPDATE`` for the batch (:func:`muse_experiments.infra.bulk_sql.update_from_values`; one per
     transcript was the drain's largest cost with many sessions per batch, and Django's
     ``bulk_update`` builds a CASE per row and field); one per transcript where not supported.
     """

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from analytics.models import OutcomeEvent
-from muse_experiments.models import Exposure
+from muse_experiments.experiments.models import Exposure
 from routing.models import CallRecord, CompletionJob
 from tests.factories import make_experiment, seed_catalogue
 

@@ -18,7 +18,7 @@ from analytics.models import (
     MetricDefinition,
 )
 from analytics.services import results_compute
-from muse_experiments.models import AuditEntry
+from muse_experiments.experiments.models import AuditEntry
 from routing.models import KillSwitch
 from tests.analytics.conftest import T0
 from tests.factories import user_in_group

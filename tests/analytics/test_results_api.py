@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from analytics.models import MetricDefinition, ResultSnapshot
 from analytics.services import metric_definition_save, results_compute, results_schedule_ensure
 from analytics.tasks import compute_running_results
-from muse_experiments.models import AuditEntry
+from muse_experiments.experiments.models import AuditEntry
 from tests.factories import api_key
 
 

@@ -183,7 +183,7 @@ def test_a_kill_reads_since_when_it_went_on_not_when_its_reason_was_last_edited(
     from django.utils import timezone
 
     from analytics.dashboards import kills_table
-    from muse_experiments.models import Experiment
+    from muse_experiments.experiments.models import Experiment
     from routing.models import KillScope, KillSwitch
     from routing.ops_services import kill_switch_set
 

@@ -19,7 +19,7 @@ def catalogue(db):
 @pytest.fixture(autouse=True)
 def _sticky_backoff_reset():
     """A Redis failure simulated by one test must not switch the cache off for the next."""
-    from muse_experiments import sticky
+    from muse_experiments.experiments import sticky
 
     sticky.reset_backoff()
     yield

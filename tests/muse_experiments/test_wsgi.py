@@ -67,7 +67,7 @@ def test_a_staff_session_does_not_authenticate_on_the_drop_ins(admin_client):
 
 def test_the_setting_is_only_swapped_while_the_chain_is_built():
     before = list(settings.MIDDLEWARE)
-    handler = MiddlewareListHandler(["muse_experiments.observability.ObservabilityMiddleware"])
+    handler = MiddlewareListHandler(["muse_experiments.infra.observability.ObservabilityMiddleware"])
     assert before == list(settings.MIDDLEWARE)
     _, headers, _ = call("/healthz", app=handler)
     assert headers["x-request-id"] and "x-content-type-options" not in headers  # its one middleware

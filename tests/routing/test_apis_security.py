@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
-from muse_experiments.auth import api_key_create, api_key_revoke, digest_key
-from muse_experiments.models import ApiKey
-from muse_experiments.throttling import sliding_wait_s
+from muse_experiments.api.auth import api_key_create, api_key_revoke, digest_key
+from muse_experiments.api.throttling import sliding_wait_s
+from muse_experiments.experiments.models import ApiKey
 from routing.models import CompletionJob
 from routing.services import completion_job_create
 
@@ -209,7 +209,7 @@ def test_a_lone_surrogate_is_a_400_naming_its_field_escaped():
 def test_the_redis_counter_counts_this_window_with_a_ttl_and_reads_the_previous_one(redis_url):
     import redis
 
-    from muse_experiments.throttling import WINDOW_S, _RedisCounter
+    from muse_experiments.api.throttling import WINDOW_S, _RedisCounter
 
     client = redis.Redis.from_url(redis_url)
     current, previous = f"muse:rl:test-{uuid.uuid4().hex}:2", f"muse:rl:test-{uuid.uuid4().hex}:1"
@@ -229,12 +229,12 @@ def test_the_redis_counter_counts_this_window_with_a_ttl_and_reads_the_previous_
 
 
 def _counted(redis_url: str, prefix: str) -> int:
-    """This minute's count of requests for the key with ``prefix`` (``muse_experiments.throttling``)."""
+    """This minute's count of requests for the key with ``prefix`` (``muse_experiments.api.throttling``)."""
     import time
 
     import redis
 
-    from muse_experiments.throttling import WINDOW_S
+    from muse_experiments.api.throttling import WINDOW_S
 
     value = redis.Redis.from_url(redis_url).get(f"muse:rl:{prefix}:{int(time.time() // WINDOW_S)}")
     return int(value or 0)
@@ -242,7 +242,7 @@ def _counted(redis_url: str, prefix: str) -> int:
 
 @pytest.mark.redis
 def test_a_drop_in_call_over_its_limit_is_refused_after_validation_and_dispatches_nothing(redis_url):
-    from muse_experiments.redis_client import redis_client
+    from muse_experiments.infra.redis_client import redis_client
 
     key, raw = api_key_create(name="dropin-slow", scopes=["completions"], rate_limit_per_minute=1)
     client = client_for(raw)
@@ -271,7 +271,7 @@ def test_a_deferred_check_a_view_never_settled_turns_its_success_into_a_429(redi
     from rest_framework.response import Response
     from rest_framework.views import APIView
 
-    from muse_experiments.throttling import DeferredThrottleMixin
+    from muse_experiments.api.throttling import DeferredThrottleMixin
 
     class Forgetful(DeferredThrottleMixin, APIView):
         def get(self, request):

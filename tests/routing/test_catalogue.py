@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from muse_experiments.config_version import invalidate_all
-from muse_experiments.models import AuditEntry, PlatformConfig
+from muse_experiments.experiments.models import AuditEntry, PlatformConfig
+from muse_experiments.infra.config_version import invalidate_all
 from routing.catalogue import avocado_id
 from routing.models import ModelEndpoint
 from routing.selectors import catalogue

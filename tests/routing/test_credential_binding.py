@@ -22,8 +22,8 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 
-from muse_experiments.config_version import invalidate_all
-from muse_experiments.models import AuditEntry
+from muse_experiments.experiments.models import AuditEntry
+from muse_experiments.infra.config_version import invalidate_all
 from routing.catalogue import avocado_id
 from routing.credentials import CredentialBinding, CredentialNotAllowed, credential_for
 from routing.models import Attempt, CompletionJob, Provider

@@ -8,8 +8,8 @@ import logging
 import pytest
 from django.core.management import call_command
 
-from muse_experiments.auth import api_key_create
-from muse_experiments.models import AuditEntry
+from muse_experiments.api.auth import api_key_create
+from muse_experiments.experiments.models import AuditEntry
 from routing.catalogue import avocado_id
 from routing.credentials import MissingCredential, fingerprint, resolve_credential
 from routing.fake_upstreams import FakeUpstreams

@@ -10,7 +10,7 @@ import pytest
 from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from muse_experiments.redis_client import redis_client
+from muse_experiments.infra.redis_client import redis_client
 from routing import claims, dispatch
 from routing.handoff import final_state
 from routing.models import CompletionJob, JobStatus

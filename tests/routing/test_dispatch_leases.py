@@ -118,7 +118,7 @@ def test_two_requests_racing_on_one_idempotency_key_make_one_job(postgres):
 
     from django.db import connection, transaction
 
-    from muse_experiments.auth import api_key_create
+    from muse_experiments.api.auth import api_key_create
 
     key, _ = api_key_create(name="race", scopes=["completions"])
     looked = threading.Barrier(2)

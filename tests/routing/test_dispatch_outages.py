@@ -13,7 +13,7 @@ from django.test import RequestFactory
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from muse_experiments.api_errors import DependencyOutageMiddleware
+from muse_experiments.api.errors import DependencyOutageMiddleware
 from routing import dispatch, tasks
 from routing.models import CompletionJob, JobStatus
 from routing.services import completion_job_create

@@ -12,9 +12,9 @@ import pytest
 from django.conf import settings
 
 from muse_experiments.celery import app
-from muse_experiments.logs import request_id_var
-from muse_experiments.queues import Queue
-from muse_experiments.redis_client import client_url, redis_client
+from muse_experiments.infra.logs import request_id_var
+from muse_experiments.infra.queues import Queue
+from muse_experiments.infra.redis_client import client_url, redis_client
 from routing import dispatch
 
 #: What differs between two messages by construction (ids, clocks, the publishing host/thread).
@@ -95,7 +95,7 @@ def _app(broker: str, **conf):
 
 
 def test_the_direct_publish_is_for_plain_redis_brokers_only():
-    from muse_experiments.broker import DirectPublisher, direct_publisher
+    from muse_experiments.infra.broker import DirectPublisher, direct_publisher
 
     assert isinstance(direct_publisher(_app("redis://127.0.0.1:6379/3")), DirectPublisher)
     assert isinstance(direct_publisher(_app("unix:///run/redis.sock")), DirectPublisher)
@@ -116,7 +116,7 @@ def test_the_direct_publish_retries_by_the_publish_policy_then_raises():
 
     import redis
 
-    from muse_experiments.broker import direct_publisher
+    from muse_experiments.infra.broker import direct_publisher
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -18,7 +18,7 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from muse_experiments import config_version
+from muse_experiments.infra import config_version
 from routing.catalogue import AVOCADO_VERSIONS, avocado_id
 from routing.models import CallRecord, CompletionJob, ModelEndpoint
 from tests.conftest import wait_for_records_written

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from muse_experiments.config_version import bump
+from muse_experiments.infra.config_version import bump
 from routing.catalogue import AVOCADO_VERSIONS, avocado_id
 from routing.models import Attempt, CallRecord, CompletionJob, ModelEndpoint
 from tests.conftest import wait_for_records_written

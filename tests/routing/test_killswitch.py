@@ -7,9 +7,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 
-from muse_experiments import services as experiment_services
-from muse_experiments.config_version import invalidate_all
-from muse_experiments.models import AuditEntry, Exposure
+from muse_experiments.experiments.models import AuditEntry, Exposure
+from muse_experiments.experiments.services.edits import experiment_create, experiment_update
+from muse_experiments.experiments.services.lifecycle import experiment_start
+from muse_experiments.experiments.services.variants import VariantInput
+from muse_experiments.infra.config_version import invalidate_all
 from routing import killswitch
 from routing.catalogue import avocado_id
 from routing.killswitch import kill_state
@@ -120,18 +122,16 @@ def test_killing_a_variant_sends_only_that_variant_to_control(catalogue, upstrea
 def test_a_killed_variant_on_the_control_endpoint_is_served_with_the_control_settings(catalogue, upstreams):
     """Same endpoint, different overrides: the kill must switch the request to control's."""
     endpoint = ModelEndpoint.objects.get(public_id=CONTROL)
-    experiment = experiment_services.experiment_create(
+    experiment = experiment_create(
         key="prompt",
         name="prompt",
         actor="test",
         variants=[
-            experiment_services.VariantInput(key="control", weight=0.0, endpoint=endpoint, is_control=True),
-            experiment_services.VariantInput(
-                key="hot", weight=1.0, endpoint=endpoint, overrides={"temperature": 1.5}
-            ),
+            VariantInput(key="control", weight=0.0, endpoint=endpoint, is_control=True),
+            VariantInput(key="hot", weight=1.0, endpoint=endpoint, overrides={"temperature": 1.5}),
         ],
     )
-    experiment_services.experiment_start(experiment=experiment, actor="test")
+    experiment_start(experiment=experiment, actor="test")
     run(job(session_id="s-1"))
     assert upstreams.calls(model="avocado-v14")[0]["body"]["temperature"] == 1.5
     kill("variant", "prompt/hot")
@@ -191,7 +191,7 @@ def test_when_the_switch_state_cannot_be_read_external_providers_are_off(catalog
 
 
 def test_a_failed_refresh_fails_closed_even_with_a_good_snapshot_cached(catalogue, settings, monkeypatch):
-    from muse_experiments import config_version
+    from muse_experiments.infra import config_version
 
     settings.CONFIG_REFRESH_INTERVAL_S = 0
     assert not kill_state().unreadable  # a good snapshot is cached
@@ -347,7 +347,7 @@ def test_the_admin_shows_a_form_error_for_an_unknown_target(catalogue, admin_cli
 
 def sessions_hashing_to(variant: str, n: int) -> list[str]:
     """``n`` fresh session ids the engine assigns to ``variant`` (read-only preview, no exposure)."""
-    from muse_experiments.selectors import assignment_preview
+    from muse_experiments.experiments.selectors import assignment_preview
 
     found = []
     for i in range(200):
@@ -361,9 +361,7 @@ def sessions_hashing_to(variant: str, n: int) -> list[str]:
 
 def new_weights(experiment, **weights):
     return [
-        experiment_services.VariantInput(
-            key=v.key, weight=weights[v.key], endpoint=v.endpoint, is_control=v.is_control
-        )
+        VariantInput(key=v.key, weight=weights[v.key], endpoint=v.endpoint, is_control=v.is_control)
         for v in experiment.variants.all()
     ]
 
@@ -378,7 +376,7 @@ def new_weights(experiment, **weights):
 def test_a_kill_enrols_nobody_new_and_keeps_earlier_units_for_analysis(
     catalogue, upstreams, client, scope, target, reason
 ):
-    from muse_experiments.selectors import sticky_variants
+    from muse_experiments.experiments.selectors import sticky_variants
     from routing.killswitch import KillInForce
     from routing.selectors import experiment_kills_in_force
 
@@ -402,7 +400,7 @@ def test_a_kill_enrols_nobody_new_and_keeps_earlier_units_for_analysis(
     assert outcome(j1) == ("treat", avocado_id(2), CONTROL, reason)
     assert list(Exposure.objects.values_list("unit_id", "phase", "variant_key")) == [(u1, 1, "treat")]
 
-    experiment_services.experiment_update(
+    experiment_update(
         experiment=experiment, actor="pm", variants=new_weights(experiment, control=0.3, treat=0.7)
     )
     invalidate_all()

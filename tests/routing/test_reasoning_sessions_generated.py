@@ -22,8 +22,8 @@ import httpx
 import openai
 import pytest
 
-from muse_experiments import config_version
-from muse_experiments.models import ForcedAssignment
+from muse_experiments.experiments.models import ForcedAssignment
+from muse_experiments.infra import config_version
 from tests.factories import api_key, make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from muse_experiments import private_redis
+from muse_experiments.infra import private_redis
 from routing import reasoning_store
 from routing.providers.types import EndpointConfig, ReasoningState
 from routing.reasoning_store import (
@@ -61,7 +61,7 @@ def state(ep: EndpointConfig, n: int = 0) -> ReasoningState:
 
 @pytest.fixture
 def redis_store(redis_url, settings):
-    from muse_experiments.redis_client import redis_client
+    from muse_experiments.infra.redis_client import redis_client
 
     settings.REASONING_STORE_URL = redis_url
     client = redis_client()
@@ -319,7 +319,7 @@ def test_a_session_continues_across_processes_and_its_end_reaches_all_of_them(
 
 def test_without_redis_url_the_store_is_the_private_server_of_the_checkout():
     """Without ``REDIS_URL`` (outside the test suite) the store is the private Redis under var/,
-    which keeps nothing on disk (tests/muse_experiments/test_private_redis.py)."""
+    which keeps nothing on disk (tests/muse_experiments/infra/test_private_redis.py)."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REASONING_STORE_URL", "MUSE_VAR_DIR")
     }

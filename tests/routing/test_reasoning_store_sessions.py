@@ -26,7 +26,7 @@ CLAUDE = "anthropic/claude-sonnet-5-5"
 @pytest.fixture
 def store(redis_url, settings):
     """Each session on real Redis, starting empty."""
-    from muse_experiments.redis_client import redis_client
+    from muse_experiments.infra.redis_client import redis_client
 
     settings.REASONING_STORE_URL = redis_url
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from muse_experiments.models import Exposure, PlatformConfig
+from muse_experiments.experiments.models import Exposure, PlatformConfig
 from routing.catalogue import avocado_id
 from routing.models import CallRecord, CompletionJob, ModelEndpoint
 from routing.router import execute_job
@@ -117,7 +117,7 @@ def test_a_disabled_variant_model_is_skipped_and_the_reason_is_killed(catalogue,
         arms=[("control", avocado_id(14), 0.0), ("treatment", "anthropic/claude-sonnet-5-5", 1.0)]
     )
     ModelEndpoint.objects.filter(public_id="anthropic/claude-sonnet-5-5").update(enabled=False)
-    from muse_experiments.config_version import invalidate_all
+    from muse_experiments.infra.config_version import invalidate_all
 
     invalidate_all()
     j = run(job())
@@ -137,7 +137,7 @@ def test_a_client_error_fails_the_job_without_trying_other_models(catalogue, ups
 def test_held_out_units_get_the_default_model(catalogue, upstreams):
     make_experiment(arms=[("control", avocado_id(14), 0.5), ("treatment", avocado_id(2), 0.5)])
     PlatformConfig.objects.filter(pk=1).update(holdout_share=0.5)
-    from muse_experiments.config_version import invalidate_all
+    from muse_experiments.infra.config_version import invalidate_all
 
     invalidate_all()
     reasons = {run(job(session_id=f"s-{i}", user_id=f"u-{i}")).result["reason"] for i in range(40)}

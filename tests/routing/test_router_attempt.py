@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from muse_experiments.config_version import invalidate_all
+from muse_experiments.infra.config_version import invalidate_all
 from routing.attempts import EndpointRefused, _guard, answer_first, attempt, attempt_stream
 from routing.circuit import PROBE, breaker
 from routing.concurrency import limiter
@@ -109,7 +109,7 @@ def shared_stores(candidate, redis_url, monkeypatch):
 
 def half_open(endpoint: str) -> None:
     """Open ``endpoint``'s circuit (one failure opens it here) and let its cooldown pass."""
-    from muse_experiments.redis_client import redis_client
+    from muse_experiments.infra.redis_client import redis_client
     from routing.circuit import KEY_PREFIX
 
     breaker().record_failure(endpoint)

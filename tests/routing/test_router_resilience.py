@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from muse_experiments.config_version import invalidate_all
+from muse_experiments.infra.config_version import invalidate_all
 from routing.catalogue import avocado_id
 from routing.circuit import breaker
 from routing.concurrency import limiter

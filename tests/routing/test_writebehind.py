@@ -12,9 +12,9 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from muse_experiments.auth import api_key_create
-from muse_experiments.models import ApiKey, Exposure
-from muse_experiments.redis_client import redis_client
+from muse_experiments.api.auth import api_key_create
+from muse_experiments.experiments.models import ApiKey, Exposure
+from muse_experiments.infra.redis_client import redis_client
 from routing import claims, writebehind
 from routing.catalogue import avocado_id
 from routing.handoff import final_state

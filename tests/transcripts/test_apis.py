@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from muse_experiments.auth import api_key_create
-from muse_experiments.models import ApiKey
+from muse_experiments.api.auth import api_key_create
+from muse_experiments.experiments.models import ApiKey
 from routing import reasoning_store
 from routing.models import CompletionJob
 from routing.providers.types import ReasoningState

@@ -12,7 +12,7 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from muse_experiments.runtime import tune_gc
+from muse_experiments.infra.runtime import tune_gc
 from routing.writebehind import drain_forever
 
 

@@ -1,0 +1,287 @@
+"""Creating and editing experiments. Every edit is checked against the version it was based on
+(``Experiment.version``, optimistic concurrency): no lost update between the admin and the API."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from muse_experiments.infra import config_version
+
+from ..models import AuditEntry, Experiment, ExperimentStatus, Layer, PhaseReason
+from .audit import audit_record, jsonable, variant_state
+from .rules import (
+    DESCRIPTIVE_FIELDS,
+    DRAFT_ONLY_FIELDS,
+    EDITABLE_FIELDS,
+    ENDED_STATUSES,
+    LIVE_STATUSES,
+    PHASE_FIELDS,
+    add_error,
+    as_condition,
+    full_clean,
+    validate_experiment_fields,
+)
+from .variants import VariantInput, phase_current_seed, phase_open, validate_variants, variants_write
+
+
+@transaction.atomic
+def experiment_create(
+    *,
+    key: str,
+    name: str,
+    variants: Sequence[VariantInput],
+    actor: str,
+    unit_type: str = "session",
+    coverage: float = 1.0,
+    hypothesis: str = "",
+    owner: str = "",
+    condition: Mapping[str, Any] | None = None,
+    primary_metric: str = "task_success",
+    guardrail_metrics: Iterable[str] = (),
+    seed: str = "",
+    layer: Layer | None = None,
+    layer_start: float = 0.0,
+    layer_end: float = 1.0,
+) -> Experiment:
+    """Create a draft experiment with its variants (weights are shares 0–1).
+
+    Raises ValidationError (field errors) on any invalid field, variant set or layer overlap.
+    """
+    values = {
+        "key": key,
+        "name": name,
+        "unit_type": unit_type,
+        "coverage": coverage,
+        "hypothesis": hypothesis,
+        "owner": owner,
+        "condition": as_condition(condition),
+        "primary_metric": primary_metric,
+        "guardrail_metrics": list(guardrail_metrics),
+        "seed": seed,
+        "layer": layer,
+        "layer_start": layer_start,
+        "layer_end": layer_end,
+    }
+    validate_experiment_fields(values)
+    validate_variants(variants)
+    experiment = Experiment(**values)
+    full_clean(experiment)
+    experiment.save()
+    variants_write(experiment=experiment, variants=variants, rows={})
+    audit_record(
+        actor=actor,
+        action="create",
+        obj=experiment,
+        changes={
+            **{k: [None, jsonable(v)] for k, v in values.items()},
+            "variants": {"added": {v.key: variant_state(v) for v in variants}},
+        },
+    )
+    config_version.bump()
+    return experiment
+
+
+class EditConflict(ValidationError):
+    """An edit based on an older version of the experiment (someone saved in between): nothing
+    was written. ``expected``/``current`` are version numbers; the API answers 409 with it."""
+
+    def __init__(self, *, experiment: Experiment, expected: int) -> None:
+        self.expected, self.current = expected, experiment.version
+        last = (
+            AuditEntry.objects.filter(object_type="Experiment", object_id=str(experiment.pk))
+            .order_by("-at", "-pk")
+            .first()
+        )
+        by = (
+            f", last changed by {last.actor} at {last.at:%Y-%m-%d %H:%M:%S} UTC ({last.action})"
+            if last
+            else ""
+        )
+        super().__init__(
+            {
+                "version": [
+                    f"Experiment {experiment.key} changed since this edit began (edit based on version "
+                    f"{expected}, now version {experiment.version}{by}). Nothing was saved: reload it and "
+                    "apply the change again."
+                ]
+            }
+        )
+
+
+def experiment_lock(*, experiment: Experiment, expected_version: int | None = None) -> Experiment:
+    """The experiment row, locked (``SELECT … FOR UPDATE``) until the caller's transaction ends;
+    raises :class:`EditConflict` when ``expected_version`` is given and is not the stored version."""
+    locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+    if expected_version is not None and expected_version != locked.version:
+        raise EditConflict(experiment=locked, expected=expected_version)
+    return locked
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """What an update would do: ``changes`` is the audit diff (``{field: [before, after]}``,
+    ``"variants": {"added"|"removed"|"changed": …}``); ``opens_phase`` tells whether it starts
+    phase ``phase + 1``."""
+
+    changes: dict[str, Any]
+    opens_phase: bool
+    variant_rows: dict[int, int]  # index in the submitted variants -> existing variant pk
+
+    @property
+    def changed_fields(self) -> list[str]:
+        return [name for name in self.changes if name in EDITABLE_FIELDS]
+
+
+def experiment_change_plan(
+    *,
+    experiment: Experiment,
+    variants: Sequence[VariantInput] | None = None,
+    removed: Iterable[str] = (),
+    **fields: Any,
+) -> ChangePlan:
+    """The diff an :func:`experiment_update` with these arguments would record, without writing
+    (the admin shows it and asks to confirm before a save opens a new phase).
+
+    Variants are matched to the stored ones by ``id``, else ``key``. A stored variant that is
+    neither matched nor named in ``removed`` (keys) is an error: only an explicit delete removes a
+    variant. Raises ValidationError (``variants``) for that.
+    """
+    before = {name: getattr(experiment, name) for name in EDITABLE_FIELDS}
+    after = {**before, **fields}
+    if "condition" in fields:
+        after["condition"] = as_condition(fields["condition"])
+    if "guardrail_metrics" in fields:
+        after["guardrail_metrics"] = list(fields["guardrail_metrics"] or [])
+    changes: dict[str, Any] = {
+        name: [jsonable(before[name]), jsonable(after[name])]
+        for name in EDITABLE_FIELDS
+        if after[name] != before[name]
+    }
+    rows: dict[int, int] = {}
+    if variants is not None:
+        repeated = sorted(k for k, n in Counter(vi.key for vi in variants).items() if n > 1)
+        if repeated:
+            raise ValidationError(
+                {
+                    "variants": [
+                        f"Variant key(s) {', '.join(repeated)} appear more than once; keys are unique."
+                    ]
+                }
+            )
+        existing = {v.pk: v for v in experiment.variants.select_related("endpoint")}
+        by_key = {v.key: v.pk for v in existing.values()}
+        for i, vi in enumerate(variants):
+            pk = vi.id if vi.id in existing else (by_key.get(vi.key) if vi.id is None else None)
+            if pk is not None and pk not in rows.values():
+                rows[i] = pk
+        removed = set(removed)
+        missing = [v.key for pk, v in existing.items() if pk not in rows.values() and v.key not in removed]
+        if missing:
+            raise ValidationError(
+                {
+                    "variants": [
+                        f"Variant(s) {', '.join(sorted(missing))} missing from the submitted set. A variant "
+                        "is removed only when it is explicitly deleted; reload the page if it is stale."
+                    ]
+                }
+            )
+        diff: dict[str, Any] = {"added": {}, "removed": {}, "changed": {}}
+        for pk, v in existing.items():
+            if pk not in rows.values():
+                diff["removed"][v.key] = variant_state(v)
+        for i, vi in enumerate(variants):
+            state = {**variant_state(vi), "weight": float(vi.weight), "key": vi.key}
+            if i not in rows:
+                diff["added"][vi.key] = {k: v for k, v in state.items() if k != "key"}
+                continue
+            old = existing[rows[i]]
+            old_state = {**variant_state(old), "key": old.key}
+            changed = {f: [old_state[f], state[f]] for f in state if old_state[f] != state[f]}
+            if changed:
+                diff["changed"][vi.key] = changed
+        diff = {k: v for k, v in diff.items() if v}
+        if diff:
+            changes["variants"] = diff
+    opens_phase = (
+        experiment.status in LIVE_STATUSES
+        and experiment.phase > 0
+        and ("variants" in changes or any(name in PHASE_FIELDS for name in changes))
+    )
+    return ChangePlan(changes=changes, opens_phase=opens_phase, variant_rows=rows)
+
+
+@transaction.atomic
+def experiment_update(
+    *,
+    experiment: Experiment,
+    actor: str,
+    variants: Sequence[VariantInput] | None = None,
+    removed: Iterable[str] = (),
+    expected_version: int | None = None,
+    **fields: Any,
+) -> Experiment:
+    """Change an experiment's fields (any of :data:`EDITABLE_FIELDS`) and/or its variant set.
+
+    ``variants`` (when given) is the new set: inputs are matched to existing variants by ``id``
+    (else ``key``); a stored variant missing from it must be named in ``removed`` (its key), never
+    deleted by omission. ``expected_version`` (the admin and the API always pass it) is the
+    ``version`` the edit was based on: a different stored version raises :class:`EditConflict`
+    and writes nothing. Rules: ``key``/``unit_type``/``seed`` only while draft (re-randomise
+    instead); once stopped or archived only descriptive fields change. While running or paused, a
+    change of weights, coverage, layer slice or variants opens a new phase with the same seed.
+    Running experiments need enabled models. No-op changes write nothing. Every write bumps
+    ``version``. Raises ValidationError (field errors).
+    """
+    unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
+    if unknown:
+        raise ValidationError(dict.fromkeys(unknown, "This field cannot be edited."))
+    experiment = experiment_lock(experiment=experiment, expected_version=expected_version)
+    plan = experiment_change_plan(experiment=experiment, variants=variants, removed=removed, **fields)
+    changed = plan.changed_fields
+    after = {name: fields.get(name, getattr(experiment, name)) for name in EDITABLE_FIELDS}
+    after["condition"] = as_condition(after["condition"])
+    after["guardrail_metrics"] = list(after["guardrail_metrics"] or [])
+
+    errors: dict[str, list[str]] = {}
+    if experiment.status != ExperimentStatus.DRAFT:
+        for name in changed:
+            if name in DRAFT_ONLY_FIELDS:
+                hint = " Use re-randomise for a new seed." if name == "seed" else ""
+                add_error(errors, name, f"Cannot change {name} after the experiment started.{hint}")
+    if experiment.status in ENDED_STATUSES:
+        for name in changed:
+            if name not in DESCRIPTIVE_FIELDS and name not in DRAFT_ONLY_FIELDS:
+                add_error(errors, name, f"A {experiment.status} experiment's configuration cannot change.")
+        if "variants" in plan.changes:
+            add_error(errors, "variants", f"A {experiment.status} experiment's variants cannot change.")
+    if errors:
+        raise ValidationError(errors)
+    validate_experiment_fields(after, exclude_id=experiment.pk)
+    if variants is not None:
+        validate_variants(variants, require_enabled=experiment.status == ExperimentStatus.RUNNING)
+    if not plan.changes:
+        return experiment
+
+    for name in changed:
+        setattr(experiment, name, after[name])
+    experiment.version += 1
+    full_clean(experiment)
+    experiment.save()
+    diff = dict(plan.changes)
+    if "variants" in plan.changes:
+        variants_write(experiment=experiment, variants=variants or [], rows=plan.variant_rows)
+    if plan.opens_phase:
+        phase = phase_open(
+            experiment=experiment, seed=phase_current_seed(experiment), reason=PhaseReason.CHANGE
+        )
+        experiment.save(update_fields=["phase", "updated_at"])
+        diff["phase"] = [phase.number - 1, phase.number]
+    audit_record(actor=actor, action="update", obj=experiment, changes=diff)
+    config_version.bump()
+    return experiment
