@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 2
+PATIENT_THREADS = 4
 STREAM_BYTES = 32 * 1024 * 1024  # more than the socket buffers between the server and a client hold
 BUFFER_BYTES = 65536
 
@@ -66,6 +67,21 @@ def _digest(body: bytes) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """``(host, port)`` of the Procfile's gunicorn serving :func:`application`."""
+    with _gunicorn(tmp_path_factory, THREADS, send_timeout_s=1) as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def patient_server(tmp_path_factory):
+    """As :func:`server`, with 4 threads and a send timeout longer than any test here, so only the
+    cap on waiting sends (one of 4 threads) can free a thread sending to a client that stopped
+    reading."""
+    with _gunicorn(tmp_path_factory, PATIENT_THREADS, send_timeout_s=600) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def _gunicorn(tmp_path_factory, threads: int, send_timeout_s: float):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -77,11 +93,11 @@ def server(tmp_path_factory):
         "HOST": "127.0.0.1",
         "PORT": str(port),
         "WEB_CONCURRENCY": "1",
-        "WEB_THREADS": str(THREADS),
+        "WEB_THREADS": str(threads),
         "WEB_HEADER_TIMEOUT_S": "1",
         "WEB_BODY_TIMEOUT_S": "1",
         "WEB_BODY_MIN_RATE": "1000000",
-        "WEB_SEND_TIMEOUT_S": "1",
+        "WEB_SEND_TIMEOUT_S": str(send_timeout_s),
         "WEB_REQUEST_BUFFER_BYTES": str(BUFFER_BYTES),
         "LOG_FORMAT": "plain",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -209,6 +225,28 @@ def test_a_client_that_stops_reading_is_reset_and_its_thread_answers_the_probe(s
         for s in readers:
             received = _read_to_close(s, within_s=30)
             assert 0 < len(received) < STREAM_BYTES  # cut off
+    finally:
+        for s in readers:
+            s.close()
+
+
+def test_more_clients_that_stop_reading_than_threads_never_hold_every_thread(patient_server):
+    """With the send timeout out of reach, one thread (a quarter of 4) waits on a client that
+    stopped reading; the other such clients are reset at once and the probe is answered."""
+    readers = []
+    for _ in range(PATIENT_THREADS + 2):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.connect(patient_server)
+        s.sendall(b"GET /stream HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        readers.append(s)
+    try:
+        time.sleep(0.5)  # each reader's request has reached a thread, or waits for one
+        assert _probe(patient_server, timeout=20) == 200
+        cut_off = 0
+        for s in readers:
+            cut_off += len(_read_to_close(s, within_s=10)) < STREAM_BYTES
+        assert cut_off >= PATIENT_THREADS + 1  # every reader but the one holding the slot
     finally:
         for s in readers:
             s.close()

@@ -39,6 +39,9 @@ client_limits = ClientLimits(
     # a client that takes no byte of its response for this long is reset (after half of it at the
     # earliest: the kernel's per-send timeout is half of it)
     send_timeout_s=float(os.environ.get("WEB_SEND_TIMEOUT_S", "30")),
+    # at most this share of a process's threads wait on clients not taking their response; past it
+    # such a client is reset at once, so clients that stop reading never hold every thread
+    stalled_sends_share=float(os.environ.get("WEB_STALLED_SENDS_SHARE", "0.25")),
 )
 
 

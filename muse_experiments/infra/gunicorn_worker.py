@@ -24,6 +24,9 @@ clients that never closed their end stalled the event loop. Here:
   (the kernel's ``SO_SNDTIMEO``, at half that per ``send()``, so the client is dropped after between
   half and all of ``send_timeout_s``; an application that takes its time between chunks, like a
   streamed completion, is not a blocked send): the connection is reset and its thread is free;
+* at most ``stalled_sends_share`` of a process's threads wait on clients that are not taking their
+  response at once (:meth:`ClientSocket.sendall`); past that, a send that would wait resets its
+  client at once, so clients that stop reading, however many, never hold every thread;
 * closing a connection lingers as gunicorn's does (FIN, then drain for up to 2 s, RFC 9112
   section 9.6), but in the event loop, without blocking it.
 
@@ -44,6 +47,7 @@ import re
 import selectors
 import socket
 import struct
+import threading
 import time
 from dataclasses import dataclass, fields
 from functools import partial
@@ -74,20 +78,24 @@ class ClientLimits:
     ``body_timeout_s`` (s): the body, from the end of the head, plus 1 s per ``body_min_rate``
     bytes received (bytes/s); ``buffer_bytes``: a request (head and body) is received by the
     event loop up to this size; ``send_timeout_s`` (s): the longest a client may take no byte of
-    its response (it may be dropped after half that).
-    Raises ``ValueError`` for a value that is not positive."""
+    its response (it may be dropped after half that); ``stalled_sends_share`` (0-1]: the share of a
+    process's threads (at least one) that may wait at once on clients not taking their response.
+    Raises ``ValueError`` for a value that is not positive, or a share above 1."""
 
     header_timeout_s: float
     body_timeout_s: float
     body_min_rate: float
     buffer_bytes: int
     send_timeout_s: float
+    stalled_sends_share: float = 0.25
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if not value > 0:
                 raise ValueError(f"{f.name} must be positive, got {value!r}")
+        if self.stalled_sends_share > 1:
+            raise ValueError(f"stalled_sends_share must be at most 1, got {self.stalled_sends_share!r}")
 
 
 def request_framing(head: bytes) -> tuple[int | None, bool, bool]:
@@ -208,15 +216,33 @@ class RequestTimeout(TimeoutError):
 
 class ClientSocket(socket.socket):
     """A client connection whose ``sendall`` raises :class:`SendTimeout` when the socket's
-    ``SO_SNDTIMEO`` passed without progress (the kernel then fails the ``send`` with ``EAGAIN``)."""
+    ``SO_SNDTIMEO`` passed without progress (the kernel then fails the ``send`` with ``EAGAIN``),
+    or at once when it would wait while every one of :attr:`waiting_sends` is taken."""
 
     __slots__ = ()
 
+    #: Sends that may wait on their client at once, in this process (set by the worker).
+    waiting_sends = threading.BoundedSemaphore(1)
+
     def sendall(self, data, flags: int = 0) -> None:
+        """Send all of ``data`` (bytes): what the socket's buffer takes now without a slot, the
+        rest holding one of :attr:`waiting_sends`. Raises :class:`SendTimeout` when no slot is free
+        or the client took nothing for the socket's send timeout."""
+        view = memoryview(data)
         try:
-            super().sendall(data, flags)
+            sent = self.send(view, flags | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        if sent == len(view):
+            return
+        if not self.waiting_sends.acquire(blocking=False):
+            raise SendTimeout(errno.ETIMEDOUT, "too many clients are not taking their response")
+        try:
+            super().sendall(view[sent:], flags)
         except BlockingIOError as exc:
             raise SendTimeout(errno.ETIMEDOUT, "the client read nothing") from exc
+        finally:
+            self.waiting_sends.release()
 
     def sendfile(self, file, offset: int = 0, count: int | None = None) -> int:
         """Send a file through :meth:`sendall`, so the send timeout holds: ``socket.sendfile``
@@ -287,6 +313,8 @@ class BufferingThreadWorker(ThreadWorker):
             raise ConfigError(
                 f"{type(self).__name__}.limits is unset (muse_experiments.infra.gunicorn_conf sets it)"
             )
+        slots = max(1, int(self.cfg.threads * self.limits.stalled_sends_share))
+        ClientSocket.waiting_sends = threading.BoundedSemaphore(slots)
         super().init_process()
 
     # -- receiving requests in the event loop ---------------------------------------------------
