@@ -11,6 +11,7 @@ SDK: ``anthropic.Anthropic(base_url=..., api_key=..., max_retries=0, timeout=...
 Request mapping: system messages -> ``system`` text blocks (prompt-caching breakpoints: see
 :func:`build_kwargs`); ``tool`` messages -> ``tool_result`` blocks in
 a user message (consecutive results merged); assistant tool calls -> ``tool_use`` blocks;
+empty text dropped and same-role turns merged (:mod:`routing.providers.anthropic_turns`);
 ``max_output_tokens`` -> ``max_tokens`` (default 4096); with the ``reasoning`` capability
 ``thinking={"type": "adaptive"}`` and ``reasoning_effort`` -> ``output_config.effort``
 (``minimal`` -> ``low``); ``temperature`` is sent via ``extra_body`` (the 2.x SDK has no
@@ -26,6 +27,9 @@ and are replayed unmodified, in order, at the start of the assistant turn they c
 (:func:`routing.providers.base.anchor_reasoning`). A tool loop whose latest assistant turn has
 no thinking to replay is sent without ``thinking`` (:func:`_tool_loop_without_thinking`).
 
+A tool call's arguments are its ``input_json_delta`` pieces or, when none came (some
+Anthropic-compatible servers), the whole ``input`` of its ``content_block_start``.
+
 Usage: Anthropic ``input_tokens`` EXCLUDES ``cache_read_input_tokens`` and
 ``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum. In a stream,
 ``message_start`` and ``message_delta`` each carry a cumulative snapshot, and ``message_delta`` may
@@ -34,12 +38,14 @@ leave the cache fields out: snapshots are merged field by field (``merge_usage``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import anthropic
 
+from routing.providers.anthropic_turns import acceptable_blocks, acceptable_messages
 from routing.providers.base import (
     ProviderClient,
     _StreamProgress,
@@ -99,7 +105,8 @@ def anthropic_sdk_client(endpoint: EndpointConfig) -> anthropic.Anthropic:
 def build_messages(
     endpoint: EndpointConfig, request: CompletionRequest, ids: ToolIdMap | None = None
 ) -> list[dict[str, Any]]:
-    """Neutral messages -> Anthropic ``messages``; tool-call ids mapped to what Anthropic accepts."""
+    """Neutral messages -> Anthropic ``messages``; tool-call ids mapped to what Anthropic accepts,
+    and nothing it would refuse (:func:`~routing.providers.anthropic_turns.acceptable_messages`)."""
     ids = ids if ids is not None else ToolIdMap("messages")
     anchored = anchor_reasoning(request, usable_reasoning_state(endpoint, request))
     out: list[dict[str, Any]] = []
@@ -138,8 +145,8 @@ def build_messages(
                 blocks.append(
                     {"type": "tool_use", "id": ids.out(tc.id), "name": tc.name, "input": dict(tc.arguments)}
                 )
-            out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
-    return out
+            out.append({"role": "assistant", "content": blocks})
+    return acceptable_messages(out)
 
 
 def _tool_loop_without_thinking(messages: list[dict[str, Any]]) -> bool:
@@ -180,7 +187,7 @@ def system_blocks(request: CompletionRequest) -> list[dict[str, Any]]:
             blocks.extend(text_blocks(m))
         elif m.content:
             blocks.append({"type": "text", "text": m.content})
-    return blocks
+    return acceptable_blocks(blocks)
 
 
 def build_kwargs(
@@ -338,6 +345,19 @@ def _result(
     )
 
 
+def _whole_input(block: dict[str, Any], index: int) -> Iterator[StreamEvent]:
+    """A tool call's ``input`` as one arguments delta, when the upstream gave it whole in
+    ``content_block_start`` and sent no ``input_json_delta`` with content (Anthropic-compatible
+    servers do; Anthropic itself starts with ``{}`` and streams the JSON). Once per block."""
+    done, block["input_sent"] = block.get("input_sent", False), True
+    if done or "".join(block["json"]).strip() or not block["input"]:
+        return
+    yield StreamEvent(
+        kind="tool_call_delta",
+        tool_call=ToolCallDelta(index=index, arguments_delta=json.dumps(block["input"])),
+    )
+
+
 class AnthropicMessagesClient(ProviderClient):
     """``complete``/``stream`` over Anthropic Messages."""
 
@@ -402,7 +422,10 @@ class AnthropicMessagesClient(ProviderClient):
                         index = len(tool_index)
                         tool_index[event.index] = index
                         call_id = ids.back(cb.id)
-                        blocks[event.index] = {"type": "tool_use", "id": call_id, "name": cb.name, "json": []}
+                        blocks[event.index] = {
+                            "type": "tool_use", "id": call_id, "name": cb.name, "json": [],
+                            "input": dict(getattr(cb, "input", None) or {}),
+                        }  # fmt: skip
                         yield StreamEvent(
                             kind="tool_call_delta",
                             tool_call=ToolCallDelta(index=index, id=call_id, name=cb.name),
@@ -428,12 +451,16 @@ class AnthropicMessagesClient(ProviderClient):
                         block["thinking"] += d.thinking
                     elif dtype == "signature_delta":
                         block["signature"] += d.signature
+                elif etype == "content_block_stop" and event.index in tool_index:
+                    yield from _whole_input(blocks[event.index], tool_index[event.index])
                 elif etype == "message_delta":
                     stop_reason = event.delta.stop_reason or stop_reason
                     raw_usage = merge_usage(raw_usage, usage_dict(event.usage))
                     progress.usage = anthropic_usage(raw_usage)
                 elif etype == "message_stop":
                     stopped = True
+                    for content_index, index in tool_index.items():  # blocks never stopped
+                        yield from _whole_input(blocks[content_index], index)
         if not stopped:
             raise BadResponse(f"{endpoint.public_id}: stream ended before message_stop")
         text: list[str] = []
@@ -445,11 +472,9 @@ class AnthropicMessagesClient(ProviderClient):
             elif block["type"] == "text":
                 text.append(block["text"])
             elif block["type"] == "tool_use":
-                calls.append(
-                    ToolCall(
-                        id=block["id"], name=block["name"], arguments=parse_arguments("".join(block["json"]))
-                    )
-                )
+                streamed = "".join(block["json"])
+                arguments = parse_arguments(streamed) if streamed.strip() else block["input"]
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=arguments))
         # message_delta.usage is cumulative and may leave fields out: merged, never summed.
         usage = anthropic_usage(raw_usage)
         result = _result(
