@@ -174,6 +174,7 @@ def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:
             "input_tokens",
             "cached_input_tokens",
             "cache_write_tokens",
+            "cache_write_1h_tokens",
             "output_tokens",
             "reasoning_tokens",
         )

@@ -31,7 +31,8 @@ A tool call's arguments are its ``input_json_delta`` pieces or, when none came (
 Anthropic-compatible servers), the whole ``input`` of its ``content_block_start``.
 
 Usage: Anthropic ``input_tokens`` EXCLUDES ``cache_read_input_tokens`` and
-``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum. In a stream,
+``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum. Writes with a
+1-hour TTL (``cache_creation.ephemeral_1h_input_tokens``) are priced at their own rate. In a stream,
 ``message_start`` and ``message_delta`` each carry a cumulative snapshot, and ``message_delta`` may
 leave the cache fields out: snapshots are merged field by field (``merge_usage``), never summed.
 """
@@ -58,6 +59,7 @@ from routing.providers.base import (
 )
 from routing.providers.contracts import OutputFormat
 from routing.providers.errors import BadResponse, ClientRequestError
+from routing.providers.pricing import compute_cost_usd
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.transport import watched_http_client
 from routing.providers.types import (
@@ -70,7 +72,6 @@ from routing.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    compute_cost_usd,
     merge_usage,
 )
 
@@ -292,7 +293,9 @@ def anthropic_usage(usage: Any) -> Usage:
         return Usage()
     raw_in = raw.get("input_tokens") or 0
     read = raw.get("cache_read_input_tokens") or 0
-    write = raw.get("cache_creation_input_tokens") or 0
+    ttl = raw.get("cache_creation") if isinstance(raw.get("cache_creation"), dict) else {}
+    write_1h = ttl.get("ephemeral_1h_input_tokens") or 0
+    write = raw.get("cache_creation_input_tokens") or (ttl.get("ephemeral_5m_input_tokens") or 0) + write_1h
     out = raw.get("output_tokens") or 0
     details = raw.get("output_tokens_details")
     thinking = (details.get("thinking_tokens") or 0) if isinstance(details, dict) else 0
@@ -300,12 +303,14 @@ def anthropic_usage(usage: Any) -> Usage:
         input_tokens=raw_in + read + write,
         cached_input_tokens=read,
         cache_write_tokens=write,
+        cache_write_1h_tokens=write_1h,
         output_tokens=out,
         reasoning_tokens=thinking,
         vendor={
             "input_tokens": raw_in,
             "cache_read_input_tokens": read,
             "cache_creation_input_tokens": write,
+            "cache_creation.ephemeral_1h_input_tokens": write_1h,
             "output_tokens": out,
             "output_tokens_details.thinking_tokens": thinking,
         },

@@ -67,6 +67,7 @@ from routing.providers.base import (
     sdk_clients,
 )
 from routing.providers.errors import BadResponse
+from routing.providers.pricing import compute_cost_usd
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.transport import watched_pool
 from routing.providers.types import (
@@ -77,7 +78,6 @@ from routing.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    compute_cost_usd,
 )
 
 #: The ``User-Agent`` of calls to the native service.

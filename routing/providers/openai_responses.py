@@ -49,6 +49,7 @@ from routing.providers.base import (
     usage_dict,
 )
 from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_error_type, safe_upstream_message
+from routing.providers.pricing import compute_cost_usd
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.types import (
     CompletionRequest,
@@ -59,7 +60,6 @@ from routing.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    compute_cost_usd,
     merge_usage,
 )
 
