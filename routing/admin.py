@@ -147,6 +147,7 @@ class ModelEndpointAdmin(AuditedCatalogueAdmin):
                     "price_input_per_mtok",
                     "price_cached_input_per_mtok",
                     "price_cache_write_per_mtok",
+                    "price_cache_write_1h_per_mtok",
                     "price_output_per_mtok",
                 )
             },

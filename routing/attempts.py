@@ -31,6 +31,7 @@ from .models import RoutingReason
 from .planning import Candidate, candidate_kill_reason
 from .providers.base import ProviderStream, estimate_input_tokens
 from .providers.errors import AuthFailed, ProviderError, StreamFailed
+from .providers.pricing import compute_cost_usd
 from .providers.registry import client_for
 from .providers.types import (
     CompletionRequest,
@@ -39,7 +40,6 @@ from .providers.types import (
     Secret,
     StreamEvent,
     Usage,
-    compute_cost_usd,
 )
 from .reasoning_store import OwnedSession, reasoning_load, reasoning_save
 from .selectors import EndpointInfo
@@ -135,6 +135,7 @@ def endpoint_config(info: EndpointInfo, credential: str) -> EndpointConfig:
         price_input_per_mtok=info.price_input,
         price_cached_input_per_mtok=info.price_cached_input,
         price_cache_write_per_mtok=info.price_cache_write,
+        price_cache_write_1h_per_mtok=info.price_cache_write_1h,
         price_output_per_mtok=info.price_output,
         timeout_s=info.timeout_s,
         capabilities=info.capabilities,

@@ -1,7 +1,9 @@
 """The seed model catalogue: 15 Avocado versions, ``azure/muse-special`` and two Claude models.
 
 Ids are stable across machines: Avocado version *i* has id ``avocado/<md5("avocado-v<i>")>``.
-Prices are USD per million tokens. Every seeded model honours JSON Schema outputs; the Claude
+Prices are USD per million tokens; Claude's cache writes cost 1.25x the input price with the
+default 5-minute TTL and 2x with a 1-hour TTL
+(https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching#pricing). Every seeded model honours JSON Schema outputs; the Claude
 models have no JSON mode (Anthropic's API has none).
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from decimal import Decimal
 
 AVOCADO_VERSIONS = 15
 
@@ -36,10 +39,23 @@ class EndpointSeed:
     upstream_model: str
     api_style: str
     supports_reasoning: bool
-    prices: tuple[float, float, float, float]  # input, cached input, cache write, output (USD / Mtok)
+    prices: tuple[float, float, float, float]  # input, cached input, cache write (5 min), output (USD / Mtok)
     is_platform_default: bool = False
     supports_structured_output: bool = True  # a JSON Schema for the answer
     supports_json_mode: bool = True  # OpenAI JSON mode (json_object); Anthropic has none
+    cache_write_1h_price: float | None = None  # 1-hour cache writes (USD / Mtok); None: the 5-minute price
+
+    def price_fields(self) -> dict[str, Decimal]:
+        """The :class:`~routing.models.ModelEndpoint` price fields of this seed (USD / Mtok)."""
+        pin, pcached, pwrite, pout = (Decimal(str(p)) for p in self.prices)
+        write_1h = pwrite if self.cache_write_1h_price is None else Decimal(str(self.cache_write_1h_price))
+        return {
+            "price_input_per_mtok": pin,
+            "price_cached_input_per_mtok": pcached,
+            "price_cache_write_per_mtok": pwrite,
+            "price_cache_write_1h_per_mtok": write_1h,
+            "price_output_per_mtok": pout,
+        }
 
 
 def provider_seeds(simulated_base_url: str | None) -> list[ProviderSeed]:
@@ -101,6 +117,7 @@ def endpoint_seeds() -> list[EndpointSeed]:
             True,
             (3.0, 0.30, 3.75, 15.0),
             supports_json_mode=False,
+            cache_write_1h_price=6.0,
         ),
         EndpointSeed(
             "anthropic/claude-haiku-5-5",
@@ -111,6 +128,7 @@ def endpoint_seeds() -> list[EndpointSeed]:
             True,
             (1.0, 0.10, 1.25, 5.0),
             supports_json_mode=False,
+            cache_write_1h_price=2.0,
         ),
     ]
     return seeds

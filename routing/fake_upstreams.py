@@ -26,7 +26,9 @@ text follows the JSON Schema (``response_format`` / ``text.format`` / ``output_c
 or is a JSON object (JSON mode); a forced tool choice makes the call whatever the scenario says
 (a named tool: that one), ``none`` makes none, and without parallel calls (``parallel_tool_calls:
 false``, ``disable_parallel_tool_use``) at most one is made. Responses objects echo ``text``,
-``tool_choice`` and ``parallel_tool_calls``.
+``tool_choice`` and ``parallel_tool_calls``. Conversations the real APIs refuse (an empty
+Anthropic text block, a null assistant content without tool calls …) get their 400 in the API's
+own error shape (:func:`routing.fake_request_rules.conversation_problem`).
 
 Behaviour is configured per model with a :class:`Scenario` (at construction, with
 :meth:`FakeUpstreams.set_scenario`, or at runtime over HTTP)::
@@ -72,6 +74,8 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from routing.fake_request_rules import conversation_problem
 
 log = logging.getLogger(__name__)
 
@@ -1097,6 +1101,11 @@ class _Handler(BaseHTTPRequestHandler):
                     self._error(flavour, 400, "invalid_request_error", bad, "invalid_encrypted_content")
                 return
 
+        bad_turns = conversation_problem(api, body)
+        if bad_turns is not None:
+            self._upd(outcome="invalid_request")
+            self._error(flavour, 400, "invalid_request_error", bad_turns)
+            return
         bad_contract = _contract_problem(api, body)
         if bad_contract is not None:
             self._upd(outcome="invalid_contract")

@@ -105,7 +105,20 @@ class ModelEndpoint(models.Model):
         max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
     )
     price_cache_write_per_mtok = models.DecimalField(
-        max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]
+        "price cache write (5 min) per mtok",
+        max_digits=10,
+        decimal_places=4,
+        default=0,
+        validators=[MinValueValidator(0)],
+        help_text="Prompt-cache writes with the default 5-minute TTL (Anthropic: 1.25x input).",
+    )
+    price_cache_write_1h_per_mtok = models.DecimalField(
+        "price cache write (1 h) per mtok",
+        max_digits=10,
+        decimal_places=4,
+        default=0,
+        validators=[MinValueValidator(0)],
+        help_text='Prompt-cache writes with a 1-hour TTL (Anthropic "ttl": "1h": 2x input).',
     )
     price_output_per_mtok = models.DecimalField(
         max_digits=10, decimal_places=4, default=0, validators=[MinValueValidator(0)]

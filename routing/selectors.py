@@ -38,7 +38,7 @@ class EndpointInfo:
     api_style: str
     price_input: Decimal
     price_cached_input: Decimal
-    price_cache_write: Decimal
+    price_cache_write: Decimal  # 5-minute TTL
     price_output: Decimal
     timeout_s: float
     max_concurrency: int
@@ -49,6 +49,7 @@ class EndpointInfo:
     is_platform_default: bool
     supports_structured_output: bool = False
     supports_json_mode: bool = False
+    price_cache_write_1h: Decimal | None = None  # 1-hour TTL (Anthropic)
 
     @property
     def is_external(self) -> bool:
@@ -95,6 +96,7 @@ def build_catalogue() -> Catalogue:
             price_input=e.price_input_per_mtok,
             price_cached_input=e.price_cached_input_per_mtok,
             price_cache_write=e.price_cache_write_per_mtok,
+            price_cache_write_1h=e.price_cache_write_1h_per_mtok,
             price_output=e.price_output_per_mtok,
             timeout_s=e.timeout_s,
             max_concurrency=e.max_concurrency,

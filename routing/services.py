@@ -10,7 +10,6 @@ import socket
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -64,7 +63,6 @@ def catalogue_seed(
         obj.full_clean()
         by_key[p.key] = obj
     for e in endpoints:
-        pin, pcached, pwrite, pout = (Decimal(str(p)) for p in e.prices)
         if e.is_platform_default:
             ModelEndpoint.objects.filter(is_platform_default=True).exclude(public_id=e.public_id).update(
                 is_platform_default=False
@@ -79,10 +77,7 @@ def catalogue_seed(
                 "supports_reasoning": e.supports_reasoning,
                 "supports_structured_output": e.supports_structured_output,
                 "supports_json_mode": e.supports_json_mode,
-                "price_input_per_mtok": pin,
-                "price_cached_input_per_mtok": pcached,
-                "price_cache_write_per_mtok": pwrite,
-                "price_output_per_mtok": pout,
+                **e.price_fields(),
                 "is_platform_default": e.is_platform_default,
             },
         )

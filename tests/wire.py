@@ -265,3 +265,76 @@ def anthropic_tool_stream(
     )
     frames.append(frame({"type": "message_stop"}, "message_stop"))
     return frames
+
+
+# -- Tool-call arguments given whole, not in deltas ----------------------------------------------
+
+#: Where a Responses stream puts a call's arguments when it sends no ``arguments.delta``:
+#: ``arguments_done`` (``function_call_arguments.done`` and ``output_item.done``), ``item_done``
+#: (only ``output_item.done``), ``item_done_only`` (no ``output_item.added`` either).
+WHOLE_ARGUMENT_CARRIERS = ("arguments_done", "item_done", "item_done_only")
+
+
+def responses_whole_arguments_stream(
+    model: str, call_id: str, name: str, arguments: dict[str, Any], carrier: str
+) -> list[dict[str, Any]]:
+    """A Responses stream of one function call whose arguments come whole, in ``carrier``'s
+    events (:data:`WHOLE_ARGUMENT_CARRIERS`), never in ``function_call_arguments.delta``; then
+    ``response.completed`` with the call."""
+    raw = json.dumps(arguments)
+    item = {"id": "fc_whole", "type": "function_call", "status": "in_progress", "call_id": call_id,
+            "name": name, "arguments": ""}  # fmt: skip
+    done_item = {**item, "status": "completed", "arguments": raw}
+    seq = iter(range(100))
+
+    def ev(etype: str, **fields: Any) -> dict[str, Any]:
+        return frame({"type": etype, "sequence_number": next(seq), **fields}, etype)
+
+    frames = [ev("response.created", response=response_object(model, "in_progress"))]
+    if carrier != "item_done_only":
+        frames.append(ev("response.output_item.added", output_index=0, item=item))
+    if carrier == "arguments_done":
+        frames.append(
+            ev("response.function_call_arguments.done", item_id="fc_whole", output_index=0, arguments=raw)
+        )
+    frames.append(ev("response.output_item.done", output_index=0, item=done_item))
+    frames.append(
+        ev(
+            "response.completed",
+            response=response_object(model, "completed", usage=responses_usage(30, 20), output=[done_item]),
+        )
+    )
+    return frames
+
+
+def anthropic_whole_input_stream(
+    model: str, call_id: str, name: str, arguments: dict[str, Any], *, empty_delta: bool = False
+) -> list[dict[str, Any]]:
+    """An Anthropic-compatible stream of one tool call whose whole ``input`` is in its
+    ``content_block_start`` (no ``input_json_delta``, or one with ``partial_json: ""`` when
+    ``empty_delta``), then ``tool_use`` stop."""
+    message = {"id": "msg_wire", "type": "message", "role": "assistant", "model": model, "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 30, "output_tokens": 1}}  # fmt: skip
+    block = {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+    frames = [
+        frame({"type": "message_start", "message": message}, "message_start"),
+        frame({"type": "content_block_start", "index": 0, "content_block": block}, "content_block_start"),
+    ]
+    if empty_delta:
+        delta = {"type": "input_json_delta", "partial_json": ""}
+        frames.append(
+            frame({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
+        )
+    frames += [
+        frame({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+        frame(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 20},
+            },
+            "message_delta",
+        ),
+        frame({"type": "message_stop"}, "message_stop"),
+    ]
+    return frames

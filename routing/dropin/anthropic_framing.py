@@ -8,7 +8,8 @@ output tokens), ``message_stop``; failures end with an ``error`` event. Thinking
 returned.
 
 Usage: Anthropic's ``input_tokens`` excludes cache reads and writes, so it is our normalised
-``input_tokens - cached_input_tokens - cache_write_tokens``.
+``input_tokens - cached_input_tokens - cache_write_tokens``; ``cache_creation`` splits the writes
+by TTL (5 minutes, 1 hour).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def anthropic_usage(result: dict[str, Any]) -> dict[str, int]:
         "output_tokens": u["output_tokens"],
         "cache_read_input_tokens": u["cached_input_tokens"],
         "cache_creation_input_tokens": u["cache_write_tokens"],
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": u["cache_write_tokens"] - u["cache_write_1h_tokens"],
+            "ephemeral_1h_input_tokens": u["cache_write_1h_tokens"],
+        },
     }
 
 

@@ -4,12 +4,14 @@
   SSE comments;
 * :func:`contiguous_tool_calls` — every tool call's fragments made contiguous (Responses items and
   Messages blocks stream one at a time);
-* :func:`tool_calls_in_index_order` — calls introduced in ``index`` order (Chat Completions chunks);
+* :func:`tool_calls_in_index_order` — calls introduced in ``index`` order (Chat Completions chunks),
+  each whole as the result assembled it (:func:`assembled_tool_calls`);
 * :func:`usage_numbers` — a job result's token counts.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -97,7 +99,8 @@ def tool_calls_in_index_order(events: Iterator[dict]) -> Iterator[dict]:
     announced before call ``n + 1`` and fail on an index they have not seen the previous ones of.
     Fragments of a call whose lower-numbered calls have not appeared yet are held back until they
     have (or until the stream finishes); everything else passes through at once, interleaving
-    included, since chat chunks say which call each fragment belongs to.
+    included, since chat chunks say which call each fragment belongs to. Calls are first made
+    whole from the assembled result (:func:`assembled_tool_calls`).
     """
     introduced: set[int] = set()
     held: dict[int, list[dict]] = {}
@@ -105,7 +108,7 @@ def tool_calls_in_index_order(events: Iterator[dict]) -> Iterator[dict]:
     def ready(index: int) -> bool:
         return index in introduced or all(i in introduced for i in range(index))
 
-    for event in events:
+    for event in assembled_tool_calls(events):
         if event.get("type") == "tool_call_delta":
             index = event["index"]
             if not ready(index):
@@ -123,6 +126,45 @@ def tool_calls_in_index_order(events: Iterator[dict]) -> Iterator[dict]:
         yield event
 
 
+def assembled_tool_calls(events: Iterator[dict]) -> Iterator[dict]:
+    """Our events with every tool call streamed whole: before ``done``, the arguments of each call
+    of the assembled result (``result.tool_calls``, matched by id, else by position) that its
+    deltas did not carry — all of them (``{}`` for none) when no delta carried any, the rest when
+    the deltas sent are the beginning of their JSON — and any call no delta introduced, with its
+    id and name. An upstream may give a call's arguments whole in an event other than its deltas
+    (Responses ``*.done`` items, an Anthropic-compatible ``content_block_start``); the result is
+    what the call was."""
+    streamed: dict[int, str] = {}
+    index_of: dict[str, int] = {}
+    for event in events:
+        kind = event.get("type")
+        if kind == "tool_call_delta":
+            index = event["index"]
+            streamed[index] = streamed.get(index, "") + (event.get("arguments_delta") or "")
+            if event.get("id"):
+                index_of.setdefault(event["id"], index)
+        elif kind == "done":
+            for position, call in enumerate((event.get("result") or {}).get("tool_calls") or ()):
+                index = index_of.get(call.get("id") or "")
+                if index is None:
+                    index = position if position not in streamed else max(streamed) + 1
+                have = streamed.get(index)
+                whole = json.dumps(call.get("arguments") or {})
+                rest = (
+                    whole
+                    if not (have or "").strip()
+                    else whole[len(have) :]
+                    if whole.startswith(have)
+                    else ""
+                )
+                if rest or have is None:
+                    streamed[index] = (have or "") + rest
+                    intro = {"id": call.get("id"), "name": call.get("name")} if have is None else {}
+                    yield {"type": "tool_call_delta", "index": index, "id": None, "name": None, **intro,
+                           "arguments_delta": rest}  # fmt: skip
+        yield event
+
+
 def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:
     """Token counts of a job result (normalised: input includes cache reads and writes)."""
     u = (result or {}).get("usage") or {}
@@ -132,6 +174,7 @@ def usage_numbers(result: Mapping[str, Any] | None) -> dict[str, int]:
             "input_tokens",
             "cached_input_tokens",
             "cache_write_tokens",
+            "cache_write_1h_tokens",
             "output_tokens",
             "reasoning_tokens",
         )

@@ -17,6 +17,7 @@ from routing.providers.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from routing.providers.pricing import compute_cost_usd
 from routing.providers.registry import ProviderRegistry, client_for, get_client
 from routing.providers.types import (
     CompletionRequest,
@@ -30,7 +31,6 @@ from routing.providers.types import (
     ToolCallDelta,
     ToolSpec,
     Usage,
-    compute_cost_usd,
 )
 
 __all__ = [

@@ -11,6 +11,7 @@ SDK: ``anthropic.Anthropic(base_url=..., api_key=..., max_retries=0, timeout=...
 Request mapping: system messages -> ``system`` text blocks (prompt-caching breakpoints: see
 :func:`build_kwargs`); ``tool`` messages -> ``tool_result`` blocks in
 a user message (consecutive results merged); assistant tool calls -> ``tool_use`` blocks;
+empty text dropped and same-role turns merged (:mod:`routing.providers.anthropic_turns`);
 ``max_output_tokens`` -> ``max_tokens`` (default 4096); with the ``reasoning`` capability
 ``thinking={"type": "adaptive"}`` and ``reasoning_effort`` -> ``output_config.effort``
 (``minimal`` -> ``low``); ``temperature`` is sent via ``extra_body`` (the 2.x SDK has no
@@ -26,20 +27,26 @@ and are replayed unmodified, in order, at the start of the assistant turn they c
 (:func:`routing.providers.base.anchor_reasoning`). A tool loop whose latest assistant turn has
 no thinking to replay is sent without ``thinking`` (:func:`_tool_loop_without_thinking`).
 
+A tool call's arguments are its ``input_json_delta`` pieces or, when none came (some
+Anthropic-compatible servers), the whole ``input`` of its ``content_block_start``.
+
 Usage: Anthropic ``input_tokens`` EXCLUDES ``cache_read_input_tokens`` and
-``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum. In a stream,
+``cache_creation_input_tokens``; the normalised ``Usage.input_tokens`` is their sum. Writes with a
+1-hour TTL (``cache_creation.ephemeral_1h_input_tokens``) are priced at their own rate. In a stream,
 ``message_start`` and ``message_delta`` each carry a cumulative snapshot, and ``message_delta`` may
 leave the cache fields out: snapshots are merged field by field (``merge_usage``), never summed.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import anthropic
 
+from routing.providers.anthropic_turns import acceptable_blocks, acceptable_messages
 from routing.providers.base import (
     ProviderClient,
     _StreamProgress,
@@ -52,6 +59,7 @@ from routing.providers.base import (
 )
 from routing.providers.contracts import OutputFormat
 from routing.providers.errors import BadResponse, ClientRequestError
+from routing.providers.pricing import compute_cost_usd
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.transport import watched_http_client
 from routing.providers.types import (
@@ -64,7 +72,6 @@ from routing.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    compute_cost_usd,
     merge_usage,
 )
 
@@ -99,7 +106,8 @@ def anthropic_sdk_client(endpoint: EndpointConfig) -> anthropic.Anthropic:
 def build_messages(
     endpoint: EndpointConfig, request: CompletionRequest, ids: ToolIdMap | None = None
 ) -> list[dict[str, Any]]:
-    """Neutral messages -> Anthropic ``messages``; tool-call ids mapped to what Anthropic accepts."""
+    """Neutral messages -> Anthropic ``messages``; tool-call ids mapped to what Anthropic accepts,
+    and nothing it would refuse (:func:`~routing.providers.anthropic_turns.acceptable_messages`)."""
     ids = ids if ids is not None else ToolIdMap("messages")
     anchored = anchor_reasoning(request, usable_reasoning_state(endpoint, request))
     out: list[dict[str, Any]] = []
@@ -138,8 +146,8 @@ def build_messages(
                 blocks.append(
                     {"type": "tool_use", "id": ids.out(tc.id), "name": tc.name, "input": dict(tc.arguments)}
                 )
-            out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]})
-    return out
+            out.append({"role": "assistant", "content": blocks})
+    return acceptable_messages(out)
 
 
 def _tool_loop_without_thinking(messages: list[dict[str, Any]]) -> bool:
@@ -180,7 +188,7 @@ def system_blocks(request: CompletionRequest) -> list[dict[str, Any]]:
             blocks.extend(text_blocks(m))
         elif m.content:
             blocks.append({"type": "text", "text": m.content})
-    return blocks
+    return acceptable_blocks(blocks)
 
 
 def build_kwargs(
@@ -285,7 +293,9 @@ def anthropic_usage(usage: Any) -> Usage:
         return Usage()
     raw_in = raw.get("input_tokens") or 0
     read = raw.get("cache_read_input_tokens") or 0
-    write = raw.get("cache_creation_input_tokens") or 0
+    ttl = raw.get("cache_creation") if isinstance(raw.get("cache_creation"), dict) else {}
+    write_1h = ttl.get("ephemeral_1h_input_tokens") or 0
+    write = raw.get("cache_creation_input_tokens") or (ttl.get("ephemeral_5m_input_tokens") or 0) + write_1h
     out = raw.get("output_tokens") or 0
     details = raw.get("output_tokens_details")
     thinking = (details.get("thinking_tokens") or 0) if isinstance(details, dict) else 0
@@ -293,12 +303,14 @@ def anthropic_usage(usage: Any) -> Usage:
         input_tokens=raw_in + read + write,
         cached_input_tokens=read,
         cache_write_tokens=write,
+        cache_write_1h_tokens=write_1h,
         output_tokens=out,
         reasoning_tokens=thinking,
         vendor={
             "input_tokens": raw_in,
             "cache_read_input_tokens": read,
             "cache_creation_input_tokens": write,
+            "cache_creation.ephemeral_1h_input_tokens": write_1h,
             "output_tokens": out,
             "output_tokens_details.thinking_tokens": thinking,
         },
@@ -335,6 +347,19 @@ def _result(
         endpoint_id=endpoint.public_id,
         upstream_model=endpoint.upstream_model,
         reasoning_state=state,
+    )
+
+
+def _whole_input(block: dict[str, Any], index: int) -> Iterator[StreamEvent]:
+    """A tool call's ``input`` as one arguments delta, when the upstream gave it whole in
+    ``content_block_start`` and sent no ``input_json_delta`` with content (Anthropic-compatible
+    servers do; Anthropic itself starts with ``{}`` and streams the JSON). Once per block."""
+    done, block["input_sent"] = block.get("input_sent", False), True
+    if done or "".join(block["json"]).strip() or not block["input"]:
+        return
+    yield StreamEvent(
+        kind="tool_call_delta",
+        tool_call=ToolCallDelta(index=index, arguments_delta=json.dumps(block["input"])),
     )
 
 
@@ -402,7 +427,10 @@ class AnthropicMessagesClient(ProviderClient):
                         index = len(tool_index)
                         tool_index[event.index] = index
                         call_id = ids.back(cb.id)
-                        blocks[event.index] = {"type": "tool_use", "id": call_id, "name": cb.name, "json": []}
+                        blocks[event.index] = {
+                            "type": "tool_use", "id": call_id, "name": cb.name, "json": [],
+                            "input": dict(getattr(cb, "input", None) or {}),
+                        }  # fmt: skip
                         yield StreamEvent(
                             kind="tool_call_delta",
                             tool_call=ToolCallDelta(index=index, id=call_id, name=cb.name),
@@ -428,12 +456,16 @@ class AnthropicMessagesClient(ProviderClient):
                         block["thinking"] += d.thinking
                     elif dtype == "signature_delta":
                         block["signature"] += d.signature
+                elif etype == "content_block_stop" and event.index in tool_index:
+                    yield from _whole_input(blocks[event.index], tool_index[event.index])
                 elif etype == "message_delta":
                     stop_reason = event.delta.stop_reason or stop_reason
                     raw_usage = merge_usage(raw_usage, usage_dict(event.usage))
                     progress.usage = anthropic_usage(raw_usage)
                 elif etype == "message_stop":
                     stopped = True
+                    for content_index, index in tool_index.items():  # blocks never stopped
+                        yield from _whole_input(blocks[content_index], index)
         if not stopped:
             raise BadResponse(f"{endpoint.public_id}: stream ended before message_stop")
         text: list[str] = []
@@ -445,11 +477,9 @@ class AnthropicMessagesClient(ProviderClient):
             elif block["type"] == "text":
                 text.append(block["text"])
             elif block["type"] == "tool_use":
-                calls.append(
-                    ToolCall(
-                        id=block["id"], name=block["name"], arguments=parse_arguments("".join(block["json"]))
-                    )
-                )
+                streamed = "".join(block["json"])
+                arguments = parse_arguments(streamed) if streamed.strip() else block["input"]
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=arguments))
         # message_delta.usage is cumulative and may leave fields out: merged, never summed.
         usage = anthropic_usage(raw_usage)
         result = _result(

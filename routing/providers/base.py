@@ -255,6 +255,7 @@ class _StreamProgress:
             input_tokens=input_tokens,
             cached_input_tokens=reported.cached_input_tokens,
             cache_write_tokens=reported.cache_write_tokens,
+            cache_write_1h_tokens=reported.cache_write_1h_tokens,
             output_tokens=output_tokens,
             reasoning_tokens=reported.reasoning_tokens,
             vendor=vendor,

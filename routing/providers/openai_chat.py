@@ -7,7 +7,8 @@ when ``stream_options.include_usage`` is true).
 Request mapping (neutral -> chat):
 
 * messages: ``system``/``user`` -> same role; ``assistant`` -> ``content`` + ``tool_calls``
-  (``function.arguments`` JSON string); ``tool`` -> ``{"role": "tool", "tool_call_id", "content"}``.
+  (``function.arguments`` JSON string; ``content`` null only beside tool calls, else ``""``:
+  OpenAI answers a null content without tool calls with a 400); ``tool`` -> ``{"role": "tool", "tool_call_id", "content"}``.
 * tools -> ``{"type": "function", "function": {name, description, parameters}}`` after the
   ``allowed_tools`` filter.
 * ``reasoning_effort`` -> ``reasoning_effort``; ``temperature`` -> ``temperature``;
@@ -66,6 +67,7 @@ from routing.providers.base import (
     sdk_clients,
 )
 from routing.providers.errors import BadResponse
+from routing.providers.pricing import compute_cost_usd
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.transport import watched_pool
 from routing.providers.types import (
@@ -76,7 +78,6 @@ from routing.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    compute_cost_usd,
 )
 
 #: The ``User-Agent`` of calls to the native service.
@@ -99,7 +100,11 @@ def build_chat_messages(request: CompletionRequest, ids: ToolIdMap | None = None
         if m.role == "tool":
             out.append({"role": "tool", "tool_call_id": ids.out(m.tool_call_id or ""), "content": m.content})
         elif m.role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+            # null content only beside tool calls: OpenAI refuses it on a turn without any
+            msg: dict[str, Any] = {
+                "role": "assistant",
+                "content": m.content or (None if m.tool_calls else ""),
+            }
             if m.tool_calls:
                 msg["tool_calls"] = [
                     {

@@ -15,7 +15,9 @@ Output contracts -> ``text.format``, ``tool_choice``, ``parallel_tool_calls``
 (:func:`routing.providers._openai_common.contract_kwargs`).
 
 Streaming: ``response.output_text.delta`` -> text delta; ``response.output_item.added``
-(``function_call``) + ``response.function_call_arguments.delta`` -> tool-call deltas; reasoning
+(``function_call``) + ``response.function_call_arguments.delta`` -> tool-call deltas, and the
+arguments any of ``function_call_arguments.done`` / ``output_item.done`` carries whole that the
+deltas did not (some servers send them only there: :func:`_arguments`); reasoning
 is taken from ``response.completed`` (the ``output_item.added`` blob "may be incomplete");
 ``error`` / ``response.failed`` -> failure. Reasoning never appears in any emitted event.
 
@@ -47,6 +49,7 @@ from routing.providers.base import (
     usage_dict,
 )
 from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_error_type, safe_upstream_message
+from routing.providers.pricing import compute_cost_usd
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.types import (
     CompletionRequest,
@@ -57,7 +60,6 @@ from routing.providers.types import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    compute_cost_usd,
     merge_usage,
 )
 
@@ -257,6 +259,23 @@ def parse_response(
     )
 
 
+def _arguments(
+    index: int, sent: dict[str, str], item_id: str, value: str | None, *, whole: bool
+) -> Iterator[StreamEvent]:
+    """The arguments delta of function call ``index`` for ``value``: a delta as it is; the whole
+    arguments (``output_item.added`` / ``.done``, ``function_call_arguments.done``) as what of
+    them was not streamed yet — all of them when nothing was, the rest when the deltas sent are
+    their beginning, nothing otherwise (the final value comes from ``response.completed``).
+    ``sent`` (item id -> arguments streamed) is updated."""
+    have = sent[item_id]
+    piece = value or ""
+    if whole:
+        piece = piece[len(have) :] if piece.startswith(have) else ""
+    if piece:
+        sent[item_id] = have + piece
+        yield StreamEvent(kind="tool_call_delta", tool_call=ToolCallDelta(index=index, arguments_delta=piece))
+
+
 class OpenAIResponsesClient(ProviderClient):
     """``complete``/``stream`` over the Responses API (openai, azure_openai)."""
 
@@ -289,6 +308,7 @@ class OpenAIResponsesClient(ProviderClient):
         progress.response_started = True
         progress.request_id = stream.response.headers.get("x-request-id")
         tool_index: dict[str, int] = {}  # output item id -> tool call index
+        sent: dict[str, str] = {}  # output item id -> arguments streamed so far
         final = None
         raw_usage: dict[str, Any] = {}  # usage snapshots of response.* events, merged field by field
         secrets = [endpoint.credential.reveal()]
@@ -301,29 +321,32 @@ class OpenAIResponsesClient(ProviderClient):
                     progress.usage = responses_usage(raw_usage)
                 if etype == "response.output_text.delta":
                     yield StreamEvent(kind="text_delta", text=event.delta)
-                elif (
-                    etype == "response.output_item.added"
-                    and getattr(event.item, "type", None) == "function_call"
+                elif etype in ("response.output_item.added", "response.output_item.done") and (
+                    getattr(event.item, "type", None) == "function_call"
                 ):
-                    index = len(tool_index)
-                    tool_index[event.item.id or f"#{index}"] = index
-                    yield StreamEvent(
-                        kind="tool_call_delta",
-                        tool_call=ToolCallDelta(
-                            index=index,
-                            id=ids.back(event.item.call_id),
-                            name=event.item.name,
-                            arguments_delta=event.item.arguments or "",
-                        ),
+                    item_id = event.item.id or f"#{event.output_index}"
+                    if item_id not in tool_index:
+                        tool_index[item_id], sent[item_id] = len(tool_index), ""
+                        yield StreamEvent(
+                            kind="tool_call_delta",
+                            tool_call=ToolCallDelta(
+                                index=tool_index[item_id],
+                                id=ids.back(event.item.call_id),
+                                name=event.item.name,
+                            ),
+                        )
+                    yield from _arguments(
+                        tool_index[item_id], sent, item_id, event.item.arguments, whole=True
                     )
-                elif etype == "response.function_call_arguments.delta":
-                    index = tool_index.get(event.item_id)
-                    if index is None:
-                        raise BadResponse(f"{endpoint.public_id}: arguments delta for unknown item")
-                    yield StreamEvent(
-                        kind="tool_call_delta",
-                        tool_call=ToolCallDelta(index=index, arguments_delta=event.delta),
-                    )
+                elif etype in (
+                    "response.function_call_arguments.delta",
+                    "response.function_call_arguments.done",
+                ):
+                    if event.item_id not in tool_index:
+                        raise BadResponse(f"{endpoint.public_id}: function call arguments for unknown item")
+                    whole = etype.endswith(".done")
+                    value = event.arguments if whole else event.delta
+                    yield from _arguments(tool_index[event.item_id], sent, event.item_id, value, whole=whole)
                 elif etype in ("response.completed", "response.incomplete"):
                     final = event.response
                 elif etype == "response.failed":

@@ -1,4 +1,6 @@
-"""Provider-neutral request/result types, endpoint configuration and cost computation.
+"""Provider-neutral request/result types and endpoint configuration.
+
+Costs: :mod:`routing.providers.pricing`.
 
 Django-free. Shapes:
 
@@ -43,7 +45,6 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 PROVIDER_KINDS: frozenset[str] = frozenset({"native", "openai", "azure_openai", "anthropic"})
 API_STYLES: frozenset[str] = frozenset({"chat_completions", "responses", "messages"})
-MILLION = Decimal(1_000_000)
 
 
 class Secret:
@@ -116,7 +117,9 @@ class EndpointConfig:
       plain ``str`` is wrapped in :class:`Secret`.
     * prices in USD per million tokens: ``price_input_per_mtok`` (uncached input),
       ``price_cached_input_per_mtok`` (cache reads; ``None`` -> input price),
-      ``price_cache_write_per_mtok`` (cache writes; ``None`` -> input price),
+      ``price_cache_write_per_mtok`` (cache writes with the default 5-minute TTL; ``None`` ->
+      input price), ``price_cache_write_1h_per_mtok`` (Anthropic cache writes with a 1-hour TTL;
+      ``None`` -> the 5-minute write price),
       ``price_output_per_mtok`` (output incl. reasoning tokens).
     * ``timeout_s``: total request timeout in seconds (passed to the SDK).
     * ``capabilities``: e.g. ``{"tools", "streaming", "reasoning", "structured_output",
@@ -135,6 +138,7 @@ class EndpointConfig:
     price_cached_input_per_mtok: Decimal | None = None
     price_cache_write_per_mtok: Decimal | None = None
     price_output_per_mtok: Decimal = Decimal(0)
+    price_cache_write_1h_per_mtok: Decimal | None = None
     timeout_s: float = 60.0
     capabilities: frozenset[str] = frozenset({"tools", "streaming"})
 
@@ -149,6 +153,7 @@ class EndpointConfig:
             "price_input_per_mtok",
             "price_cached_input_per_mtok",
             "price_cache_write_per_mtok",
+            "price_cache_write_1h_per_mtok",
             "price_output_per_mtok",
         ):
             value = getattr(self, name)
@@ -411,6 +416,8 @@ class Usage:
       (OpenAI ``cached_tokens``; Anthropic ``cache_read_input_tokens``).
     * ``cache_write_tokens``: prompt tokens written to the cache (Anthropic
       ``cache_creation_input_tokens``; OpenAI ``cache_write_tokens`` when reported).
+    * ``cache_write_1h_tokens``: of ``cache_write_tokens``, those written with a 1-hour TTL
+      (Anthropic ``cache_creation.ephemeral_1h_input_tokens``); the rest have the 5-minute TTL.
     * ``output_tokens``: all generated tokens, *including* ``reasoning_tokens``.
     * ``reasoning_tokens``: hidden reasoning/thinking tokens (OpenAI ``reasoning_tokens``;
       Anthropic ``output_tokens_details.thinking_tokens`` when reported, else 0).
@@ -423,6 +430,7 @@ class Usage:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     vendor: Mapping[str, int] = field(default_factory=dict)
+    cache_write_1h_tokens: int = 0
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -433,6 +441,7 @@ class Usage:
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,
             "cache_write_tokens": self.cache_write_tokens,
+            "cache_write_1h_tokens": self.cache_write_1h_tokens,
             "output_tokens": self.output_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "vendor": dict(self.vendor),
@@ -468,32 +477,11 @@ def add_usage(a: Usage, b: Usage) -> Usage:
         input_tokens=a.input_tokens + b.input_tokens,
         cached_input_tokens=a.cached_input_tokens + b.cached_input_tokens,
         cache_write_tokens=a.cache_write_tokens + b.cache_write_tokens,
+        cache_write_1h_tokens=a.cache_write_1h_tokens + b.cache_write_1h_tokens,
         output_tokens=a.output_tokens + b.output_tokens,
         reasoning_tokens=a.reasoning_tokens + b.reasoning_tokens,
         vendor=vendor,
     )
-
-
-def compute_cost_usd(usage: Usage, endpoint: EndpointConfig) -> Decimal:
-    """Cost in USD (exact ``Decimal``) of ``usage`` at ``endpoint``'s per-million prices.
-
-    ``uncached*input + cached*cached_input + cache_write*cache_write + output*output``, all
-    divided by 10**6; ``uncached = input_tokens - cached_input_tokens - cache_write_tokens``
-    (normalised usage, see :class:`Usage`). Missing cached/cache-write prices fall back to
-    the input price.
-    """
-    p_in = endpoint.price_input_per_mtok
-    p_cached = (
-        endpoint.price_cached_input_per_mtok if endpoint.price_cached_input_per_mtok is not None else p_in
-    )
-    p_write = endpoint.price_cache_write_per_mtok if endpoint.price_cache_write_per_mtok is not None else p_in
-    total = (
-        Decimal(usage.uncached_input_tokens) * p_in
-        + Decimal(usage.cached_input_tokens) * p_cached
-        + Decimal(usage.cache_write_tokens) * p_write
-        + Decimal(usage.output_tokens) * endpoint.price_output_per_mtok
-    )
-    return total / MILLION
 
 
 @dataclass(frozen=True, repr=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from routing.catalogue import avocado_id
-from routing.models import Attempt
+from routing.models import Attempt, ModelEndpoint
 from tests.factories import make_experiment, seed_catalogue
 from tests.routing.test_router import job, run
 
@@ -39,3 +39,12 @@ def test_operators_can_read_jobs_and_attempts_but_not_change_them(upstreams, adm
     )
     j.refresh_from_db()
     assert j.status == "succeeded" and Attempt.objects.filter(pk=attempt.pk).exists()
+
+
+def test_model_endpoints_show_both_cache_write_prices(upstreams, admin_client):
+    seed_catalogue(upstreams.url)
+    claude = ModelEndpoint.objects.get(public_id="anthropic/claude-sonnet-5-5")
+    page = admin_client.get(f"/admin/routing/modelendpoint/{claude.pk}/change/").content.decode()
+    assert 'name="price_cache_write_per_mtok" value="3.7500"' in page
+    assert 'name="price_cache_write_1h_per_mtok" value="6.0000"' in page
+    assert "Price cache write (1 h) per mtok" in page and "Price cache write (5 min) per mtok" in page

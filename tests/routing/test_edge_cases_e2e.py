@@ -166,6 +166,46 @@ def test_anthropic_stream_usage_snapshots_are_merged_and_the_call_costs_what_was
     assert record.cost_usd == Decimal("0.04506")
 
 
+def test_a_one_hour_cache_write_costs_the_one_hour_price_and_reaches_the_client_split(platform):
+    """The same usage as above, written with a 1-hour TTL: was priced at the 5-minute rate
+    ($0.04506); Claude's 1-hour writes cost 2x input, $6 per million here. Streamed and not; the
+    non-streamed answer tells the client the split (a stream's ``message_delta`` has no field
+    for it)."""
+    url, key, upstreams = platform
+    written = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 10_000}
+    usage = {"input_tokens": 20, "cache_creation_input_tokens": 10_000, "cache_creation": written,
+             "cache_read_input_tokens": 0, "output_tokens": 500}  # fmt: skip
+    body = {"id": "msg_wire", "type": "message", "role": "assistant", "model": "claude-sonnet-5-5",
+            "content": [{"type": "text", "text": "Hello"}], "stop_reason": "end_turn",
+            "stop_sequence": None, "usage": usage}  # fmt: skip
+    upstreams.set_scenario(
+        "claude-sonnet-5-5",
+        wire=anthropic_stream(
+            "claude-sonnet-5-5",
+            start_usage={**usage, "output_tokens": 1},
+            delta_usage={"input_tokens": 20, "output_tokens": 500},
+        ),
+        wire_body=body,
+    )
+    client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    ask = {
+        "model": "anthropic/claude-sonnet-5-5",
+        "max_tokens": 1000,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    with client.messages.stream(**ask) as stream:
+        assert stream.get_final_message().usage.cache_creation_input_tokens == 10_000
+    whole = client.messages.create(**ask)
+    assert whole.usage.cache_creation.model_dump() == written
+    wait_for_records_written()
+    records = wait_for(
+        lambda: len(CallRecord.objects.all()) == 2 and CallRecord.objects.all(), what="records"
+    )
+    # 20 x $3 + 10,000 x $6 + 500 x $15 per million
+    assert [r.cost_usd for r in records] == [Decimal("0.06756")] * 2
+    assert [a.cost_usd for a in Attempt.objects.all()] == [Decimal("0.06756")] * 2
+
+
 def test_every_failed_responses_attempt_is_recorded_and_summed_into_the_call_cost(platform):
     url, key, upstreams = platform
     upstreams.set_scenario(  # a failed response, streamed (no Redis) or not (Redis: drop-ins call non-streamed)
