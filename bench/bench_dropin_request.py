@@ -5,7 +5,9 @@ valid API key and a body without a model, so each request runs the middlewares, 
 authentication, the rate limit (one Redis script), the view and the body's validation and ends
 in a 400; nothing is dispatched. No HTTP server and no network client in the figures: CPU per
 request (``time.process_time``) is what the web process spends; on a machine busy with other
-work, compare the minimum over many short rounds (the least disturbed), not wall times.
+work, compare the minimum over many short rounds (the least disturbed), not wall times. It also
+prints the Python function calls per request (one round under ``cProfile``), which no load
+disturbs.
 
     REDIS_URL=redis://127.0.0.1:6379/3 .venv/bin/python bench/bench_dropin_request.py \\
         [--requests 200] [--rounds 20] [--repo PATH]
@@ -18,9 +20,11 @@ before/after comparison; run both alternately and compare medians.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import io
 import logging
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -92,7 +96,15 @@ def main() -> int:
             one()
         cpu.append((time.process_time() - c0) * 1000 / args.requests)
         wall.append((time.perf_counter() - w0) * 1000 / args.requests)
+    # Python function calls per request: a load-independent measure of the path's length
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(args.requests):
+        one()
+    profiler.disable()
+    calls = pstats.Stats(profiler).total_calls / args.requests
     print(f"code: {Path(muse_experiments.__file__).parent.parent}; statuses {sorted(statuses)}")
+    print(f"Python function calls per request: {calls:.0f}")
     print(f"{args.rounds} rounds x {args.requests} requests, POST /v1/chat/completions (400), one thread")
     for name, values in (("CPU ms/request", cpu), ("wall ms/request", wall)):
         print(
