@@ -74,32 +74,19 @@ INSTALLED_APPS = [
     "analytics",
 ]
 
-# What every request goes through, the drop-ins included (API_MIDDLEWARE below).
-_CORE_MIDDLEWARE = [
+MIDDLEWARE = [
     "muse_experiments.api.base.ChunkedBodyMiddleware",  # a chunked body reaches the parser (bounded)
     "muse_experiments.api.base.DrainRefusedBodyMiddleware",  # a 413 leaves keep-alive usable
     "muse_experiments.infra.observability.ObservabilityMiddleware",  # request id, latency, access log
     "muse_experiments.api.errors.DependencyOutageMiddleware",  # database/broker/Redis down: JSON 503
-]
-MIDDLEWARE = [
-    *_CORE_MIDDLEWARE,
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files (admin CSS) under gunicorn
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "django.middleware.common.CommonMiddleware",  # ALLOWED_HOSTS (a foreign Host header: 400)
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-]
-# The drop-in endpoints (official SDKs, API keys only) run through a shorter list: no sessions,
-# CSRF, messages, static files or frame headers (muse_experiments/wsgi.py). A staff session
-# does not authenticate there.
-API_PATH_PREFIXES = ("/v1/",)
-API_MIDDLEWARE = [
-    *_CORE_MIDDLEWARE,
-    "django.middleware.security.SecurityMiddleware",
-    "django.middleware.common.CommonMiddleware",  # ALLOWED_HOSTS (a foreign Host header: 400)
 ]
 
 ROOT_URLCONF = "muse_experiments.urls"

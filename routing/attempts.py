@@ -183,9 +183,8 @@ def answer_first() -> Iterator[None]:
     """Within this block, a successful attempt's bookkeeping that its caller's answer need not
     wait for (its circuit-breaker report and the release of its concurrency slot,
     :func:`after_answer`) runs when the block exits, once :func:`routing.router.execute_job` has
-    handed the job's final state back: one Redis round trip less before every answer (0.42 ms p50
-    at 1 client on a 2-core VM, timed inside ``bench/bench_stages.py`` runs). A slot is held
-    that much longer. Failures
+    handed the job's final state back: one Redis round trip less before every answer
+    (``bench/bench_stages.py``; bench/README.md). A slot is held that much longer. Failures
     are still reported at once (the next attempt's guards must see them). Errors of the deferred
     calls are logged, never raised.
     """

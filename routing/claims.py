@@ -5,8 +5,8 @@ message and is not in the database yet (:func:`routing.services.completion_job_n
 must still record, before any upstream call, that this attempt is under way, so that a
 redelivered task never calls the provider a second time and a worker that dies mid-call leaves
 a ``worker_lost`` job behind. That record used to be the job's row, inserted ``running`` (one
-PostgreSQL commit, 0.8–1.0 ms of the critical path at 1 client). With Redis it is a hash instead,
-written by one Lua script (atomic, ~0.1 ms), and the row reaches the database with the call's
+PostgreSQL commit on the critical path). With Redis it is a hash instead, written by one Lua
+script (atomic, one round trip; bench/README.md, "Measured outside bench/"), and the row reaches the database with the call's
 other records through the write-behind drainer (:mod:`routing.writebehind`).
 
 ``muse:claim:<job id>`` (a hash, kept :func:`ttl_s`) holds ``st``, the job's state for claims:

@@ -98,9 +98,8 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     whose caller may want a result or another broker: task routing, an ``AsyncResult``
     registered with the result backend and dropped at once, a pooled connection and channel per
     message, a queue declaration a direct publish on Redis does not need, and ~20 reads of
-    Celery's layered configuration. Measured (``bench/bench_publish.py``, 2026-12-02, CPU per
-    publish against ``apply_async``'s): 0.42-0.46x, where kombu's producer path was 0.65-0.70x.
-    It is on the web's critical path before the worker can start. Brokers
+    Celery's layered configuration: less CPU per publish than ``apply_async``
+    (``bench/bench_publish.py``; bench/README.md). It is on the web's critical path before the worker can start. Brokers
     :func:`~muse_experiments.infra.broker.direct_publisher` declines (Sentinel, key prefixes,
     ``task-sent`` events) take ``send_task_message``; eager mode (tests) takes ``apply_async``.
     """

@@ -21,9 +21,9 @@ Bound: a drainer blocks on the stream (``XREAD BLOCK``) and writes what it finds
 ``RECORDS_DRAIN_BATCH``); after a batch that was not full it lingers ``RECORDS_DRAIN_LINGER_MS``
 (default 200 ms, as Kafka producers' ``linger.ms``) so that the calls answered meanwhile make
 the next batch.
-A batch costs a fixed number of statements whatever its size, so at 1 client this writes ~5
-calls per transaction instead of one and takes the drain's CPU off the calls' GIL time (the
-worker's py-spy GIL profile at 1 client: the drain was 42% of the worker's CPU). Records reach
+A batch costs a fixed number of statements whatever its size, so at 1 client this writes several
+calls per transaction instead of one and takes the drain's CPU off the calls' GIL time
+(``bench/bench_stages.py --profile``; bench/README.md). Records reach
 the database within linger + one batch write of the answer (a few hundred ms), and within 5 s
 under load (``bench/bench_stages.py`` prints the lag of the last calls). If every worker is down, records wait in Redis (Redis persistence decides
 their durability, as it does for queued tasks) and are written when a worker starts.
@@ -198,8 +198,8 @@ def drain_forever(stop: threading.Event | None = None) -> None:
     Redis error is logged and retried after 1 s (the entries stay pending); never raises.
 
     Its own process is the production default because a batch write holds a worker's GIL for
-    milliseconds: at 1 client the in-worker drainer made the p99 latency 2.2x LiteLLM's, its own
-    process 0.98x (``bench/bench_proxy.py --concurrency 1`` with ``RECORDS_DRAINER`` true/false).
+    milliseconds, which raised the 1-client p99 (``bench/bench_proxy.py`` with ``RECORDS_DRAINER``
+    true/false; bench/README.md).
     """
     stop = stop or threading.Event()
     linger_s = settings.RECORDS_DRAIN_LINGER_MS / 1000

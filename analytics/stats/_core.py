@@ -3,7 +3,7 @@
 Internal module: everything is expressed with per-arm ``(n, mean, per-unit variance)``
 so that the same code serves means, proportions, delta-method ratios and
 regression-adjusted (CUPED) means.  Uses ``math`` and ``scipy.special`` ufuncs only on
-Python floats (10-50x cheaper than ``scipy.stats`` distribution objects).
+Python floats (far cheaper than ``scipy.stats`` distribution objects).
 """
 
 from __future__ import annotations

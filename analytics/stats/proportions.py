@@ -37,7 +37,7 @@ __all__ = ["wilson", "newcombe", "mover_r", "newcombe_gap", "newcombe_z", "agres
 
 
 def _where(cond, a, b):
-    """``np.where`` for arrays, a conditional expression for scalars (50x cheaper on floats)."""
+    """``np.where`` for arrays, a conditional expression for scalars (much cheaper on floats)."""
     return np.where(cond, a, b) if isinstance(cond, np.ndarray) else (a if cond else b)
 
 

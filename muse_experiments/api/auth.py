@@ -146,7 +146,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 #: What a login session (the admin's cookie + CSRF token, DRF's ``SessionAuthentication``) needs
 #: for each API operation, by URL name and method: Django permissions, all required (superusers
 #: hold every one, as in the admin; ``is_staff`` alone grants nothing). ``None``: API keys only, no
-#: session passes (the drop-ins, which in production run without the session middleware anyway).
+#: session passes (the drop-ins, which authenticate API keys only anyway).
 #: An operation missing here is refused to sessions. API keys are checked against the view's
 #: ``required_scope`` instead (noted per row); a HEAD or OPTIONS request needs what GET needs.
 #: The shipped roles (groups) are described in the README, "Roles".

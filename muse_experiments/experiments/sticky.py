@@ -97,9 +97,8 @@ def load_from_db(unit_ids: Iterable[str]) -> dict[str, StickyMap]:
     """Every non-forced exposure of these units, ``{unit id: {(experiment id, phase): variant}}``
     (1 indexed query). QA-forced exposures never make a unit sticky.
 
-    Raw SQL: it runs on the first call of every unit, before the upstream call, and the ORM's
-    query building cost 4× the query itself (0.55 of 0.66 ms CPU against 0.13 of 0.21 ms,
-    measured on PostgreSQL here)."""
+    Raw SQL: it runs on the first call of every unit, before the upstream call, where the ORM's
+    query building cost more than the query itself (bench/README.md, "Measured outside bench/")."""
     out: dict[str, StickyMap] = {u: {} for u in unit_ids}
     units = list(out)
     with connection.cursor() as cursor:

@@ -3,8 +3,8 @@ the web's direct publish of a task message onto a Redis queue (:class:`DirectPub
 
 kombu 5.7's Redis ``Channel`` builds a new ``redis.Redis`` for every message it publishes and
 every acknowledgement (``Channel.conn_or_acquire`` → ``_create_client``), and ``redis.Redis()``
-copies its ~200 response callbacks each time: measured with ``bench/bench_stages.py --profile``,
-that was 15% of the web process's publish and 6.6% of a worker's CPU at 32 clients. A client is
+copies its ~200 response callbacks each time, a visible share of the web's publish and of a
+worker's CPU (``bench/bench_stages.py --profile``; bench/README.md). A client is
 thread-safe (each command takes a connection from the channel's pool), so one per channel and
 pool is enough. Nothing else changes: same URL, pool, options and wire format.
 
@@ -55,9 +55,8 @@ class QoS(kombu_redis.QoS):
     mid-call leaves a ``worker_lost`` job and an unclaimed one is published again by
     :func:`routing.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
     first on the event loop the moment the task was handed to its pool thread, so the thread waited
-    for the loop's ``MULTI`` before its claim could go out (the claim step's p50 at one client was
-    ~13% longer relative to the next step, ``bench/bench_stages.py`` with timestamps, 2026-12-02),
-    and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
+    for the loop's ``MULTI`` before its claim could go out (a longer claim step,
+    ``bench/bench_stages.py``; bench/README.md), and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
     now costs neither.
 
     Everything else is kombu's: the in-memory count of unacknowledged messages (prefetch) is taken
@@ -237,8 +236,9 @@ class DirectPublisher:
     queue, so any Celery worker consumes it as its own (``tests/routing/test_dispatch_publish.py``
     compares it with ``apply_async``'s). What it leaves out is kombu's producer machinery: a pooled
     connection and channel taken and returned per message, the queue declaration a direct
-    publish on Redis does not need, and ~7 reads of Celery's layered configuration per message
-    (~25 µs each), which are read once here. Measured with ``bench/bench_publish.py``.
+    publish on Redis does not need, and several reads of Celery's layered configuration per
+    message, which are read once here. What it buys: less web CPU per publish
+    (``bench/bench_publish.py``; bench/README.md).
 
     Built by :func:`direct_publisher`; thread-safe (redis-py takes a pooled connection per
     command).

@@ -66,8 +66,8 @@ if _format == "json":
 class AccessLogger(Logger):
     """gunicorn's logger, minus the access line nobody reads: with a ``logconfig_dict`` gunicorn
     builds every request's access-log atoms (headers, environ) and hands them to
-    ``gunicorn.access``, which the config above sets to WARNING — 2% of a web process's CPU per
-    request (``bench/bench_stages.py --profile``). Django writes the access lines
+    ``gunicorn.access``, which the config above sets to WARNING: web CPU per request for nothing
+    (``bench/bench_stages.py --profile``; bench/README.md). Django writes the access lines
     (:mod:`muse_experiments.infra.observability`)."""
 
     def access(self, resp, req, environ, request_time):

@@ -7,21 +7,24 @@
   (``muse_request_id``); while a task runs its id (for completions: the job id) is bound as
   ``job_id`` (signal handlers at the bottom of this module, connected from ``apps.py``).
 
-Every record formatted by :class:`JsonFormatter` carries ``ts`` (ISO 8601 UTC), ``level``,
-``logger``, ``msg``, ``request_id``, ``job_id``, ``process`` (``MUSE_PROCESS_NAME``, set by the
-production supervisor) and ``pid``; ``exc`` holds a formatted traceback. Lines outside any request
-or task have ``null`` ids. ``LOG_FORMAT=json|plain`` picks the formatter (settings).
+Every record formatted by :class:`JsonFormatter` (python-json-logger's, configured) carries ``ts``
+(ISO 8601 UTC), ``level``, ``logger``, ``msg``, ``request_id``, ``job_id``, ``process``
+(``MUSE_PROCESS_NAME``, set by the production supervisor) and ``pid``; ``exc`` holds a formatted
+traceback. Nothing else: the extras a library attaches to a record (a request object, headers)
+are never written. Lines outside any request or task have ``null`` ids. ``LOG_FORMAT=json|plain``
+picks the formatter (settings).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import time
 import uuid
 from contextvars import ContextVar
+
+from pythonjsonlogger.json import JsonFormatter as _LibraryJsonFormatter
 
 request_id_var: ContextVar[str | None] = ContextVar("muse_request_id", default=None)
 job_id_var: ContextVar[str | None] = ContextVar("muse_job_id", default=None)
@@ -54,26 +57,31 @@ if getattr(_base_factory, "__name__", "") != "_record_with_ids":  # once, even i
     logging.setLogRecordFactory(_record_with_ids)
 
 
-class JsonFormatter(logging.Formatter):
-    """Formats a record as one JSON line (see the module docstring for the fields)."""
+class JsonFormatter(_LibraryJsonFormatter):
+    """One JSON line per record with exactly :data:`FIELDS` (see the module docstring)."""
 
-    process_name = os.environ.get("MUSE_PROCESS_NAME", "")
+    FIELDS = ("ts", "level", "logger", "msg", "request_id", "job_id", "process", "pid", "exc")
+    converter = time.gmtime
+    default_time_format = "%Y-%m-%dT%H:%M:%S"
+    default_msec_format = "%s.%03dZ"
 
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-            "request_id": getattr(record, "request_id", None),
-            "job_id": getattr(record, "job_id", None),
-            "process": self.process_name,
-            "pid": record.process,
-        }
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault(
+            "fmt", "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(job_id)s %(process)d"
+        )
+        kwargs.setdefault(
+            "rename_fields",
+            {"asctime": "ts", "levelname": "level", "name": "logger", "message": "msg",
+             "process": "pid", "exc_info": "exc", "process_name": "process"},
+        )  # fmt: skip
+        kwargs.setdefault("defaults", {"process_name": os.environ.get("MUSE_PROCESS_NAME", "")})
+        kwargs.setdefault("json_default", str)
+        kwargs.setdefault("json_ensure_ascii", False)
+        super().__init__(*args, **kwargs)
+
+    def process_log_record(self, log_data: dict) -> dict:
+        """Only :data:`FIELDS`, in that order: a record's extras are dropped."""
+        return {name: log_data[name] for name in self.FIELDS if name in log_data}
 
 
 class ContextFormatter(logging.Formatter):

@@ -58,12 +58,10 @@ def parse_formation(text: str, types: Mapping[str, str]) -> dict[str, int]:
     """``"worker=2,beat=0"`` → a count per Procfile type (unnamed types: 1). Raises ``ValueError``
     for an unknown type or a count that is not a non-negative integer.
 
-    One of each is the default production shape. A second worker process on this 2-core machine
-    served 1.0-1.1x the calls at 32 clients and added 1.1-1.7 ms to the p50 at 1 client (two
-    processes taking calls in turn, each with its own cold caches: 3.3 against 3.9-4.3 ms of
-    worker CPU per call); `bench/bench_stages.py`, `make bench-proxy` with MUSE_FORMATION=worker=1
-    and worker=2, 2026-12-02. Add workers for cores or redundancy (``worker=2``; ``bench/chaos.py``
-    runs two to test failover)."""
+    One of each is the default production shape: on 2 cores a second worker adds latency at 1
+    client for little throughput (``make bench-proxy`` with ``MUSE_FORMATION=worker=2``;
+    bench/README.md). Add workers for cores or redundancy (``worker=2``; ``bench/chaos.py`` runs
+    two to test failover)."""
     counts = dict.fromkeys(types, 1)
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         name, _, value = part.partition("=")

@@ -7,8 +7,8 @@ import. A routed completion allocates tens of thousands of objects, so each call
 collections, and now and then a full one. :func:`tune_gc` moves what start-up left alive into the
 permanent generation (``gc.freeze``, as Instagram does for its Django fleet: "Dismissing Python
 Garbage Collection at Instagram", 2017) and collects young objects less often
-(``GC_THRESHOLD``). Measured with ``bench/bench_stages.py --concurrency 1`` (README "Benchmarks"):
-p50 7.42/7.68 → 7.08/7.29 ms end to end, web CPU per call 2.24 → 2.02–2.12 ms.
+(``GC_THRESHOLD``). What it buys: less web CPU per call and a lower p50
+(``bench/bench_stages.py --concurrency 1``; figures in bench/README.md).
 """
 
 from __future__ import annotations

@@ -78,8 +78,8 @@ def _json_text(value: Any) -> str | None:
     """``value`` as JSON text (``ensure_ascii=False``), else None (not JSON-like, or too deep).
 
     The clean case's fast path: ``json``'s C encoder writes the text at once, where the walk
-    below builds every node's path in Python (one call's 3.4 KB records payload: ``storable`` 33 µs
-    against 61 µs, ``timeit``). Only a value whose text shows no NUL escape (or no surrogate)
+    below builds every node's path in Python (about half the CPU for a call's records payload;
+    bench/README.md, "Measured outside bench/"). Only a value whose text shows no NUL escape (or no surrogate)
     skips the walk; any hit, even a false one such as the six characters ``\\u0000`` in a
     string, is settled by the walk.
     """

@@ -23,7 +23,6 @@ from typing import Any
 from django.conf import settings
 
 from muse_experiments.api.auth import ApiClient
-from muse_experiments.api.throttling import settle
 
 from ..attempts import EndpointRefused
 from ..dispatch import caller_gone_check, submit_completion, wait_for_job
@@ -119,7 +118,6 @@ def submit(request, call: DropinCall, *, pinned: str | None) -> CompletionJob:
     refuse_unhonoured_contracts(
         call, lambda: CompletionJob(session_id=session_id, user_id=user_id, subagent=subagent, request=body)
     )
-    settle(request)
     job, _ = submit_completion(
         api_key=request.user.key if isinstance(request.user, ApiClient) else None,
         session_id=session_id,

@@ -25,9 +25,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api.auth import HasScope
+from muse_experiments.api.auth import ApiKeyAuthentication, HasScope
 from muse_experiments.api.base import RequestTooLarge
-from muse_experiments.api.throttling import DeferredThrottleMixin
 
 from ..models import CompletionJob
 from ..services import IdempotencyConflict
@@ -44,21 +43,20 @@ from .submission import finished_job, muse_headers, resolve_model, submit
 class VendorJsonNegotiation(DefaultContentNegotiation):
     """The vendors' APIs answer JSON whatever the request's ``Accept`` header says (a stream is an
     ``text/event-stream`` response of its own, not rendered), so the drop-ins do too: no ``406``,
-    no HTML page for a browser's ``Accept``. DRF's negotiation parses ``Accept`` against each
-    renderer on every request: 6% of the web process's CPU for a drop-in call (48 of 783 py-spy
-    GIL samples, ``bench/bench_stages.py --profile``, 2026-12-02). Parsers are chosen as DRF
-    chooses them."""
+    no HTML page for a browser's ``Accept``, and no ``Accept`` parsing per request
+    (``bench/bench_stages.py --profile``; bench/README.md). Parsers are chosen as DRF chooses them."""
 
     def select_renderer(self, request, renderers, format_suffix=None):
         renderer = renderers[0]
         return renderer, renderer.media_type
 
 
-class DropinView(DeferredThrottleMixin, APIView):
-    """Base view: completions scope, provider-shaped errors, left out of our OpenAPI schema. Its
-    rate-limit check is settled by :func:`~.submission.submit`, after parsing and validation.
-    Answers are JSON whatever ``Accept`` says (:class:`VendorJsonNegotiation`)."""
+class DropinView(APIView):
+    """Base view: API keys only (a staff session does not authenticate here), completions scope,
+    provider-shaped errors, left out of our OpenAPI schema. Answers are JSON whatever ``Accept``
+    says (:class:`VendorJsonNegotiation`)."""
 
+    authentication_classes = [ApiKeyAuthentication]
     permission_classes = [HasScope]
     renderer_classes = [JSONRenderer]
     content_negotiation_class = VendorJsonNegotiation

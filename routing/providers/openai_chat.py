@@ -26,23 +26,17 @@ error classes) with ``client.post`` rather than ``chat.completions.create`` (why
 (``cast_to=httpx2.Response``, the raw-response cast of the SDK's README for ``client.post``)
 instead of being built into the SDK's typed :class:`ChatCompletion`: the few fields read here are
 checked as they are read (anything malformed is :class:`~routing.providers.errors.BadResponse`).
-The typed build is on the worker's critical path and the SDK's ``construct_type`` is pure Python:
-85 µs against ``json.loads``'s 5 µs for the instant upstream's answer (20,000 each), and
-``bench/bench_execute_job.py`` (2,000 calls, three alternating pairs, 2026-12-02) spent 2.98,
-1.84, 2.56 ms of CPU per call reading JSON against 3.32, 3.10, 2.84 ms building the model.
-Streamed chunks stay typed (:class:`ChatCompletionChunk`).
+The typed build is on the worker's critical path and the SDK's ``construct_type`` is pure Python
+(``bench/bench_execute_job.py``; bench/README.md). Streamed chunks stay typed (:class:`ChatCompletionChunk`).
 
 The native service (``provider_kind`` ``native``: Avocado, our own) is not a vendor with an
 official SDK of its own; its non-streamed calls are POSTed through a ``urllib3`` pool
 (:func:`native_route`; :func:`routing.providers.transport.watched_pool`: cancellable like the
 SDK's connections), bearer auth, the same JSON body, the same answer checks. An error status
 becomes the SDK's own :class:`openai.APIStatusError` and urllib3's errors map to the same classes
-as ``httpx2``'s (:func:`routing.providers.base.map_exception`). Why: the SDK's ``post`` over
-``httpx2`` cost 1.01 ms of the client's CPU per call and ``urllib3`` 0.29 ms
-(``bench/bench_sdk_post.py``); in ``bench/bench_stages.py --concurrency 1`` (three alternating
-pairs, 2026-12-02) the upstream call stage took 1.73–1.82 ms against 2.93–3.15 ms, the worker
-5.8–6.1 against 7.1–7.6 ms of CPU per call, and the end-to-end p50 fell from 15.4–16.6 to
-14.0–14.6 ms. Its streams, and native endpoints reached through an environment proxy, stay on
+as ``httpx2``'s (:func:`routing.providers.base.map_exception`). Why: less client CPU per call and
+a shorter upstream call stage (``bench/bench_sdk_post.py``, ``bench/bench_stages.py``;
+bench/README.md). Its streams, and native endpoints reached through an environment proxy, stay on
 the SDK.
 """
 

@@ -18,10 +18,9 @@ never touches a connection the pool has handed to another call since.
 
 The native Avocado service's non-streamed calls go through :func:`watched_pool` instead: a
 ``urllib3`` connection pool (the HTTP library under ``requests``) whose connections bind their
-socket to the current :class:`UpstreamCall` in the same way. Its POST costs the worker a quarter
-of the CPU of the SDK's ``client.post`` over ``httpx2``: 0.29 against 1.01 ms per call to the
-instant upstream in its own process (``bench/bench_sdk_post.py``, best of 3 × 1,000), on the critical path
-of every routed call. Django-free.
+socket to the current :class:`UpstreamCall` in the same way. Its POST costs the worker a fraction
+of the CPU of the SDK's ``client.post`` over ``httpx2``, on the critical path of every routed call
+(``bench/bench_sdk_post.py``; bench/README.md). Django-free.
 """
 
 from __future__ import annotations

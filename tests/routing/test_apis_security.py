@@ -241,7 +241,7 @@ def _counted(redis_url: str, prefix: str) -> int:
 
 
 @pytest.mark.redis
-def test_a_drop_in_call_over_its_limit_is_refused_after_validation_and_dispatches_nothing(redis_url):
+def test_a_drop_in_call_over_its_limit_is_refused_and_dispatches_nothing(redis_url):
     from muse_experiments.infra.redis_client import redis_client
 
     key, raw = api_key_create(name="dropin-slow", scopes=["completions"], rate_limit_per_minute=1)
@@ -251,15 +251,15 @@ def test_a_drop_in_call_over_its_limit_is_refused_after_validation_and_dispatche
     # the one admitted request of the minute: an invalid body, a 400 (counted, as before)
     assert client.post("/v1/chat/completions", {"messages": []}, format="json").status_code == 400
     assert _counted(redis_url, key.prefix) == 1
-    # a valid call over the limit: the deferred check refuses it before any job exists
+    # a valid call over the limit: refused before any job exists
     refused = client.post("/v1/chat/completions", chat, format="json")
     assert refused.status_code == 429
     assert refused.json()["error"]["type"] == "rate_limit_error"
     assert 1 <= int(refused["retry-after"]) <= 121
     assert not CompletionJob.objects.exists()
     assert redis_client().llen("completions") == queued  # no task published
-    # over the limit with an invalid body: the 400 is answered, and neither is counted
-    assert client.post("/v1/chat/completions", {"messages": []}, format="json").status_code == 400
+    # over the limit with an invalid body: refused (the throttle runs before validation), not counted
+    assert client.post("/v1/chat/completions", {"messages": []}, format="json").status_code == 429
     assert _counted(redis_url, key.prefix) == 1
     # Anthropic's endpoint shares the rule
     messages = {"model": "muse-default", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
@@ -267,15 +267,13 @@ def test_a_drop_in_call_over_its_limit_is_refused_after_validation_and_dispatche
 
 
 @pytest.mark.redis
-def test_a_deferred_check_a_view_never_settled_turns_its_success_into_a_429(redis_url, rf):
+def test_any_api_view_answers_429_over_the_limit_and_counts_only_what_it_admits(redis_url, rf):
     from rest_framework.response import Response
     from rest_framework.views import APIView
 
-    from muse_experiments.api.throttling import DeferredThrottleMixin
-
-    class Forgetful(DeferredThrottleMixin, APIView):
+    class Forgetful(APIView):
         def get(self, request):
-            return Response({"ok": True})  # never calls settle()
+            return Response({"ok": True})  # does nothing about the limit itself
 
     key, raw = api_key_create(name="forgetful", scopes=["completions"], rate_limit_per_minute=1)
     view = Forgetful.as_view()

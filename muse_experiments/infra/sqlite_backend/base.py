@@ -4,10 +4,8 @@ SQLite lets one connection write at a time. A writer that finds the write lock t
 SQLite's busy handler, which sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100 ms between looks
 (``sqliteDefaultBusyCallback`` in ``sqlite3.c``) however soon the lock is freed. Under the
 embedded default's load (two web processes inserting jobs, a worker claiming them and writing
-their records) most of a call's time went to those sleeps: ``strace -c`` on the worker counted
-759 sleeps averaging 9.6 ms in 5 s, and the claim's ``UPDATE`` and the job's ``INSERT`` waited
-43 and 42 ms at the median, 0.36 and 0.41 s at p90 (``bench/bench_stages.py --embedded
---concurrency 16``).
+their records) most of a call's time went to those sleeps (``bench/bench_stages.py --embedded``;
+figures in bench/README.md).
 
 Here writers queue instead. Before a connection begins a transaction (every
 ``transaction.atomic`` block: ``BEGIN IMMEDIATE``, which takes SQLite's write lock at once) or

@@ -190,22 +190,22 @@ CASES = [
         written=lambda _: reasoning_store.session_end(session=KEYLESS_SESSION) == 0,
         ok=200,
     ),
-    # --- the drop-ins: API keys only, whatever the session's permissions
+    # --- the drop-ins: API keys only, whatever the session's permissions (a session is not a login there)
     Case(
         "v1 POST chat completions",
-        "403 403 403 403 403 403 403",
+        "401 401 401 401 401 401 401",
         lambda c, _: c.post("/v1/chat/completions", CHAT, format="json"),
         written=lambda _: CompletionJob.objects.exists(),
     ),
     Case(
         "v1 POST responses",
-        "403 403 403 403 403 403 403",
+        "401 401 401 401 401 401 401",
         lambda c, _: c.post("/v1/responses", RESPONSES, format="json"),
         written=lambda _: CompletionJob.objects.exists(),
     ),
     Case(
         "v1 POST messages",
-        "403 403 403 403 403 403 403",
+        "401 401 401 401 401 401 401",
         lambda c, _: c.post("/v1/messages", MESSAGES, format="json"),
         written=lambda _: CompletionJob.objects.exists(),
     ),

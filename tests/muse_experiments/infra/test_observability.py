@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import sys
 
 import pytest
 from django.core.signals import request_finished
@@ -85,6 +87,22 @@ def test_gateway_statuses_are_not_django_request_errors_but_a_500_still_is(caplo
         log_response("%s", "/x", response=HttpResponse(status=status), request=RequestFactory().get("/x"))
     errors = [(r.levelname, r.status_code) for r in caplog.records if r.name == "django.request"]
     assert errors == [("ERROR", 500)]
+
+
+def test_a_json_line_has_exactly_its_fields_and_never_a_records_extras():
+    logger = logging.getLogger("tests.fields")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logger.makeRecord(
+            "tests.fields", logging.ERROR, __file__, 1, "failed for %s", ("ünïcode",), sys.exc_info(),
+            extra={"request": "Authorization: Bearer muse_secret", "status_code": 500},
+        )  # fmt: skip
+    line = json.loads(JsonFormatter().format(record))
+    assert list(line) == ["ts", "level", "logger", "msg", "request_id", "job_id", "process", "pid", "exc"]
+    assert (line["level"], line["logger"], line["msg"]) == ("ERROR", "tests.fields", "failed for ünïcode")
+    assert line["pid"] == os.getpid() and line["exc"].endswith("ValueError: boom")
+    assert "muse_secret" not in JsonFormatter().format(record)
 
 
 def test_an_unsafe_request_id_is_replaced_not_logged():
