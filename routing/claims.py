@@ -157,14 +157,18 @@ redis.call('SADD', KEYS[3], ARGV[2])
 return redis.call('HGET', KEYS[1], 'row') or ''
 """
 
-# KEYS: workers set. ARGV: this worker ("" = none), ttl ms, heartbeat key prefix. Sets this
-# worker's heartbeat and returns the members whose heartbeat expired (removed: one caller each).
+# KEYS: workers set. ARGV: this worker ("" = none), ttl ms, heartbeat key prefix, find dead
+# ("1"/"0"). Sets this worker's heartbeat and returns the members whose heartbeat expired
+# (removed: one caller each).
 _BEAT = """
 if ARGV[1] ~= '' then
   redis.call('SET', ARGV[3] .. ARGV[1], '1', 'PX', ARGV[2])
   redis.call('SADD', KEYS[1], ARGV[1])
 end
 local dead = {}
+if ARGV[4] == '0' then
+  return dead
+end
 for _, w in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if redis.call('EXISTS', ARGV[3] .. w) == 0 then
     redis.call('SREM', KEYS[1], w)
@@ -289,13 +293,13 @@ def heartbeat_ttl_ms() -> int:
     return int(settings.WORKER_HEARTBEAT_TTL_S * 1000)
 
 
-def beat(worker: str | None) -> list[str]:
-    """Set ``worker``'s heartbeat (``None``: only look) and return the workers whose heartbeat
-    expired since anyone last looked: each dead worker is returned to one caller only (one
-    script, one round trip). Raises ``redis.RedisError``."""
+def beat(worker: str | None, *, find_dead: bool = True) -> list[str]:
+    """Set ``worker``'s heartbeat (``None``: only look) and, with ``find_dead``, return the
+    workers whose heartbeat expired since anyone last looked: each dead worker is returned to
+    one caller only, which must reap (one script, one round trip). Raises ``redis.RedisError``."""
     client = redis_client()
-    dead = _script(client, _BEAT)(keys=[WORKERS], args=[worker or "", heartbeat_ttl_ms(), HEARTBEAT_PREFIX])
-    return [w.decode() for w in dead]
+    args = [worker or "", heartbeat_ttl_ms(), HEARTBEAT_PREFIX, "1" if find_dead else "0"]
+    return [w.decode() for w in _script(client, _BEAT)(keys=[WORKERS], args=args)]
 
 
 def alive(workers: Iterable[str]) -> set[str]:

@@ -40,6 +40,7 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._reap: Callable[[bool], int] | None = None
+        self._dead: list[str] = []  # found by a beat outside the thread, reaped on its next tick
 
     @property
     def worker(self) -> str:
@@ -70,7 +71,8 @@ class LeaseKeeper:
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
-            self._beat()  # before this process claims anything: its claims must not look orphaned
+            # before this process claims anything: its claims must not look orphaned
+            self._dead += self._beat()
             self._thread = threading.Thread(target=self._run, name="muse-lease-keeper", daemon=True)
             self._thread.start()
 
@@ -81,7 +83,7 @@ class LeaseKeeper:
     def _beat(self) -> list[str]:
         """Set this process's heartbeat; the workers found dead (:func:`routing.claims.beat`)."""
         try:
-            return claims.beat(self.worker)
+            return claims.beat(self.worker, find_dead=self._reap is not None)
         except Exception as exc:  # noqa: BLE001 - Redis down: the leases decide meanwhile
             log.warning("worker heartbeat failed (%s)", type(exc).__name__)
             return []
@@ -93,7 +95,7 @@ class LeaseKeeper:
         next_renew = time.monotonic() + renew_every
         next_reap = time.monotonic() + reap_every
         while not self._wake.wait(tick):
-            dead = self._beat()
+            dead, self._dead = self._dead + self._beat(), []
             try:
                 if time.monotonic() >= next_renew:
                     next_renew = time.monotonic() + renew_every
