@@ -137,14 +137,16 @@ end
 return 0
 """
 
-# KEYS: claim hash, lease set, lost set. ARGV: now ms, job id, heartbeat key prefix, grace ms.
+# KEYS: claim hash, lease set, lost set. ARGV: now ms, job id, heartbeat key prefix, grace ms
+# (negative: heartbeats not read).
 # Returns the row JSON ("" if none) of a claim whose lease ended or whose worker's heartbeat
 # expired (now ``lost``), else false; drops the id from the lease set unless it lives.
 _REAP = """
 local st, w, lease, at = unpack(redis.call('HMGET', KEYS[1], 'st', 'w', 'lease', 'at'))
 local now = tonumber(ARGV[1])
 if st == 'running' and tonumber(lease) > now then
-  if redis.call('EXISTS', ARGV[3] .. w) == 1 or now - tonumber(at) < tonumber(ARGV[4]) then
+  local grace = tonumber(ARGV[4])
+  if grace < 0 or redis.call('EXISTS', ARGV[3] .. w) == 1 or now - tonumber(at) < grace then
     return false
   end
 end
@@ -263,9 +265,10 @@ def renew(job_ids: Iterable[str], *, worker: str) -> int:
     return sum(int(n) for n in pipe.execute())
 
 
-def reap(*, limit: int = 500) -> list[tuple[str, dict | None]]:
-    """Mark ``lost`` the running claims whose lease ended or whose worker's heartbeat expired
-    (after :func:`heartbeat_ttl_ms` of grace from the claim, for a worker's first beat). Returns
+def reap(*, limit: int = 500, heartbeats: bool = True) -> list[tuple[str, dict | None]]:
+    """Mark ``lost`` the running claims whose lease ended or (with ``heartbeats``) whose worker's
+    heartbeat expired (after :func:`heartbeat_ttl_ms` of grace from the claim, for a worker's
+    first beat). Returns
     ``[(job id, row)]`` of the jobs to fail ``worker_lost`` (the caller writes them;
     :func:`routing.services.completion_jobs_reap_expired`); their ids join :data:`LOST_JOBS`."""
     client = redis_client()
@@ -278,7 +281,7 @@ def reap(*, limit: int = 500) -> list[tuple[str, dict | None]]:
     for job_id in ids:
         script(
             keys=[claim_key(job_id), LEASES, LOST_JOBS],
-            args=[now, job_id, HEARTBEAT_PREFIX, heartbeat_ttl_ms()],
+            args=[now, job_id, HEARTBEAT_PREFIX, heartbeat_ttl_ms() if heartbeats else -1],
             client=pipe,
         )
     return [

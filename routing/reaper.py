@@ -43,12 +43,13 @@ LOST_OUTCOME = "lost"
 Publish = Callable[[str, "dict | None", bool], None]
 
 
-def reap_lost_work(*, death: bool, publish: Publish) -> int:
+def reap_lost_work(*, death: bool, publish: Publish, heartbeats: bool = True) -> int:
     """Settle what dead workers left (module docstring). ``death``: a worker's heartbeat was just
-    found expired, so unclaimed jobs are published again at once. Returns how many running jobs
-    were failed ``worker_lost``. Each step logs and leaves to the next run what Redis or the
-    database refused."""
-    failed = completion_jobs_reap_expired()
+    found expired, so unclaimed jobs are published again at once. ``heartbeats``: whether other
+    workers' heartbeats may be read (the caller has beaten steadily itself), else only leases
+    tell a death. Returns how many running jobs were failed ``worker_lost``. Each step logs and
+    leaves to the next run what Redis or the database refused."""
+    failed = completion_jobs_reap_expired(heartbeats=heartbeats)
     try:
         lost_attempts_record()
     except Exception:  # noqa: BLE001 - the ids stay in LOST_JOBS for the next run
@@ -121,8 +122,12 @@ def republish_unclaimed(*, death: bool, publish: Publish) -> int:
     now_ms = int(timezone.now().timestamp() * 1000)
     before = now_ms if death else now_ms - int(settings.COMPLETION_REQUEUE_AFTER_S * 1000)
     jobs = claims.unclaimed(before_ms=before)
+    # a job whose row is written (its waiting request wrote it, or a claim did while Redis was
+    # down) is published without its row: claimed through the row, it never runs twice
+    ids = [job_id for job_id, _, _ in jobs]
+    written = {str(pk) for pk in CompletionJob.objects.filter(pk__in=ids).values_list("pk", flat=True)}
     for job_id, row, stream in jobs:
-        publish(job_id, row, stream)
+        publish(job_id, None if job_id in written else row, stream)
     if jobs:
         log.warning("published %d unclaimed completion task(s) again", len(jobs))
     return len(jobs)

@@ -491,9 +491,10 @@ def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
     )
 
 
-def completion_jobs_reap_expired(*, now=None) -> int:
-    """Fail running jobs whose worker died: their lease expired, or their worker's heartbeat did
-    (:func:`routing.claims.beat`). Returns how many were failed.
+def completion_jobs_reap_expired(*, now=None, heartbeats: bool = True) -> int:
+    """Fail running jobs whose worker died: their lease expired, or (with ``heartbeats``: the
+    caller has beaten steadily, :meth:`routing.leases.LeaseKeeper.steady`) their worker's
+    heartbeat did (:func:`routing.claims.beat`). Returns how many were failed.
 
     The maintenance task and every worker's lease keeper run this (the keeper within a second of
     a worker's heartbeat expiring), so no job stays ``running`` forever even when its task message
@@ -501,12 +502,11 @@ def completion_jobs_reap_expired(*, now=None) -> int:
     whose worker died (:func:`routing.claims.reap`). Each failed job's id is left for
     :func:`routing.reaper.lost_attempts_record` (:data:`routing.claims.LOST_JOBS`).
     """
-    lost = _reap_redis_claims()
+    lost = _reap_redis_claims(heartbeats)
     now = now or timezone.now()
     running = CompletionJob.objects.filter(status=JobStatus.RUNNING)
-    dead = _dead_workers(
-        running.filter(started_at__lt=now - timedelta(seconds=settings.WORKER_HEARTBEAT_TTL_S))
-    )
+    settled = running.filter(started_at__lt=now - timedelta(seconds=settings.WORKER_HEARTBEAT_TTL_S))
+    dead = _dead_workers(settled) if heartbeats else []
     with transaction.atomic():
         jobs = list(
             running.select_for_update(skip_locked=True).filter(
@@ -539,11 +539,11 @@ def _note_lost(jobs) -> None:
         log.warning("noting %d lost job(s) failed (%s)", len(jobs), type(exc).__name__)
 
 
-def _reap_redis_claims() -> int:
+def _reap_redis_claims(heartbeats: bool) -> int:
     """Fail ``worker_lost`` the jobs whose Redis claim's lease ran out or whose worker died.
     Returns how many."""
     try:
-        expired = claims.reap()
+        expired = claims.reap(heartbeats=heartbeats)
     except Exception as exc:  # noqa: BLE001 - the next tick retries
         log.warning("reaping job claims in Redis failed (%s)", type(exc).__name__)
         return 0

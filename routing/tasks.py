@@ -121,7 +121,7 @@ def reap_expired_completion_jobs() -> int:
 def reap_lost(death: bool) -> int:
     """:func:`routing.reaper.reap_lost_work` publishing with :func:`republish`: what beat's task
     and every worker's lease keeper run (``death``: a worker's heartbeat was just found expired)."""
-    return reap_lost_work(death=death, publish=republish)
+    return reap_lost_work(death=death, publish=republish, heartbeats=keeper.steady())
 
 
 def republish(job_id: str, row: dict | None, stream: bool) -> None:

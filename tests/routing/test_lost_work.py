@@ -25,8 +25,17 @@ from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
 from routing import claims, dispatch, reaper, tasks
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
+from routing.planning import build_request, job_plan
+from routing.recording import record_call
+from routing.records import records_write
 from routing.router import execute_job
-from routing.services import WORKER_LOST, completion_job_claim, completion_job_create
+from routing.services import (
+    WORKER_LOST,
+    completion_job_claim,
+    completion_job_create,
+    completion_job_materialize,
+)
+from routing.serving import serve
 from tests.factories import make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -192,3 +201,39 @@ def test_a_job_taken_before_its_claim_is_findable_and_served_once_its_taker_is_f
     assert tasks.reap_lost(True) == 0  # claimed: never published (or served) again
     assert redis_client().llen(Queue.COMPLETIONS) == 0
     assert upstreams.call_count() == 1
+
+
+def test_the_answer_of_a_worker_wrongly_thought_dead_replaces_its_lost_call(upstreams):
+    """A worker whose heartbeat lapsed while it still worked (a stall longer than the TTL): its
+    job is failed and its call recorded lost, then its answer arrives and wins, once."""
+    job, _ = completion_job_create(
+        api_key=None, session_id="s-1", user_id="u-1", subagent="", attributes={},
+        request={"messages": MESSAGES, "tools": []},
+    )  # fmt: skip
+    claims.beat("slow:1")
+    running = completion_job_claim(job_id=str(job.id), worker="slow:1")
+    decision, chain, reason = job_plan(running)
+    outcome = serve(build_request(running, {}), chain, reason, job_id=str(job.id))  # noted, answered
+    age_claim(job.id)
+    redis_client().delete(f"{claims.HEARTBEAT_PREFIX}slow:1")
+    assert reaper.reap_lost_work(death=True, publish=lambda *a: pytest.fail("claimed")) == 1
+    assert lost_calls() == [(str(job.id), JobStatus.FAILED, "worker_lost", True, Decimal(0), "")]
+
+    record_call(running, decision, chain, outcome)  # the stalled worker records its answer
+    stored = CompletionJob.objects.get(pk=job.id)
+    assert (stored.status, stored.error) == (JobStatus.SUCCEEDED, "")
+    call = CallRecord.objects.get(job_id=job.id)
+    assert (call.status, call.error_kind, call.cost_unknown) == ("succeeded", "", False)
+    assert [(a.outcome, a.cost_unknown) for a in call.attempts.all()] == [("ok", False)]
+    assert records_write([reaper.lost_call_payload(stored, [{"endpoint": "x", "at": 0}])]) == 0  # stays
+    assert upstreams.call_count() == 1
+
+
+def test_a_job_whose_row_is_written_is_published_again_without_its_row():
+    """Its waiting request wrote it (or a claim did while Redis was down): claimed through the
+    row, it can never run twice."""
+    job, row = deferred()
+    completion_job_materialize(job)
+    published: list = []
+    assert reaper.republish_unclaimed(death=True, publish=lambda *a: published.append(a)) == 1
+    assert published == [(str(job.id), None, False)]
