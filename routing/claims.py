@@ -328,8 +328,8 @@ def queue_published(pipe, job_id: str, *, row: dict[str, Any] | None, stream: bo
 
 def unclaimed(*, before_ms: int, limit: int = 500) -> list[tuple[str, dict | None, bool]]:
     """``[(job id, row, stream)]`` of jobs published before ``before_ms`` (epoch ms) that no claim
-    has taken; each is re-scored to now, so that it comes back only after another wait. Ids whose
-    record is gone or taken are dropped from :data:`QUEUED_JOBS`. Raises ``redis.RedisError``."""
+    has taken. Ids whose record is gone or taken are dropped from :data:`QUEUED_JOBS`; the caller
+    re-scores those it published again (:func:`republished`). Raises ``redis.RedisError``."""
     client = redis_client()
     ids = [i.decode() for i in client.zrangebyscore(QUEUED_JOBS, "-inf", before_ms, start=0, num=limit)]
     if not ids:
@@ -337,19 +337,24 @@ def unclaimed(*, before_ms: int, limit: int = 500) -> list[tuple[str, dict | Non
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hmget(claim_key(job_id), "st", "row", "s")
-    found, gone, now = [], [], _now_ms()
+    found, gone = [], []
     for job_id, (st, row, stream) in zip(ids, pipe.execute(), strict=True):
         if st == b"queued":
             found.append((job_id, json.loads(row) if row else None, stream == b"1"))
         else:
             gone.append(job_id)
-    pipe = client.pipeline(transaction=False)
     if gone:
-        pipe.zrem(QUEUED_JOBS, *gone)
-    if found:
-        pipe.zadd(QUEUED_JOBS, {job_id: now for job_id, _, _ in found}, xx=True)
-    pipe.execute()
+        client.zrem(QUEUED_JOBS, *gone)
     return found
+
+
+def republished(job_ids: Iterable[str]) -> None:
+    """Re-score jobs just published again to now, so that they come back only after another
+    wait (or another death); a job a claim took meanwhile stays out. Raises ``redis.RedisError``."""
+    now = _now_ms()
+    ids = list(job_ids)
+    if ids:
+        redis_client().zadd(QUEUED_JOBS, dict.fromkeys(ids, now), xx=True)
 
 
 def notes_key(job_id: str) -> str:

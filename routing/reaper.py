@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import IntegrityError
 from django.utils import timezone
 
 from . import claims
@@ -75,7 +76,10 @@ def lost_attempts_record(*, limit: int = 500) -> int:
             job = CompletionJob.objects.filter(pk=job_id).first()
             if job is None:
                 continue
-            recorded += records_write([lost_call_payload(job, notes)])
+            try:
+                recorded += records_write([lost_call_payload(job, notes)])
+            except IntegrityError:  # another reaper (or its answer) recorded the call meanwhile
+                continue  # the next run finds it recorded and forgets the job
         claims.forget_lost(job_id)
     if recorded:
         log.warning("recorded %d call(s) whose attempts died with their worker (cost unknown)", recorded)
@@ -128,6 +132,7 @@ def republish_unclaimed(*, death: bool, publish: Publish) -> int:
     written = {str(pk) for pk in CompletionJob.objects.filter(pk__in=ids).values_list("pk", flat=True)}
     for job_id, row, stream in jobs:
         publish(job_id, None if job_id in written else row, stream)
+    claims.republished(ids)
     if jobs:
         log.warning("published %d unclaimed completion task(s) again", len(jobs))
     return len(jobs)
