@@ -337,6 +337,9 @@ class CallRollup(models.Model):
     errors = models.PositiveIntegerField(default=0)
     fallbacks = models.PositiveIntegerField(default=0, help_text="Served by a fallback or circuit_open.")
     killed = models.PositiveIntegerField(default=0, help_text="Rerouted by a kill switch.")
+    cost_unknown = models.PositiveIntegerField(
+        default=0, help_text="Calls with an attempt that died with its worker: billed, cost unknown."
+    )
     exposures = models.PositiveIntegerField(default=0)
     cost_usd = models.FloatField(default=0.0)
     tokens = models.BigIntegerField(default=0)

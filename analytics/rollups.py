@@ -63,7 +63,8 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
     """Recompute the rollup from ``since`` (default: the newest stored hour) to now.
 
     Per hour × endpoint × experiment phase × variant: calls, errors (failed calls), fallbacks
-    (``routing.models.FALLBACK_REASONS``), killed (any of ``KILL_REASONS``), cost (USD),
+    (``routing.models.FALLBACK_REASONS``), killed (any of ``KILL_REASONS``), cost unknown
+    (calls with an attempt that died with its worker, ``CallRecord.cost_unknown``), cost (USD),
     tokens (input + output: a call's output tokens already include its reasoning tokens, as both
     providers count them, see :class:`routing.providers.types.Usage`), histograms of latency (ms,
     succeeded calls), cost and tokens per call (:mod:`analytics.histograms`), and units first
@@ -119,6 +120,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
         err=one_if(Q(status=JobStatus.FAILED)),
         fb=one_if(Q(reason__in=FALLBACK_REASONS)),
         kill=one_if(Q(reason__in=KILL_REASONS)),
+        unknown=one_if(Q(cost_unknown=True)),
         cost=Sum("cost_usd"),
         tokens=Sum("tok"),
     )
@@ -128,6 +130,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
             errors=t["err"],
             fallbacks=t["fb"],
             killed=t["kill"],
+            cost_unknown=t["unknown"],
             cost_usd=float(t["cost"] or 0),
             tokens=int(t["tokens"] or 0),
         )
@@ -168,7 +171,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
     return len(objects) + len(days)
 
 
-SUMMED = ("calls", "errors", "fallbacks", "killed", "exposures", "cost_usd", "tokens")
+SUMMED = ("calls", "errors", "fallbacks", "killed", "cost_unknown", "exposures", "cost_usd", "tokens")
 HISTOGRAM_FIELDS = ("latency_hist", "cost_hist", "tokens_hist")
 
 

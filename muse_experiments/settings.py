@@ -319,6 +319,10 @@ COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)
 COMPLETION_REQUEUE_AFTER_S = env.float("COMPLETION_REQUEUE_AFTER_S", default=120.0)
 # How often (s) workers (and beat) fail running jobs whose lease lapsed.
 COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)
+# A worker process's heartbeat (s): renewed every fifth of it; once it expires, the worker is
+# dead: its running jobs are failed "worker_lost" (their attempts recorded lost, cost unknown) and
+# the jobs published meanwhile are published again, by the next worker to beat (routing.leases).
+WORKER_HEARTBEAT_TTL_S = env.float("WORKER_HEARTBEAT_TTL_S", default=5.0)
 # Write the records of each call (exposure, call record, attempts, transcript turn) behind the
 # answer: buffered in Redis, drained in bulk by a drainer (routing.writebehind). The test process
 # writes them synchronously (no drainer runs in it, and each test's database transaction is rolled

@@ -20,7 +20,7 @@ from typing import Any
 
 from muse_experiments.infra.redis_client import redis_client
 
-from . import roundtrip
+from . import claims, roundtrip
 from .circuit import OPEN, PROBE, breaker
 from .concurrency import Slot, limiter
 from .cooling import cooling_check
@@ -223,10 +223,13 @@ def kill_for(candidate: Candidate) -> KillInForce | None:
     )
 
 
-def _guard(candidate: Candidate, request: CompletionRequest) -> _Permit:
+def _guard(candidate: Candidate, request: CompletionRequest, job_id: str = "") -> _Permit:
     """Every check that must pass immediately before an upstream call: the endpoint can honour the
     request's output contracts (:meth:`~routing.providers.types.CompletionRequest.needs`), enabled,
     kill switch, cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
+    With ``job_id``, the attempt is noted as started in the same round trip
+    (:func:`routing.claims.queue_attempt_note`; the note is dropped if a check refuses), so that
+    a worker dying during the call leaves it to be recorded ``lost`` (:mod:`routing.reaper`).
 
     Raises EndpointRefused (nothing was called) or a
     :class:`~routing.credentials.CredentialUnavailable` (missing, or not allowed to go to the
@@ -244,14 +247,16 @@ def _guard(candidate: Candidate, request: CompletionRequest) -> _Permit:
     # the three shared stores in one Redis round trip (routing.roundtrip); what one of them refuses
     # is given back to the others (a slot, a half-open probe) before the refusal is raised
     pipe = roundtrip.pipeline(redis_client())
-    cooling, slot, permission = roundtrip.run(
-        pipe,
-        [
-            cooling_check(pipe, info.public_id),
-            limiter.acquire_check(pipe, info.public_id, info.max_concurrency),
-            breaker().allow_check(pipe, info.public_id, probe_lease_s=info.timeout_s + 5.0),
-        ],
-    )
+    checks = [
+        cooling_check(pipe, info.public_id),
+        limiter.acquire_check(pipe, info.public_id, info.max_concurrency),
+        breaker().allow_check(pipe, info.public_id, probe_lease_s=info.timeout_s + 5.0),
+    ]
+    if job_id:
+        note = {"endpoint": info.public_id, "at": int(time.time() * 1000)}
+        claims.queue_attempt_note(pipe, job_id, note)
+        checks.append(roundtrip.Pending(read=_noted))
+    cooling, slot, permission, *noted = roundtrip.run(pipe, checks)
     refusal = (
         "cooling" if cooling is not None
         else "concurrency_limited" if slot is None
@@ -259,6 +264,7 @@ def _guard(candidate: Candidate, request: CompletionRequest) -> _Permit:
         else ""
     )  # fmt: skip
     if refusal:
+        _forget_note(job_id, noted)
         if slot is not None:
             slot.release()
         if permission == PROBE:
@@ -269,11 +275,29 @@ def _guard(candidate: Candidate, request: CompletionRequest) -> _Permit:
             provider=info.provider_key, env_name=info.credential_env, base_url=info.base_url
         )
     except CredentialUnavailable:
+        _forget_note(job_id, noted)
         slot.release()
         if permission == PROBE:  # a probe that cannot even call: the endpoint stays open
             breaker().record_failure(info.public_id, probe=True)
         raise
     return _Permit(endpoint_config(info, credential), slot, permission == PROBE)
+
+
+def _noted(reply: Any) -> bool:
+    """Whether the attempt's note was written (a Redis error: the call goes on unnoted)."""
+    if isinstance(reply, Exception):
+        log.warning("noting an attempt failed (%s)", type(reply).__name__)
+        return False
+    return True
+
+
+def _forget_note(job_id: str, noted: list[bool]) -> None:
+    """Drop the note of an attempt refused before it called upstream (best effort)."""
+    if job_id and any(noted):
+        try:
+            claims.forget_last_note(job_id)
+        except Exception as exc:  # noqa: BLE001 - a stale note only over-reports a lost attempt
+            log.warning("dropping an attempt note failed (%s)", type(exc).__name__)
 
 
 def attempt(
@@ -307,7 +331,7 @@ def attempt(
     :class:`AttemptKilled` is raised (the caller falls back). Either way the slot is freed without
     counting against the endpoint.
     """
-    permit = _guard(candidate, request)
+    permit = _guard(candidate, request, job_id)
     request = _with_session_reasoning(request, permit.config, session)
     started = time.perf_counter()
     with cancel_watcher.watching(job_id, killed=lambda: kill_for(candidate)) as call:
@@ -354,7 +378,7 @@ def _with_session_reasoning(
 
 
 def attempt_stream(
-    candidate: Candidate, request: CompletionRequest, *, session: OwnedSession | None = None
+    candidate: Candidate, request: CompletionRequest, *, session: OwnedSession | None = None, job_id: str = ""
 ) -> GuardedStream:
     """ONE guarded streaming attempt. The guards of :func:`attempt` run *now* (before this returns),
     raising :class:`EndpointRefused` / ``CredentialUnavailable`` eagerly.
@@ -369,7 +393,7 @@ def attempt_stream(
     output, so the caller must end the response there and not restart the call. Both count against
     the circuit breaker; a ``done`` event counts as success.
     """
-    permit = _guard(candidate, request)
+    permit = _guard(candidate, request, job_id)
     request = _with_session_reasoning(request, permit.config, session)
     try:
         events = client_for(permit.config).stream(permit.config, request)

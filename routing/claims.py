@@ -11,21 +11,38 @@ other records through the write-behind drainer (:mod:`routing.writebehind`).
 
 ``muse:claim:<job id>`` (a hash, kept :func:`ttl_s`) holds ``st``, the job's state for claims:
 
+* ``queued`` — published, not claimed yet (:func:`queue_published`, written with the task
+  message by :func:`routing.dispatch.publish_completion`): the job is findable from then on
+  (``row`` keeps a deferred job's row, ``s`` whether it streams) and its id is in
+  :data:`QUEUED_JOBS`, scored by when it was published, until a claim takes it; the reaper publishes
+  it again when a worker died meanwhile (it may have taken the message with it) or when it
+  waited ``COMPLETION_REQUEUE_AFTER_S`` (:func:`unclaimed`).
 * ``running`` — a worker (``w``) took it at ``at`` and holds it until ``lease`` (epoch ms); ``row`` keeps the job's
   row (JSON) so that a lost job can still be written. Its id is in the sorted set
   :data:`LEASES`, scored by the lease's end. :class:`routing.leases.LeaseKeeper` renews both
   every third of ``COMPLETION_LEASE_S`` while the worker lives (:func:`renew`).
 * ``done`` — the call's records and final state were buffered (:func:`queue_done`, in the same
   ``MULTI`` as :func:`routing.writebehind.buffer_call`): a redelivery does nothing.
-* ``lost`` — the lease ran out before the job finished: its worker died mid-call. The job is
-  failed ``worker_lost`` (:func:`routing.services.completion_job_fail`), by the redelivery that
-  found it (:func:`claim`) or by the reaper (:func:`reap`), and never run again.
+* ``lost`` — the lease ran out, or the worker's heartbeat (:func:`beat`) expired, before the
+  job finished: its worker died mid-call. The job is failed ``worker_lost``
+  (:func:`routing.services.completion_job_fail`), by the redelivery that found it (:func:`claim`)
+  or by the reaper (:func:`reap`), and never run again; its id waits in :data:`LOST_JOBS` until the
+  reaper has recorded the attempts that died with it (:func:`attempt_notes`).
 * ``db`` — the job is claimed through its database row (a task without a row: streams, durable
   jobs, a deferred job whose waiting request wrote its row and published it again). Every later
   delivery goes to the row too, so the two ways of claiming never both run one job.
 
-A claim finds the hash absent (and takes it), or finds one of the states above; the script
-decides atomically, so of two deliveries racing for one job exactly one runs it.
+A claim finds the hash absent or ``queued`` (and takes it), or finds one of the states above;
+the script decides atomically, so of two deliveries racing for one job exactly one runs it.
+
+Worker liveness: each worker process sets ``muse:worker:<identity>`` with a TTL of
+``WORKER_HEARTBEAT_TTL_S`` every fifth of it and belongs to :data:`WORKERS` (:func:`beat`). A
+running claim whose worker's key has expired is lost as soon as the reaper looks, however long
+its lease still runs; the lease stays the bound when Redis lost the heartbeat keys.
+
+Attempt notes: before each upstream call, its attempt is noted in ``muse:job:<id>:attempts``
+(:func:`queue_attempt_note`, in the same round trip as the attempt's guards), so that a call
+that died with its worker is still recorded, as ``lost`` with its cost unknown.
 """
 
 from __future__ import annotations
@@ -43,6 +60,14 @@ from muse_experiments.infra.redis_client import redis_client
 KEY_PREFIX = "muse:claim:"
 #: Running claims by the end of their lease (epoch ms): what :func:`reap` scans.
 LEASES = "muse:claims:leases"
+#: Published, unclaimed jobs by when they were published (epoch ms): what :func:`unclaimed` scans.
+QUEUED_JOBS = "muse:claims:queued"
+#: Lost jobs whose attempts the reaper has not recorded yet (:mod:`routing.reaper`).
+LOST_JOBS = "muse:claims:lost"
+#: Worker identities that have beaten (:func:`beat`); a member whose key expired is dead.
+WORKERS = "muse:workers"
+HEARTBEAT_PREFIX = "muse:worker:"
+NOTES_SUFFIX = ":attempts"
 #: The shortest a claim's hash is kept (s).
 MIN_TTL_S = 3600
 
@@ -56,15 +81,17 @@ def ttl_s() -> int:
     return max(MIN_TTL_S, 2 * int(options.get("visibility_timeout", MIN_TTL_S)))
 
 
-CLAIMED, BUSY, DONE, LOST, DB = "claimed", "running", "done", "lost", "db"
+CLAIMED, BUSY, DONE, LOST, DB, QUEUED = "claimed", "running", "done", "lost", "db", "queued"
 
-# KEYS: claim hash, lease set. ARGV: worker, now ms, lease ms, ttl s, row JSON ("" = no row), job id.
-# Returns {state} or {"lost", row JSON}.
+# KEYS: claim hash, lease set, queued set, lost set. ARGV: worker, now ms, lease ms, ttl s, row
+# JSON ("" = no row), job id. Returns {state} or {"lost", row JSON}.
 _CLAIM = """
 local st = redis.call('HGET', KEYS[1], 'st')
-if not st then
+if not st or st == 'queued' then
+  redis.call('ZREM', KEYS[3], ARGV[6])
   if ARGV[5] == '' then
     redis.call('HSET', KEYS[1], 'st', 'db')
+    redis.call('HDEL', KEYS[1], 'row')
     redis.call('EXPIRE', KEYS[1], ARGV[4])
     return {'db'}
   end
@@ -77,9 +104,26 @@ end
 if st == 'running' and tonumber(redis.call('HGET', KEYS[1], 'lease')) <= tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[1], 'st', 'lost')
   redis.call('ZREM', KEYS[2], ARGV[6])
+  redis.call('SADD', KEYS[4], ARGV[6])
   return {'lost', redis.call('HGET', KEYS[1], 'row')}
 end
 return {st}
+"""
+
+# KEYS: claim hash, queued set. ARGV: now ms, ttl s, row JSON ("" = none), stream ("1"/"0"), job id.
+# Records a published job unless a claim already took it (a task published again).
+_PUBLISHED = """
+local st = redis.call('HGET', KEYS[1], 'st')
+if st and st ~= 'queued' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'st', 'queued', 'at', ARGV[1], 's', ARGV[4])
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'row', ARGV[3])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[5])
+return 1
 """
 
 # KEYS: claim hash, lease set. ARGV: worker, lease end ms, job id. Extends a running claim of
@@ -93,19 +137,53 @@ end
 return 0
 """
 
-# KEYS: claim hash, lease set. ARGV: now ms, job id. Returns the row JSON of a claim whose
-# lease ended (now ``lost``), else false; drops the id from the set either way unless it lives.
+# KEYS: claim hash, lease set, lost set. ARGV: now ms, job id, heartbeat key prefix, grace ms
+# (negative: heartbeats not read).
+# Returns the row JSON ("" if none) of a claim whose lease ended or whose worker's heartbeat
+# expired (now ``lost``), else false; drops the id from the lease set unless it lives.
 _REAP = """
-local st = redis.call('HGET', KEYS[1], 'st')
-if st == 'running' and tonumber(redis.call('HGET', KEYS[1], 'lease')) > tonumber(ARGV[1]) then
-  return false
+local st, w, lease, at = unpack(redis.call('HMGET', KEYS[1], 'st', 'w', 'lease', 'at'))
+local now = tonumber(ARGV[1])
+if st == 'running' and tonumber(lease) > now then
+  local grace = tonumber(ARGV[4])
+  if grace < 0 or redis.call('EXISTS', ARGV[3] .. w) == 1 or now - tonumber(at) < grace then
+    return false
+  end
 end
 redis.call('ZREM', KEYS[2], ARGV[2])
 if st ~= 'running' then
   return false
 end
 redis.call('HSET', KEYS[1], 'st', 'lost')
-return redis.call('HGET', KEYS[1], 'row')
+redis.call('SADD', KEYS[3], ARGV[2])
+return redis.call('HGET', KEYS[1], 'row') or ''
+"""
+
+# KEYS: workers set. ARGV: this worker ("" = none), ttl ms, heartbeat key prefix, find dead
+# ("1"/"0"). Sets this worker's heartbeat and returns the members whose heartbeat expired
+# (removed: one caller each).
+_BEAT = """
+if ARGV[1] ~= '' then
+  redis.call('SET', ARGV[3] .. ARGV[1], '1', 'PX', ARGV[2])
+  redis.call('SADD', KEYS[1], ARGV[1])
+end
+local dead = {}
+if ARGV[4] == '0' then
+  return dead
+end
+for _, w in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', ARGV[3] .. w) == 0 then
+    redis.call('SREM', KEYS[1], w)
+    table.insert(dead, w)
+  end
+end
+return dead
+"""
+
+# KEYS: a job's attempt list. ARGV: the note (JSON), ttl s.
+_NOTE = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
 """
 
 _scripts: dict[str, Any] = {}
@@ -148,7 +226,7 @@ def claim_send(
     conn = pool.get_connection()
     try:
         conn.send_command(
-            "EVAL", _CLAIM, 2, claim_key(job_id), LEASES, worker, _now_ms(),
+            "EVAL", _CLAIM, 4, claim_key(job_id), LEASES, QUEUED_JOBS, LOST_JOBS, worker, _now_ms(),
             int(settings.COMPLETION_LEASE_S * 1000), ttl_s(),
             json.dumps(row, separators=(",", ":")) if row is not None else "", job_id,
         )  # fmt: skip
@@ -187,19 +265,137 @@ def renew(job_ids: Iterable[str], *, worker: str) -> int:
     return sum(int(n) for n in pipe.execute())
 
 
-def reap(*, limit: int = 500) -> list[tuple[str, dict]]:
-    """Mark ``lost`` the running claims whose lease ended. Returns ``[(job id, row)]`` of the jobs
-    to fail ``worker_lost`` (the caller writes them; :func:`routing.services.completion_jobs_reap_expired`)."""
+def reap(*, limit: int = 500, heartbeats: bool = True) -> list[tuple[str, dict | None]]:
+    """Mark ``lost`` the running claims whose lease ended or (with ``heartbeats``) whose worker's
+    heartbeat expired (after :func:`heartbeat_ttl_ms` of grace from the claim, for a worker's
+    first beat). Returns
+    ``[(job id, row)]`` of the jobs to fail ``worker_lost`` (the caller writes them;
+    :func:`routing.services.completion_jobs_reap_expired`); their ids join :data:`LOST_JOBS`."""
     client = redis_client()
     now = _now_ms()
-    ids = [i.decode() for i in client.zrangebyscore(LEASES, "-inf", now, start=0, num=limit)]
+    ids = [i.decode() for i in client.zrange(LEASES, 0, limit - 1)]
     if not ids:
         return []
     script = _script(client, _REAP)
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
-        script(keys=[claim_key(job_id), LEASES], args=[now, job_id], client=pipe)
-    return [(j, json.loads(raw)) for j, raw in zip(ids, pipe.execute(), strict=True) if raw]
+        script(
+            keys=[claim_key(job_id), LEASES, LOST_JOBS],
+            args=[now, job_id, HEARTBEAT_PREFIX, heartbeat_ttl_ms() if heartbeats else -1],
+            client=pipe,
+        )
+    return [
+        (j, json.loads(raw) if raw else None)
+        for j, raw in zip(ids, pipe.execute(), strict=True)
+        if raw is not None
+    ]
+
+
+def heartbeat_ttl_ms() -> int:
+    """How long a worker's heartbeat lasts without renewal (ms): ``WORKER_HEARTBEAT_TTL_S``."""
+    return int(settings.WORKER_HEARTBEAT_TTL_S * 1000)
+
+
+def beat(worker: str | None, *, find_dead: bool = True) -> list[str]:
+    """Set ``worker``'s heartbeat (``None``: only look) and, with ``find_dead``, return the
+    workers whose heartbeat expired since anyone last looked: each dead worker is returned to
+    one caller only, which must reap (one script, one round trip). Raises ``redis.RedisError``."""
+    client = redis_client()
+    args = [worker or "", heartbeat_ttl_ms(), HEARTBEAT_PREFIX, "1" if find_dead else "0"]
+    return [w.decode() for w in _script(client, _BEAT)(keys=[WORKERS], args=args)]
+
+
+def alive(workers: Iterable[str]) -> set[str]:
+    """Which of ``workers`` have a live heartbeat (one round trip). Raises ``redis.RedisError``."""
+    names = list(workers)
+    if not names:
+        return set()
+    pipe = redis_client().pipeline(transaction=False)
+    for name in names:
+        pipe.exists(f"{HEARTBEAT_PREFIX}{name}")
+    return {name for name, n in zip(names, pipe.execute(), strict=True) if n}
+
+
+def queue_published(pipe, job_id: str, *, row: dict[str, Any] | None, stream: bool) -> None:
+    """Add to a pipeline the script that records a just-published job as ``queued`` (findable,
+    and in :data:`QUEUED_JOBS` until a claim takes it); a job a claim already took is left as it
+    is (a task published again)."""
+    pipe.eval(
+        _PUBLISHED, 2, claim_key(job_id), QUEUED_JOBS, _now_ms(), ttl_s(),
+        json.dumps(row, separators=(",", ":")) if row is not None else "", "1" if stream else "0", job_id,
+    )  # fmt: skip
+
+
+def unclaimed(*, before_ms: int, limit: int = 500) -> list[tuple[str, dict | None, bool]]:
+    """``[(job id, row, stream)]`` of jobs published before ``before_ms`` (epoch ms) that no claim
+    has taken. Ids whose record is gone or taken are dropped from :data:`QUEUED_JOBS`; the caller
+    re-scores those it published again (:func:`republished`). Raises ``redis.RedisError``."""
+    client = redis_client()
+    ids = [i.decode() for i in client.zrangebyscore(QUEUED_JOBS, "-inf", before_ms, start=0, num=limit)]
+    if not ids:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(claim_key(job_id), "st", "row", "s")
+    found, gone = [], []
+    for job_id, (st, row, stream) in zip(ids, pipe.execute(), strict=True):
+        if st == b"queued":
+            found.append((job_id, json.loads(row) if row else None, stream == b"1"))
+        else:
+            gone.append(job_id)
+    if gone:
+        client.zrem(QUEUED_JOBS, *gone)
+    return found
+
+
+def republished(job_ids: Iterable[str]) -> None:
+    """Re-score jobs just published again to now, so that they come back only after another
+    wait (or another death); a job a claim took meanwhile stays out. Raises ``redis.RedisError``."""
+    now = _now_ms()
+    ids = list(job_ids)
+    if ids:
+        redis_client().zadd(QUEUED_JOBS, dict.fromkeys(ids, now), xx=True)
+
+
+def notes_key(job_id: str) -> str:
+    return f"muse:job:{job_id}{NOTES_SUFFIX}"
+
+
+def queue_attempt_note(pipe, job_id: str, note: dict[str, Any]) -> None:
+    """Add to a pipeline the command (one reply) that notes an attempt about to call upstream
+    (JSON: ``endpoint``, ``at`` its start in epoch ms) in the job's attempt list (kept :func:`ttl_s`)."""
+    pipe.eval(_NOTE, 1, notes_key(job_id), json.dumps(note, separators=(",", ":")), ttl_s())
+
+
+def forget_last_note(job_id: str) -> None:
+    """Drop the last attempt note of ``job_id``: its attempt was refused before calling upstream."""
+    redis_client().rpop(notes_key(job_id))
+
+
+def attempt_notes(job_id: str) -> list[dict[str, Any]]:
+    """The attempts noted for ``job_id`` in the order they started. Raises ``redis.RedisError``."""
+    return [json.loads(n) for n in redis_client().lrange(notes_key(job_id), 0, -1)]
+
+
+def mark_lost(job_ids: Iterable[str]) -> None:
+    """Add jobs failed ``worker_lost`` outside the Redis claims (their row was the claim) to
+    :data:`LOST_JOBS`, so that the reaper records their attempts. Raises ``redis.RedisError``."""
+    ids = [str(i) for i in job_ids]
+    if ids:
+        redis_client().sadd(LOST_JOBS, *ids)
+
+
+def lost_pending(*, limit: int = 500) -> list[str]:
+    """Ids of lost jobs whose attempts are not recorded yet. Raises ``redis.RedisError``."""
+    return [i.decode() for i in redis_client().srandmember(LOST_JOBS, limit) or []]
+
+
+def forget_lost(job_id: str) -> None:
+    """The lost job's attempts are recorded: drop it from :data:`LOST_JOBS` with its notes."""
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.srem(LOST_JOBS, job_id)
+    pipe.delete(notes_key(job_id))
+    pipe.execute()
 
 
 def queue_done(pipe, job_id: str) -> None:
@@ -210,6 +406,7 @@ def queue_done(pipe, job_id: str) -> None:
     pipe.hset(key, "st", DONE)
     pipe.expire(key, ttl_s())
     pipe.zrem(LEASES, job_id)
+    pipe.delete(notes_key(job_id))
 
 
 def queue_forget_row(pipe, job_id: str) -> None:
@@ -218,12 +415,15 @@ def queue_forget_row(pipe, job_id: str) -> None:
     pipe.hdel(claim_key(job_id), "row")
 
 
-def unwritten(job_id: str) -> tuple[dict, datetime, str] | None:
-    """``(row, started, worker)`` of a job claimed here whose row is not in the database yet
-    (running, or done and not drained), else None. Raises ``redis.RedisError``."""
+def unwritten(job_id: str) -> tuple[dict, datetime | None, str] | None:
+    """``(row, started, worker)`` of a job published or claimed here whose row is not in the
+    database yet (queued: ``started`` None and ``worker`` empty; running, lost and not yet
+    failed, or done and not drained), else None. Raises ``redis.RedisError``."""
     st, row, worker, at = redis_client().hmget(claim_key(job_id), "st", "row", "w", "at")
-    if st not in (b"running", b"done") or not row or not at:
+    if st not in (b"queued", b"running", b"lost", b"done") or not row or not at:
         return None
+    if st == b"queued":
+        return json.loads(row), None, ""
     return json.loads(row), _utc(at), worker.decode()
 
 

@@ -10,12 +10,18 @@ database round trip before the publish: the message carries the job's row
 waiting request writes it itself (``queued``) before handing the id out unanswered, and when no
 worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
 
+Every job is findable from its publish on: :func:`_send` writes its record with the message
+(:func:`routing.claims.queue_published`, ``queued``, the row included), which
+``GET /api/v1/completions/{id}`` reads until the row is written, whether or not anyone still
+waits for the job.
+
 Outages (``bench/chaos.py`` injects them): a job whose task cannot be published (broker down
 beyond ``CELERY_TASK_PUBLISH_RETRY_POLICY``) is failed ``broker_unavailable`` at once, never left
 queued, and the caller gets a 503; a result channel lost while waiting (Redis restarted) falls
 back to reading the job row. A task message lost in the broker (Redis hands a message to a
 worker with BRPOP and records it as unacknowledged a moment later; a worker SIGKILLed in
-between takes it along) is published again by :func:`routing.tasks.requeue_lost_jobs` once its job has waited
+between takes it along) is published again by :mod:`routing.reaper` within seconds of that
+worker's heartbeat expiring, and in any case once its job has waited
 ``COMPLETION_REQUEUE_AFTER_S`` unclaimed; the job's claim makes any second delivery a no-op.
 """
 
@@ -36,7 +42,9 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from muse_experiments.infra.broker import direct_publisher
 from muse_experiments.infra.queues import Queue
+from muse_experiments.infra.redis_client import redis_client
 
+from . import claims
 from .events import job_cancel_request
 from .handoff import apply_final, wait_final
 from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
@@ -88,7 +96,10 @@ def publish_completion(
 
 
 def _send(job_id: str, kwargs: dict[str, Any]) -> None:
-    """``run_completion`` for ``job_id`` on the completions queue (task id = job id).
+    """``run_completion`` for ``job_id`` on the completions queue (task id = job id), with the
+    job's record (:func:`routing.claims.queue_published`: from now on the job is findable, and
+    published again if the worker that takes the message dies before claiming it), in the same
+    ``MULTI`` as the message where the broker is this Redis, else just after it.
 
     No Celery result is stored (the answer travels through :mod:`routing.handoff`): the message
     is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
@@ -109,7 +120,12 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     kwargsrepr = repr({k: "…" if k == "row" else v for k, v in kwargs.items()})
     task = run_completion._get_current_object()  # the shared task's proxy, resolved once
     app = task.app
+
+    def record(pipe) -> None:
+        claims.queue_published(pipe, job_id, row=kwargs.get("row"), stream=bool(kwargs.get("stream")))
+
     if app.conf.task_always_eager:
+        _record_published(record)
         run_completion.apply_async(
             args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS,
             argsrepr=argsrepr, kwargsrepr=kwargsrepr,
@@ -121,14 +137,30 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
         argsrepr=argsrepr, kwargsrepr=kwargsrepr,
     )  # fmt: skip
     publisher = direct_publisher(app)
+    if publisher is not None and publisher.client is redis_client():
+        publisher.push(message, name=task.name, queue=Queue.COMPLETIONS, along=record)
+        return
     if publisher is not None:
         publisher.push(message, name=task.name, queue=Queue.COMPLETIONS)
-        return
-    with app.producer_or_acquire() as producer:
-        app.amqp.send_task_message(
-            producer, task.name, message, queue=Queue.COMPLETIONS,
-            declare=[] if _redis_broker(producer) else None,
-        )  # fmt: skip
+    else:
+        with app.producer_or_acquire() as producer:
+            app.amqp.send_task_message(
+                producer, task.name, message, queue=Queue.COMPLETIONS,
+                declare=[] if _redis_broker(producer) else None,
+            )  # fmt: skip
+    _record_published(record)
+
+
+def _record_published(record: Callable[[Any], None]) -> None:
+    """Write a published job's record (:func:`routing.claims.queue_published`) on its own, where
+    the broker is not this Redis. Best effort: without it the job is still known to the request
+    waiting for it, and a claim that took it already is left as it is."""
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        record(pipe)
+        pipe.execute()
+    except Exception as exc:  # noqa: BLE001 - Redis down: see muse_experiments.infra.redis_client
+        log.warning("could not record a published job (%s)", type(exc).__name__)
 
 
 def _redis_broker(producer) -> bool:

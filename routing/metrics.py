@@ -10,7 +10,9 @@ increments, no I/O):
   made no upstream call (``killed``, ``circuit_open`` …);
 * ``muse_upstream_retries_total{endpoint}`` — attempts after the first on the same endpoint;
 * ``muse_fallbacks_total{from_endpoint, reason}`` — calls served by a later candidate than the
-  assigned one.
+  assigned one;
+* ``muse_attempts_cost_unknown_total{endpoint}`` — attempts that died with their worker
+  (outcome ``lost``, :mod:`routing.reaper`): they may have been billed, for an unknown cost.
 
 Read at scrape time (:class:`RoutingStateCollector`): ``muse_circuit_state{endpoint, state}``
 (1 for the endpoint's current state), ``muse_kill_switch_active{scope, target}``,
@@ -50,6 +52,12 @@ FALLBACKS = Counter(
     ["from_endpoint", "reason"],
 )
 
+COST_UNKNOWN = Counter(
+    "muse_attempts_cost_unknown",
+    "Attempts that died with their worker: possibly billed, cost unknown.",
+    ["endpoint"],
+)
+
 
 def observe_outcome(*, experiment: str | None, variant: str | None, assigned: str, outcome: Any) -> None:
     """Count one routed call from its :class:`routing.router.ServeOutcome` (no I/O)."""
@@ -59,6 +67,8 @@ def observe_outcome(*, experiment: str | None, variant: str | None, assigned: st
     previous = None
     for attempt in outcome.attempts:
         UPSTREAM_ATTEMPTS.labels(attempt.endpoint, attempt.outcome).inc()
+        if getattr(attempt, "cost_unknown", False):
+            COST_UNKNOWN.labels(attempt.endpoint).inc()
         if attempt.endpoint == previous:
             RETRIES.labels(attempt.endpoint).inc()
         previous = attempt.endpoint

@@ -317,6 +317,11 @@ class CallRecord(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     reasoning_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=0)
+    cost_unknown = models.BooleanField(
+        default=False,
+        help_text="An attempt died with its worker (outcome 'lost'): it may have been billed; "
+        "cost_usd leaves it out.",
+    )
     tool_calls = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(
         default=timezone.now,
@@ -356,6 +361,11 @@ class Attempt(models.Model):
     reasoning_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(
         max_digits=14, decimal_places=8, default=0, help_text="What this attempt cost, USD."
+    )
+    cost_unknown = models.BooleanField(
+        default=False,
+        help_text="Died with its worker (outcome 'lost'): it may have been billed, for an unknown "
+        "cost (cost_usd is 0).",
     )
 
     class Meta:

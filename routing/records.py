@@ -154,6 +154,7 @@ def call_payload(
         "latency_ms": result.latency_ms if result else None,
         **{f: getattr(billed, f) for f in _USAGE_FIELDS},
         "cost_usd": str(outcome.billed_cost_usd()),
+        "cost_unknown": any(a.cost_unknown for a in outcome.attempts),
         "tool_calls": len(result.tool_calls) if result else 0,
         "created_at": final["finished_at"],
     }
@@ -194,6 +195,7 @@ def call_payload(
                 "retry_after_s": a.retry_after_s,
                 **{f: getattr(a.usage, f) if a.usage else 0 for f in _USAGE_FIELDS},
                 "cost_usd": str(a.cost_usd),
+                "cost_unknown": a.cost_unknown,
             }
             for a in outcome.attempts
         ],
@@ -232,7 +234,8 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     """Write a batch of :func:`call_payload` s in one transaction. Returns how many calls were new.
 
     Idempotent: payloads whose job already has a call record (an earlier write of the same
-    payload) are skipped, and so are repeats within the batch and payloads whose job no longer
+    payload) are skipped, except that the answer of a job whose call was recorded lost (error
+    kind :data:`LOST_KIND`: its worker's heartbeat lapsed while it still worked) replaces it, and so are repeats within the batch and payloads whose job no longer
     exists (logged). For each new call: the job's row if it was claimed without one
     (:mod:`routing.claims`; ``row`` in the payload), the exposure
     (first variant wins, :func:`muse_experiments.experiments.services.exposures.exposures_record_many`), the call record
@@ -246,11 +249,13 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     if not by_job:
         return 0
     with transaction.atomic():
-        done = {
-            str(j)
-            for j in CallRecord.objects.filter(job_id__in=list(by_job)).values_list("job_id", flat=True)
-        }
-        new = [p for j, p in by_job.items() if j not in done]
+        done = dict(CallRecord.objects.filter(job_id__in=list(by_job)).values_list("job_id", "error_kind"))
+        done = {str(j): kind for j, kind in done.items()}
+        # a call recorded lost (its worker was thought dead, routing.reaper) gives way to its answer
+        superseded = [j for j, kind in done.items() if kind == LOST_KIND and not _is_lost(by_job[j])]
+        if superseded:
+            CallRecord.objects.filter(job_id__in=superseded).delete()
+        new = [p for j, p in by_job.items() if j not in done or j in superseded]
         if not new:
             return 0
         # jobs claimed in Redis: their rows first (written running; finished below)
@@ -281,6 +286,14 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
             turns=[TurnInput(job_id=p["job"]["id"], **p["turn"]) for p in new if p["turn"] is not None]
         )
     return len(new)
+
+
+#: ``error_kind`` of a call whose attempts died with its worker (:mod:`routing.reaper`).
+LOST_KIND = "worker_lost"
+
+
+def _is_lost(payload: Mapping[str, Any]) -> bool:
+    return payload["call"].get("error_kind") == LOST_KIND
 
 
 def _finish_jobs(payloads: Sequence[Mapping[str, Any]]) -> None:

@@ -175,8 +175,8 @@ def completion_job_current(job: CompletionJob) -> CompletionJob:
 
 
 def completion_job_unwritten(job_id, *, api_key_id: int | None = None) -> CompletionJob | None:
-    """A job claimed in Redis whose row the drainer has not written yet (:func:`routing.claims.unwritten`),
-    ``running`` and unsaved, for ``GET /api/v1/completions/{id}`` (which adds its final state if
+    """A job published or claimed in Redis whose row is not written yet (:func:`routing.claims.unwritten`),
+    ``queued`` or ``running`` and unsaved, for ``GET /api/v1/completions/{id}`` (which adds its final state if
     published: :func:`routing.selectors.completion_job_current`); None if there is none, if
     ``api_key_id`` is given and the job is another key's, or if Redis is unavailable (the caller
     answers 404)."""
@@ -192,6 +192,8 @@ def completion_job_unwritten(job_id, *, api_key_id: int | None = None) -> Comple
     row, started, worker = found
     if api_key_id is not None and row.get("api_key_id") != api_key_id:
         return None
+    if started is None:  # published, not claimed yet
+        return job_from_row(job_id, row, status=JobStatus.QUEUED)
     return job_from_row(
         job_id, row, status=JobStatus.RUNNING, started_at=started, deliveries=1, worker=worker
     )

@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework import exceptions
 
@@ -419,6 +420,7 @@ def completion_job_claim(
             job.finished_at = now
             job.save(update_fields=["deliveries", "status", "error", "finished_at"])
             _announce_failure([job])
+            _note_lost([job])
         return None
 
 
@@ -484,32 +486,59 @@ def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
     )
 
 
-def completion_jobs_reap_expired(*, now=None) -> int:
-    """Fail running jobs whose lease expired (their worker died). Returns how many were failed.
+def completion_jobs_reap_expired(*, now=None, heartbeats: bool = True) -> int:
+    """Fail running jobs whose worker died: their lease expired, or (with ``heartbeats``: the
+    caller has beaten steadily, :meth:`routing.leases.LeaseKeeper.steady`) their worker's
+    heartbeat did (:func:`routing.claims.beat`). Returns how many were failed.
 
-    The maintenance task runs this periodically, so no job stays ``running`` forever even when its
-    task message is never redelivered. It also fails the deferred jobs claimed in Redis whose
-    lease ran out (:func:`routing.claims.reap`).
+    The maintenance task and every worker's lease keeper run this (the keeper within a second of
+    a worker's heartbeat expiring), so no job stays ``running`` forever even when its task message
+    is never redelivered. It also fails the deferred jobs claimed in Redis whose lease ran out or
+    whose worker died (:func:`routing.claims.reap`). Each failed job's id is left for
+    :func:`routing.reaper.lost_attempts_record` (:data:`routing.claims.LOST_JOBS`).
     """
-    lost = _reap_redis_claims()
+    lost = _reap_redis_claims(heartbeats)
     now = now or timezone.now()
+    running = CompletionJob.objects.filter(status=JobStatus.RUNNING)
+    settled = running.filter(started_at__lt=now - timedelta(seconds=settings.WORKER_HEARTBEAT_TTL_S))
+    dead = _dead_workers(settled) if heartbeats else []
     with transaction.atomic():
         jobs = list(
-            CompletionJob.objects.select_for_update(skip_locked=True).filter(
-                status=JobStatus.RUNNING, lease_expires_at__lt=now
+            running.select_for_update(skip_locked=True).filter(
+                Q(lease_expires_at__lt=now) | Q(worker__in=dead)
             )
         )
         for job in jobs:
             job.status, job.error, job.finished_at = JobStatus.FAILED, WORKER_LOST, now
         CompletionJob.objects.bulk_update(jobs, ["status", "error", "finished_at"])
         _announce_failure(jobs)
+    _note_lost(jobs)
     return lost + len(jobs)
 
 
-def _reap_redis_claims() -> int:
-    """Fail ``worker_lost`` the jobs whose Redis claim's lease ran out. Returns how many."""
+def _dead_workers(running) -> list[str]:
+    """The workers holding ``running`` jobs whose heartbeat has expired (none if Redis cannot say)."""
+    workers = set(running.values_list("worker", flat=True).distinct())
     try:
-        expired = claims.reap()
+        return sorted(workers - claims.alive(workers))
+    except Exception as exc:  # noqa: BLE001 - Redis down: the leases decide
+        log.warning("reading worker heartbeats failed (%s)", type(exc).__name__)
+        return []
+
+
+def _note_lost(jobs) -> None:
+    """Leave lost jobs' attempts to the reaper (:data:`routing.claims.LOST_JOBS`); best effort."""
+    try:
+        claims.mark_lost(str(j.id) for j in jobs)
+    except Exception as exc:  # noqa: BLE001 - the job is failed; only its attempt records wait
+        log.warning("noting %d lost job(s) failed (%s)", len(jobs), type(exc).__name__)
+
+
+def _reap_redis_claims(heartbeats: bool) -> int:
+    """Fail ``worker_lost`` the jobs whose Redis claim's lease ran out or whose worker died.
+    Returns how many."""
+    try:
+        expired = claims.reap(heartbeats=heartbeats)
     except Exception as exc:  # noqa: BLE001 - the next tick retries
         log.warning("reaping job claims in Redis failed (%s)", type(exc).__name__)
         return 0

@@ -47,7 +47,9 @@ class AttemptLog:
     ``client_disconnected`` (the caller went away and the attempt was closed). ``latency_ms``: wall time of the attempt; ``backoff_ms``: the
     wait before it; ``retry_after_s``: what the upstream asked for. ``usage`` / ``cost_usd``: what
     the provider billed for this attempt (tokens; USD) — a failed, incomplete or abandoned attempt
-    costs what it had consumed; the call's cost is the sum over its attempts.
+    costs what it had consumed; the call's cost is the sum over its attempts. ``cost_unknown``:
+    the attempt died with its worker (outcome ``lost``, :mod:`routing.reaper`): it may have been
+    billed, for what no one knows; its ``cost_usd`` is 0.
     """
 
     endpoint: str
@@ -59,6 +61,7 @@ class AttemptLog:
     retry_after_s: float | None = None
     usage: Usage | None = None
     cost_usd: Decimal = Decimal(0)
+    cost_unknown: bool = False
 
 
 def failed_attempt(
@@ -287,13 +290,15 @@ def serve_stream(
     session: OwnedSession | None = None,
     outcome: ServeOutcome | None = None,
     cancelled: Callable[[], bool] | None = None,
+    job_id: str = "",
 ) -> Iterator[dict[str, Any]]:
     """Stream from the chain with :func:`serve`'s rules; yields public delta events and returns
     (``StopIteration.value``) a :class:`ServeOutcome` for :func:`routing.recording.record_call`.
 
     ``request`` is the base request (no variant overrides). ``outcome`` (optional) is the object
     filled in and returned, so a caller whose consumer went away (``GeneratorExit``) still holds
-    what happened. ``cancelled`` is checked between upstream events: once it says True (the
+    what happened. ``job_id`` notes each attempt before it calls upstream
+    (:func:`routing.attempts.attempt_stream`). ``cancelled`` is checked between upstream events: once it says True (the
     caller went away; :class:`routing.events.CancelWatch`), or when this generator is closed, the
     upstream stream is closed at once (which frees its concurrency slot), the attempt is logged
     ``client_disconnected`` with the tokens it had cost, and ``outcome.cancelled`` is set.
@@ -320,7 +325,7 @@ def serve_stream(
             started = time.perf_counter()
             stream = None
             try:
-                stream = attempt_stream(candidate, call_request, session=session)
+                stream = attempt_stream(candidate, call_request, session=session, job_id=job_id)
                 for event in stream:
                     if event.kind in ("text_delta", "tool_call_delta"):
                         if not sent:  # the answer's first delta: name the model that serves it

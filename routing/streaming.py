@@ -82,6 +82,7 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
             session=state_session(job),
             outcome=outcome,
             cancelled=CancelWatch(job_id),
+            job_id=job_id,
         )
         record_call(job, decision, chain, outcome)
     except GeneratorExit:

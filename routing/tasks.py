@@ -6,8 +6,11 @@ and Redis redelivers it after the visibility timeout (``CELERY_VISIBILITY_TIMEOU
 lease (``routing.services.completion_job_claim``, kept alive by ``routing.leases``) decides what a
 redelivery does: a queued job runs; a job whose live worker still holds it is left alone; a job
 whose worker died mid-call is failed ``worker_lost`` — never re-run, so the provider is never
-called twice for the same attempt. Jobs whose task is never redelivered are failed by
-:func:`reap_expired_completion_jobs` (beat, and every worker's lease keeper).
+called twice for the same attempt; the attempt is recorded ``lost``, its cost unknown. Jobs whose
+task is never redelivered are failed by :func:`reap_lost` (every worker's lease keeper, within
+seconds of the dead worker's heartbeat expiring; and beat's :func:`reap_expired_completion_jobs`),
+which also publishes again the jobs the dead worker may have taken before claiming them
+(:mod:`routing.reaper`).
 
 Time limits apply with the prefork pool; with ``--pool threads`` Celery cannot enforce them, and
 each upstream call is bounded by its endpoint's ``timeout_s`` instead. No task uses a countdown.
@@ -29,8 +32,9 @@ from muse_experiments.infra.runtime import tune_gc
 
 from .leases import keeper
 from .models import CompletionJob, JobStatus
+from .reaper import reap_lost_work
 from .router import execute_job
-from .services import completion_job_fail, completion_jobs_reap_expired
+from .services import completion_job_fail
 from .streaming import publish_job_events
 from .writebehind import drain, drainer
 
@@ -107,10 +111,26 @@ def requeue_lost_jobs(*, older_than_s: float | None = None) -> int:
     time_limit=60,
 )
 def reap_expired_completion_jobs() -> int:
-    """Fail running jobs whose worker died (lease expired), and publish again the tasks of jobs
-    lost in the broker (:func:`routing.dispatch.requeue_lost_jobs`). Returns how many were failed."""
+    """Fail running jobs whose worker died (lease or heartbeat expired) and record their lost
+    attempts, and publish again the tasks of jobs lost in the broker (:func:`requeue_lost_jobs`,
+    :func:`routing.reaper.republish_unclaimed`). Returns how many were failed."""
     requeue_lost_jobs()
-    return completion_jobs_reap_expired()
+    return reap_lost(False)
+
+
+def reap_lost(death: bool) -> int:
+    """:func:`routing.reaper.reap_lost_work` publishing with :func:`republish`: what beat's task
+    and every worker's lease keeper run (``death``: a worker's heartbeat was just found expired)."""
+    return reap_lost_work(death=death, publish=republish, heartbeats=keeper.steady())
+
+
+def republish(job_id: str, row: dict | None, stream: bool) -> None:
+    """Publish ``run_completion`` for a job again (its record says it was never claimed)."""
+    kwargs: dict = {"stream": stream} if row is None else {"stream": False, "row": row}
+    run_completion.apply_async(
+        args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS,
+        kwargsrepr=repr({k: "…" if k == "row" else v for k, v in kwargs.items()}),
+    )  # fmt: skip
 
 
 @shared_task(
@@ -139,7 +159,7 @@ def _start_background_threads(**_kwargs) -> None:
     """Every worker renews its leases and reaps expired jobs, with or without ``celery beat``,
     and (with ``RECORDS_DRAINER``) drains the write-behind buffer of call records. Start-up's
     objects are then frozen out of garbage collection (:func:`muse_experiments.infra.runtime.tune_gc`)."""
-    keeper.start(reap=True)
+    keeper.start(reap=reap_lost)
     if settings.RECORDS_DRAINER:
         drainer.start()
     tune_gc()

@@ -12,9 +12,12 @@ A's whole process group is SIGKILLed; worker B starts. Expected (``routing.tasks
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from django.conf import settings
 from muse_experiments.experiments.models import Exposure
 from muse_experiments.infra.redis_client import redis_client
 from routing import writebehind
+from routing.catalogue import avocado_id
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.services import WORKER_LOST
 from routing.transcripts.models import TranscriptTurn
@@ -203,3 +207,105 @@ def test_a_worker_killed_after_answering_loses_no_record(
     assert Exposure.objects.filter(unit_id="s-kill", variant_key=call.variant_key).count() == 1
     assert TranscriptTurn.objects.get(job_id=job_id).output_text == answer["result"]["text"]
     assert redis_client().xlen(writebehind.STREAM) == 0
+
+
+#: Leases and the requeue far beyond the test: only the heartbeat can make anything happen in time.
+HEARTBEAT_ONLY = {
+    "WORKER_HEARTBEAT_TTL_S": "1",
+    "COMPLETION_LEASE_S": "600",
+    "COMPLETION_REAP_INTERVAL_S": "600",
+    "COMPLETION_REQUEUE_AFTER_S": "600",
+    "CELERY_VISIBILITY_TIMEOUT_S": "3600",
+    "CELERY_COMPLETION_RECORD_AFTER_S": "600",
+}
+
+
+def test_a_worker_killed_mid_call_is_seen_by_its_heartbeat_its_call_recorded_lost_and_its_taken_job_served(
+    live_server, upstreams, redis_url, tmp_path, settings
+):
+    """Worker A is mid-call on job one (a job id handed out, claimed through its row) when it is
+    SIGKILLed; a waiting caller's job, whose task message A had taken before claiming it (popped
+    off the queue here), is known only by its record. Leases, redelivery and the requeue are all
+    minutes away, so what follows is the heartbeat's doing: once worker B beats, job one is failed
+    ``worker_lost`` with its attempt recorded ``lost``, cost unknown (never called again), and the
+    taken job is published again and served to its still-waiting caller."""
+    settings.COMPLETION_REQUEUE_AFTER_S = 600  # the waiting request must not be what saves it
+    settings.COMPLETION_SYNC_WAIT_S = 120
+    seed_catalogue(upstreams.url)
+    upstreams.set_scenario("avocado-v15", latency_ms=60_000)  # in flight until the kill
+    headers = {"Authorization": f"Bearer {api_key()}"}
+    client_redis = redis_client()
+    client_redis.delete("completions")
+    worker_a = start_celery_worker(
+        {**_worker_env(), **HEARTBEAT_ONLY}, tmp_path / "a.log", name="a", queues="completions", concurrency=1
+    )
+    worker_b = None
+    waiting: dict = {}
+    try:
+        with httpx.Client(base_url=live_server.url, headers=headers, timeout=120) as client:
+            body = {"session_id": "s", "user_id": "u", "messages": [{"role": "user", "content": "job-one"}]}
+            r = client.post("/api/v1/completions", json={**body, "async": True})
+            assert r.status_code == 202, r.text
+            one = r.json()["id"]
+            wait_for(lambda: calls_carrying(upstreams, "job-one") == 1, 30, "job one in flight")
+
+            def call_and_wait() -> None:
+                taken = {**body, "messages": [{"role": "user", "content": "job-taken"}]}
+                waiting["response"] = client.post("/api/v1/completions", json=taken)
+
+            caller = threading.Thread(target=call_and_wait)
+            caller.start()
+            wait_for(lambda: client_redis.llen("completions") == 1, 30, "the taken job's message")
+            message = json.loads(client_redis.rpop("completions"))  # A took it, and dies with it
+            taken_id = json.loads(base64.b64decode(message["body"]))[0][0]
+            assert client.get(f"/api/v1/completions/{taken_id}").json()["status"] == "queued"
+
+            stop_process_group(worker_a, signal.SIGKILL)
+            upstreams.set_scenario("avocado-v15", latency_ms=0)
+            worker_b = start_celery_worker(
+                {**_worker_env(), **HEARTBEAT_ONLY}, tmp_path / "b.log", name="b", queues="completions",
+                concurrency=2,
+            )  # fmt: skip
+            caller.join(timeout=120)
+            answer = waiting["response"]
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["status"] == "succeeded"
+            assert answer.json()["result"]["text"].startswith("avocado-v15 reply to: job-taken")
+
+            wait_for(lambda: CallRecord.objects.filter(job_id=one).exists(), 60, "job one's lost call")
+            wait_for(lambda: CallRecord.objects.filter(job_id=taken_id).exists(), 60, "the taken job drained")
+            found = client.get(f"/api/v1/completions/{taken_id}").json()
+            assert found["status"] == "succeeded"
+    finally:
+        stop_process_group(worker_a, signal.SIGKILL)
+        if worker_b is not None:
+            stop_process_group(worker_b)
+
+    job_one = CompletionJob.objects.get(pk=one)
+    assert (job_one.status, job_one.error, job_one.deliveries) == (JobStatus.FAILED, WORKER_LOST, 1)
+    lost = CallRecord.objects.get(job_id=one)
+    assert (lost.status, lost.error_kind, lost.cost_unknown, lost.cost_usd) == (
+        "failed",
+        "worker_lost",
+        True,
+        0,
+    )
+    assert [(a.outcome, a.cost_unknown, a.cost_usd) for a in lost.attempts.all()] == [("lost", True, 0)]
+    assert lost.attempts.get().endpoint == lost.assigned_endpoint == avocado_id(15)
+    served = CompletionJob.objects.get(pk=taken_id)
+    assert (served.status, served.deliveries) == (JobStatus.SUCCEEDED, 1)
+    assert CallRecord.objects.get(job_id=taken_id).cost_unknown is False
+    assert calls_carrying(upstreams, "job-one") == 1  # never called again
+    assert calls_carrying(upstreams, "job-taken") == 1
+    assert not CompletionJob.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+def _worker_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        **CREDENTIAL_ENV,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "MUSE_VAR_DIR": str(settings.VAR_DIR),
+        "DJANGO_DEBUG": "true",
+        "REDIS_URL": settings.REDIS_URL,
+    }

@@ -25,6 +25,11 @@ job claim (routing.claims)         the job is claimed through its database row
 claim read (routing.services)      a deferred job's row is written ``queued`` (its claim decides
                                    later); ``GET /api/v1/completions/{id}`` of an unwritten job: 404
 reaper (routing.services)          Redis claims are reaped on the next tick; rows as usual
+worker heartbeat (routing.leases)  not set, dead workers not seen: leases and the requeue after
+                                   ``COMPLETION_REQUEUE_AFTER_S`` are the bounds
+job record at publish (routing.    not written: the job is known to its waiting request, which
+dispatch)                          writes its row before handing its id out
+attempt note (routing.attempts)    not written: a call dying with its worker leaves no attempt
 call records (routing.recording)   written to the database at once instead of buffered
 final state (routing.handoff)      not handed over: the waiting request re-reads the job row
 wait for a job (routing.dispatch)  the waiting request polls the job row
