@@ -121,7 +121,7 @@ class ModelEndpointAdmin(AuditedCatalogueAdmin):
     list_display = (
         "label",
         "short_id",
-        "provider",
+        "provider_key",
         "upstream_model",
         "api_style",
         "timeout_s",
@@ -145,6 +145,10 @@ class ModelEndpointAdmin(AuditedCatalogueAdmin):
     @admin.display(description="Model", ordering="label_order")
     def label(self, obj: ModelEndpoint) -> str:
         return obj.version_label or obj.public_id
+
+    @admin.display(description="Provider", ordering="provider__key")
+    def provider_key(self, obj: ModelEndpoint) -> str:
+        return obj.provider.key
 
     @admin.display(description="Public id", ordering="public_id")
     def short_id(self, obj: ModelEndpoint) -> str:
@@ -185,8 +189,8 @@ ATTEMPT_FIELDS = (
     "called_model",
     "outcome",
     "status_code",
-    "latency_ms",
-    "backoff_ms",
+    "latency",
+    "backoff",
     "retry_after_s",
     "upstream_request_id",
 )
@@ -201,6 +205,14 @@ class AttemptModelColumn:
     @admin.display(description="Model", ordering="endpoint")
     def called_model(self, obj: Attempt) -> str:
         return model_name_html(obj.endpoint, getattr(obj, "endpoint_label", ""))
+
+    @admin.display(description="Latency", ordering="latency_ms")
+    def latency(self, obj: Attempt) -> str:
+        return f"{obj.latency_ms:,.0f} ms"
+
+    @admin.display(description="Backoff", ordering="backoff_ms")
+    def backoff(self, obj: Attempt) -> str:
+        return f"{obj.backoff_ms:,.0f} ms"
 
 
 class AttemptInline(AttemptModelColumn, admin.TabularInline):
@@ -261,7 +273,7 @@ class CallRecordAdmin(ReadOnlyAdmin):
         "served_model",
         "reason",
         "status",
-        "latency_ms",
+        "latency",
         "cost_usd",
     )
     list_filter = ("reason", "status", "experiment_key", model_filter("served_endpoint", "served model"))
@@ -284,6 +296,10 @@ class CallRecordAdmin(ReadOnlyAdmin):
     @admin.display(description="Experiment / variant", ordering="experiment_key")
     def experiment_variant(self, obj: CallRecord) -> str:
         return f"{obj.experiment_key} / {obj.variant_key}" if obj.experiment_key else "—"
+
+    @admin.display(description="Latency", ordering="latency_ms")
+    def latency(self, obj: CallRecord) -> str:
+        return "—" if obj.latency_ms is None else f"{obj.latency_ms:,.0f} ms"
 
     @admin.display(description="Assigned model", ordering="assigned_order")
     def assigned_model(self, obj: CallRecord) -> str:
