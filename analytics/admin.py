@@ -6,6 +6,9 @@ on the form fields.
 
 from django.contrib import admin
 
+from muse_experiments.experiments.admin.history import AuditHistoryAdmin
+from muse_experiments.infra.admin_base import ReadOnlyAdmin, json_details
+
 from .models import (
     ExperimentAnalysisSettings,
     GuardrailAction,
@@ -24,7 +27,7 @@ class OutcomeEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(MetricDefinition)
-class MetricDefinitionAdmin(admin.ModelAdmin):
+class MetricDefinitionAdmin(AuditHistoryAdmin, admin.ModelAdmin):
     list_display = (
         "name",
         "metric_type",
@@ -54,7 +57,7 @@ class MetricDefinitionAdmin(admin.ModelAdmin):
 
 
 @admin.register(ExperimentAnalysisSettings)
-class ExperimentAnalysisSettingsAdmin(admin.ModelAdmin):
+class ExperimentAnalysisSettingsAdmin(AuditHistoryAdmin, admin.ModelAdmin):
     list_display = (
         "experiment",
         "alpha",
@@ -71,36 +74,57 @@ class ExperimentAnalysisSettingsAdmin(admin.ModelAdmin):
 
 
 @admin.register(ResultSnapshot)
-class ResultSnapshotAdmin(admin.ModelAdmin):
+class ResultSnapshotAdmin(ReadOnlyAdmin):
+    """Snapshots are computed (the results API, the results page's recompute button, the
+    scheduler), never typed: no add, no change, no delete. The change page shows the stored
+    inputs and results as collapsed, pretty-printed JSON."""
+
+    can_delete_rows = False
     list_display = ("experiment", "phase", "computed_at", "trigger", "duration_ms")
     list_filter = ("trigger",)
-    readonly_fields = (
+    list_select_related = ("experiment",)
+    fields = (
         "experiment",
         "phase",
         "computed_at",
         "trigger",
         "request_id",
         "duration_ms",
-        "inputs",
-        "results",
+        "inputs_json",
+        "results_json",
     )
+    readonly_fields = fields
+
+    @admin.display(description="Inputs (sufficient statistics)")
+    def inputs_json(self, obj: ResultSnapshot) -> str:
+        return json_details(obj.inputs)
+
+    @admin.display(description="Results")
+    def results_json(self, obj: ResultSnapshot) -> str:
+        return json_details(obj.results)
 
 
 @admin.register(GuardrailAction)
-class GuardrailActionAdmin(admin.ModelAdmin):
+class GuardrailActionAdmin(ReadOnlyAdmin):
+    """Guardrail breaches and what the platform did, written by the analysis: read-only, kept."""
+
+    can_delete_rows = False
     list_display = ("created_at", "experiment", "phase", "variant_key", "metric", "decision", "message")
     list_filter = ("decision",)
-    readonly_fields = (
+    list_select_related = ("experiment",)
+    fields = (
         "experiment",
         "phase",
         "variant_key",
         "metric",
         "decision",
         "snapshot",
-        "evidence",
+        "evidence_json",
         "message",
         "created_at",
     )
+    readonly_fields = fields
 
-    def has_add_permission(self, request):
-        return False
+    @admin.display(description="Evidence")
+    def evidence_json(self, obj: GuardrailAction) -> str:
+        return json_details(obj.evidence)

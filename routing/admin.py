@@ -11,22 +11,24 @@ from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.utils.html import escape
+from django.db.models import OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.utils.html import format_html
 
+from muse_experiments.experiments.admin.history import AuditHistoryAdmin
+from muse_experiments.experiments.selectors import model_labels
 from muse_experiments.infra.admin_base import ReadOnlyAdmin
+from muse_experiments.infra.natural_sort import natural_key, natural_order
 
+from . import admin_killswitch  # noqa: F401 - importing registers the kill switch admin
 from .credentials import credential_binding_validate
-from .models import Attempt, CallRecord, CompletionJob, KillScope, KillSwitch, ModelEndpoint, Provider
-from .ops_services import (
-    PROVIDER_ENDPOINT_PERMISSION,
-    catalogue_entry_save,
-    kill_switch_set,
-    kill_switch_validate,
-)
+from .models import Attempt, CallRecord, CompletionJob, ModelEndpoint, Provider
+from .ops_services import PROVIDER_ENDPOINT_PERMISSION, catalogue_entry_save
 
 
-class AuditedCatalogueAdmin(admin.ModelAdmin):
-    """Saves through :func:`catalogue_entry_save`; deleting is not offered (disable instead)."""
+class AuditedCatalogueAdmin(AuditHistoryAdmin, admin.ModelAdmin):
+    """Saves through :func:`catalogue_entry_save`; deleting is not offered (disable instead); the
+    History page lists the audit entries."""
 
     def save_model(self, request, obj, form, change):
         catalogue_entry_save(
@@ -113,10 +115,13 @@ class ProviderAdmin(AuditedCatalogueAdmin):
 
 @admin.register(ModelEndpoint)
 class ModelEndpointAdmin(AuditedCatalogueAdmin):
+    """The model catalogue, listed by version label in natural order (v2 before v10), the public
+    id shortened with the whole id on hover."""
+
     list_display = (
-        "public_id",
-        "version_label",
-        "provider",
+        "label",
+        "short_id",
+        "provider_key",
         "upstream_model",
         "api_style",
         "timeout_s",
@@ -124,8 +129,31 @@ class ModelEndpointAdmin(AuditedCatalogueAdmin):
         "enabled",
         "is_platform_default",
     )
+    list_display_links = ("label",)
     list_filter = ("provider", "api_style", "enabled")
     search_fields = ("public_id", "version_label", "upstream_model")
+    list_select_related = ("provider",)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(label_order=natural_order("public_id", model_labels()))
+
+    def get_ordering(self, request):
+        # An expression, not the annotation: Django also orders other admins' model pickers
+        # (the experiment's variants) with it, on the bare table.
+        return [natural_order("public_id", model_labels()), "public_id"]
+
+    @admin.display(description="Model", ordering="label_order")
+    def label(self, obj: ModelEndpoint) -> str:
+        return obj.version_label or obj.public_id
+
+    @admin.display(description="Provider", ordering="provider__key")
+    def provider_key(self, obj: ModelEndpoint) -> str:
+        return obj.provider.key
+
+    @admin.display(description="Public id", ordering="public_id")
+    def short_id(self, obj: ModelEndpoint) -> str:
+        return model_id_html(obj.public_id)
+
     fieldsets = (
         (None, {"fields": ("public_id", "version_label", "provider", "upstream_model", "api_style")}),
         (
@@ -156,116 +184,131 @@ class ModelEndpointAdmin(AuditedCatalogueAdmin):
     )
 
 
-class KillSwitchForm(forms.ModelForm):
-    """Scope, target, on/off and a required reason; the target is checked against the catalogue
-    and experiments (form errors, nothing saved, on a bad target). Killing a control variant needs
-    ``control_traffic_to`` naming the platform default (see
-    :func:`routing.ops_services.kill_switch_validate`)."""
-
-    control_traffic_to = forms.CharField(
-        required=False,
-        help_text="Only when killing an experiment's control variant: the platform default "
-        "endpoint's public id, confirming that its units go there.",
-    )
-
-    class Meta:
-        model = KillSwitch
-        fields = ("scope", "target", "active", "reason")
-        help_texts = {
-            # The admin renders help text as HTML: escape it, or "<experiment key>" vanishes as a tag.
-            "target": escape(
-                "Empty for all_external; provider key; endpoint public id; experiment key; "
-                "or <experiment key>/<variant key>."
-            ),
-            "reason": "Why (recorded in the audit log).",
-        }
-
-    def clean(self):
-        data = super().clean()
-        scope = data.get("scope") or (self.instance.scope if self.instance.pk else None)
-        if scope:
-            try:
-                target = kill_switch_validate(
-                    scope=scope,
-                    target=data.get("target") or (self.instance.target if self.instance.pk else ""),
-                    active=bool(data.get("active")),
-                    control_traffic_to=data.get("control_traffic_to", ""),
-                )
-            except ValidationError as exc:
-                for name, errors in exc.message_dict.items():
-                    self.add_error(name if name in self.fields else None, errors)
-            else:
-                if "scope" in data:
-                    data["target"] = target
-        return data
-
-
-@admin.register(KillSwitch)
-class KillSwitchAdmin(admin.ModelAdmin):
-    form = KillSwitchForm
-    list_display = ("scope", "target", "active", "active_since", "reason", "updated_by", "updated_at")
-    list_filter = ("scope", "active")
-    search_fields = ("target", "reason", "updated_by")
-    readonly_fields = ("active_since", "updated_by", "updated_at", "created_at")
-
-    def get_readonly_fields(self, request, obj=None):
-        # Scope and target identify a switch; to switch something else, add a new one.
-        return (*self.readonly_fields, "scope", "target") if obj else self.readonly_fields
-
-    def save_model(self, request, obj, form, change):
-        switch = kill_switch_set(
-            scope=obj.scope,
-            target=obj.target,
-            active=obj.active,
-            reason=form.cleaned_data["reason"],
-            actor=request.user.get_username(),
-            control_traffic_to=form.cleaned_data.get("control_traffic_to", ""),
-        )
-        obj.pk = switch.pk
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # switches are turned off, not deleted, so the history stays readable
-
-    def get_changeform_initial_data(self, request):
-        return {"scope": KillScope.ALL_EXTERNAL, **super().get_changeform_initial_data(request)}
-
-
 #: An attempt's columns, shown inline on a call and in the attempts list.
 ATTEMPT_FIELDS = (
     "number",
-    "endpoint",
+    "called_model",
     "outcome",
     "status_code",
-    "latency_ms",
-    "backoff_ms",
+    "latency",
+    "backoff",
     "retry_after_s",
     "upstream_request_id",
 )
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptModelColumn:
+    """The attempt's model by version label (id on hover), for an attempts list or inline."""
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(endpoint_label=_label_of("endpoint"))
+
+    @admin.display(description="Model", ordering="endpoint")
+    def called_model(self, obj: Attempt) -> str:
+        return model_name_html(obj.endpoint, getattr(obj, "endpoint_label", ""))
+
+    @admin.display(description="Latency", ordering="latency_ms")
+    def latency(self, obj: Attempt) -> str:
+        return f"{obj.latency_ms:,.0f} ms"
+
+    @admin.display(description="Backoff", ordering="backoff_ms")
+    def backoff(self, obj: Attempt) -> str:
+        return f"{obj.backoff_ms:,.0f} ms"
+
+
+class AttemptInline(AttemptModelColumn, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
     readonly_fields = ATTEMPT_FIELDS
 
 
+def model_filter(field: str, title: str) -> type[admin.SimpleListFilter]:
+    """A list filter on the model public id in ``field``, listing the models by version label in
+    natural order (v2 before v10)."""
+
+    class ModelFilter(admin.SimpleListFilter):
+        parameter_name = field
+
+        def lookups(self, request, model_admin):
+            labels = model_labels()
+            return sorted(labels.items(), key=lambda item: (natural_key(item[1]), item[0]))
+
+        def queryset(self, request, queryset):
+            return queryset.filter(**{field: self.value()}) if self.value() else queryset
+
+    ModelFilter.title = title
+    return ModelFilter
+
+
+def model_id_html(public_id: str) -> str:
+    """A public id short enough for a table column: ``avocado/4d1c…9e2f`` (provider, the first and
+    last four characters of a long model part), the whole id on hover."""
+    provider, _, model = public_id.partition("/")
+    if len(model) <= 16:
+        return public_id
+    return format_html('<span title="{}">{}/{}…{}</span>', public_id, provider, model[:4], model[-4:])
+
+
+def model_name_html(public_id: str, label: str) -> str:
+    """A model by its version label with its public id on hover; ``—`` for none."""
+    if not public_id:
+        return "—"
+    return format_html('<span class="model" title="{}">{}</span>', public_id, label or public_id)
+
+
+def _label_of(field: str) -> Coalesce:
+    """The version label of the model whose public id is in ``field`` ("" when none)."""
+    label = ModelEndpoint.objects.filter(public_id=OuterRef(field)).values("version_label")[:1]
+    return Coalesce(Subquery(label), Value(""))
+
+
 @admin.register(CallRecord)
 class CallRecordAdmin(ReadOnlyAdmin):
+    """The call log: models by version label (id on hover), sortable in natural label order."""
+
     list_display = (
         "created_at",
-        "experiment_key",
-        "variant_key",
-        "assigned_endpoint",
-        "served_endpoint",
+        "experiment_variant",
+        "assigned_model",
+        "served_model",
         "reason",
         "status",
-        "latency_ms",
+        "latency",
         "cost_usd",
     )
-    list_filter = ("reason", "status", "experiment_key")
+    list_filter = ("reason", "status", "experiment_key", model_filter("served_endpoint", "served model"))
     search_fields = ("session_id", "user_id")
     inlines = [AttemptInline]
+
+    def get_queryset(self, request):
+        labels = model_labels()
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                assigned_label=_label_of("assigned_endpoint"),
+                served_label=_label_of("served_endpoint"),
+                assigned_order=natural_order("assigned_endpoint", labels),
+                served_order=natural_order("served_endpoint", labels),
+            )
+        )
+
+    @admin.display(description="Experiment / variant", ordering="experiment_key")
+    def experiment_variant(self, obj: CallRecord) -> str:
+        return f"{obj.experiment_key} / {obj.variant_key}" if obj.experiment_key else "—"
+
+    @admin.display(description="Latency", ordering="latency_ms")
+    def latency(self, obj: CallRecord) -> str:
+        return "—" if obj.latency_ms is None else f"{obj.latency_ms:,.0f} ms"
+
+    @admin.display(description="Assigned model", ordering="assigned_order")
+    def assigned_model(self, obj: CallRecord) -> str:
+        return model_name_html(obj.assigned_endpoint, getattr(obj, "assigned_label", ""))
+
+    @admin.display(description="Served model", ordering="served_order")
+    def served_model(self, obj: CallRecord) -> str:
+        return model_name_html(obj.served_endpoint, getattr(obj, "served_label", ""))
 
 
 @admin.register(CompletionJob)
@@ -294,12 +337,12 @@ class CompletionJobAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(ReadOnlyAdmin):
+class AttemptAdmin(AttemptModelColumn, ReadOnlyAdmin):
     """Every upstream attempt (and refusal: killed, cooling, circuit_open …) of every call."""
 
     can_delete_rows = False
     list_display = ("call_id", *ATTEMPT_FIELDS)
-    list_filter = ("outcome", "endpoint")
+    list_filter = ("outcome", model_filter("endpoint", "model"))
     search_fields = ("endpoint", "upstream_request_id", "=call__session_id")
     ordering = ("-call_id", "number")
     list_select_related = ("call",)

@@ -383,6 +383,16 @@ class KillScope(models.TextChoices):
     VARIANT = "variant", "One variant (target: <experiment key>/<variant key>; units go to control)"
 
 
+#: Short names of the kill scopes for lists and titles (the choices' labels explain the target).
+KILL_SCOPE_NAMES = {
+    KillScope.ALL_EXTERNAL: "all external providers",
+    KillScope.PROVIDER: "provider",
+    KillScope.ENDPOINT: "model",
+    KillScope.EXPERIMENT: "experiment",
+    KillScope.VARIANT: "variant",
+}
+
+
 class KillSwitch(models.Model):
     """An operator's off switch. Written only through :func:`routing.services.kill_switch_set`
     (audited, bumps the configuration version); read through :func:`routing.killswitch.kill_state`.
@@ -411,4 +421,22 @@ class KillSwitch(models.Model):
 
     def __str__(self) -> str:
         state = "ON" if self.active else "off"
-        return f"kill {self.scope}{':' + self.target if self.target else ''} [{state}]"
+        target = self.target_name
+        return (
+            f"kill {KILL_SCOPE_NAMES.get(self.scope, self.scope)}{' ' + target if target else ''} [{state}]"
+        )
+
+    @property
+    def target_name(self) -> str:
+        """The target as people name it: a model by its version label (``avocado-v15``; one query,
+        or none when the admin list annotated ``target_label``), anything else as stored."""
+        if self.scope != KillScope.ENDPOINT or not self.target:
+            return self.target
+        label = getattr(self, "target_label", None)
+        if label is None:
+            label = (
+                ModelEndpoint.objects.filter(public_id=self.target)
+                .values_list("version_label", flat=True)
+                .first()
+            )
+        return label or self.target

@@ -21,7 +21,7 @@ from muse_experiments.infra import config_version
 
 from .credentials import credential_binding_validate
 from .models import KillScope, KillSwitch, ModelEndpoint, Provider
-from .selectors import catalogue
+from .selectors import catalogue, endpoint_public_id
 
 REASON_MAX = 500
 
@@ -91,12 +91,13 @@ def kill_switch_validate(
     """Check a kill switch's scope and target; returns the normalised (stripped) target.
 
     Targets: ``all_external`` none; ``provider`` an existing provider key; ``endpoint`` an existing
-    endpoint public id; ``experiment`` an existing experiment key; ``variant``
+    endpoint by public id or by version label (``avocado-v15``, when one model has it; the public
+    id is returned); ``experiment`` an existing experiment key; ``variant``
     ``<experiment key>/<variant key>`` naming an existing variant. Turning on (``active``) a kill
     of an experiment's *control* variant sends its units to the platform default endpoint (which
     may be another experiment's treatment): it is refused unless ``control_traffic_to`` names that
-    endpoint's public id, as the operator's confirmation. Raises ValidationError keyed by
-    ``scope`` / ``target`` / ``control_traffic_to``.
+    endpoint (public id or version label), as the operator's confirmation. Raises ValidationError
+    keyed by ``scope`` / ``target`` / ``control_traffic_to``.
     """
     target = (target or "").strip()
     if scope not in KillScope.values:
@@ -109,6 +110,8 @@ def kill_switch_validate(
         return ""
     if not target:
         raise ValidationError({"target": f"A {scope} kill switch needs a target."})
+    if scope == KillScope.ENDPOINT:
+        target = endpoint_public_id(target) or target
     exists = {
         KillScope.PROVIDER: lambda: Provider.objects.filter(key=target).exists(),
         KillScope.ENDPOINT: lambda: ModelEndpoint.objects.filter(public_id=target).exists(),
@@ -131,7 +134,7 @@ def _confirm_control_kill(target: str, control_traffic_to: str) -> None:
     ):
         return
     default = catalogue().default_id or "(no platform default: the calls would fail)"
-    if control_traffic_to != default:
+    if (endpoint_public_id(control_traffic_to) if control_traffic_to else "") != default:
         raise ValidationError(
             {
                 "control_traffic_to": (

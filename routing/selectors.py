@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import cached_property
 
+from django.db.models import Q
+
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra.config_version import VersionedSnapshot
 
@@ -208,3 +210,16 @@ def session_started(*, api_key_id: int | None, session_id: str) -> bool:
     jobs = CompletionJob.objects.filter(session_id=session_id)
     jobs = jobs.filter(api_key__isnull=True) if api_key_id is None else jobs.filter(api_key_id=api_key_id)
     return jobs.exists()
+
+
+def endpoint_public_id(name: str) -> str | None:
+    """The public id of the model ``name`` names: its public id, or its version label when exactly
+    one model has that label (``avocado-v15`` → ``avocado/<32 hex>``); ``None`` otherwise. One query."""
+    ids = list(
+        ModelEndpoint.objects.filter(Q(public_id=name) | Q(version_label=name)).values_list(
+            "public_id", flat=True
+        )[:2]
+    )
+    if name in ids:
+        return name
+    return ids[0] if len(ids) == 1 else None

@@ -21,3 +21,46 @@ class MuseAutoSchema(AutoSchema):
         if len(parts) >= 2 and name == parts[-1]:
             return parts[-2].removesuffix("Api") + name
         return name
+
+    def get_operation_id(self) -> str:
+        """A readable operation id from :data:`OPERATIONS` (``createCompletion``), else drf-spectacular's
+        path-derived one (``v1_completions_create``)."""
+        named = OPERATIONS.get((self.method.upper(), self.path))
+        return named[0] if named else super().get_operation_id()
+
+    def get_summary(self) -> str:
+        """The one-line title Redoc and Swagger UI show for an operation: from :data:`OPERATIONS`,
+        else the operation id in words (``v1_users_x_create`` → ``Users x create``), never the raw id."""
+        named = OPERATIONS.get((self.method.upper(), self.path))
+        if named:
+            return named[1]
+        words = super().get_operation_id().removeprefix("v1_").replace("_", " ")
+        return words[:1].upper() + words[1:]
+
+
+#: ``(method, path) → (operation id, summary)`` for the public API (Redoc lists operations by summary).
+OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("POST", "/api/v1/completions"): ("createCompletion", "Create a routed completion"),
+    ("GET", "/api/v1/completions/{job_id}"): ("getCompletion", "Get a completion job"),
+    ("POST", "/api/v1/events"): ("recordEvents", "Record outcome events"),
+    ("GET", "/api/v1/experiments"): ("listExperiments", "List experiments"),
+    ("GET", "/api/v1/experiments/{key}"): ("getExperiment", "Get an experiment"),
+    ("PATCH", "/api/v1/experiments/{key}"): ("editExperiment", "Edit an experiment"),
+    ("GET", "/api/v1/experiments/{key}/results"): ("getResults", "Get an experiment's results"),
+    ("POST", "/api/v1/experiments/{key}/results/compute"): ("computeResults", "Compute new results"),
+    ("POST", "/api/v1/experiments/preview-assignment"): ("previewAssignment", "Preview a unit's assignment"),
+    ("GET", "/api/v1/ops/kill-switches"): ("listKillSwitches", "List kill switches"),
+    ("POST", "/api/v1/ops/kill-switches"): ("setKillSwitch", "Turn a kill switch on or off"),
+    ("POST", "/api/v1/sessions/{session_id}/end"): ("endSession", "End a session"),
+    ("POST", "/api/v1/training/export"): ("exportTraining", "Export training transcripts"),
+    ("POST", "/api/v1/training/ingest"): ("ingestTraining", "Ingest training records"),
+    ("GET", "/api/v1/users/{user_id}/training-opt-out"): (
+        "getTrainingOptOut",
+        "Get a user's training opt-out",
+    ),
+    ("POST", "/api/v1/users/{user_id}/training-opt-out"): ("optOutOfTraining", "Opt a user out of training"),
+    ("DELETE", "/api/v1/users/{user_id}/training-opt-out"): (
+        "optBackIntoTraining",
+        "Opt a user back into training",
+    ),
+}

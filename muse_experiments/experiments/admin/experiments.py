@@ -10,6 +10,7 @@ services' own rules, so invalid configurations come back as form errors.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -18,7 +19,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
+from django.utils.timezone import localtime
 
 from .. import selectors
 from ..audit_text import describe_changes, percent
@@ -41,6 +44,7 @@ from ..services.lifecycle import (
     experiment_stop,
 )
 from ..services.rules import EDITABLE_FIELDS, LIVE_STATUSES
+from .history import AuditHistoryAdmin
 
 LIFECYCLE = {
     "start": (experiment_start, "running"),
@@ -102,7 +106,7 @@ class ForcedAssignmentInline(ExperimentPartInline):
 
 
 @admin.register(Experiment)
-class ExperimentAdmin(admin.ModelAdmin):
+class ExperimentAdmin(AuditHistoryAdmin, admin.ModelAdmin):
     form = ExperimentForm
     list_display = ("key", "name", "status", "unit_type", "coverage_percent", "phase", "layer", "started_at")
     list_filter = ("status", "unit_type", "layer")
@@ -222,8 +226,8 @@ class ExperimentAdmin(admin.ModelAdmin):
                     p.seed,
                     percent(p.coverage),
                     ", ".join(f"{k} {percent(w)}" for k, w in p.weights.items()),
-                    p.started_at,
-                    p.ended_at or "open",
+                    _when(p.started_at),
+                    _when(p.ended_at) if p.ended_at else "open",
                 )
                 for p in phases
             ),
@@ -372,6 +376,11 @@ class ExperimentAdmin(admin.ModelAdmin):
             "model_labels": _preview_model_labels(preview),
         }
         return TemplateResponse(request, "admin/muse_experiments/experiment/preview.html", context)
+
+
+def _when(moment: datetime) -> str:
+    """``2026-12-04 14:03 UTC``: in the reporting time zone, named, as the admin lists show dates."""
+    return date_format(localtime(moment), "DATETIME_FORMAT")
 
 
 def _preview_model_labels(preview: Any) -> dict[str, str]:

@@ -8,10 +8,11 @@ from ..audit_text import percent
 from ..forms import PlatformConfigForm
 from ..models import Layer, PlatformConfig
 from ..services.layers import layer_save, platform_config_update
+from .history import AuditHistoryAdmin
 
 
 @admin.register(Layer)
-class LayerAdmin(admin.ModelAdmin):
+class LayerAdmin(AuditHistoryAdmin, admin.ModelAdmin):
     list_display = ("key", "description", "hash_version", "ranges")
     fields = ("key", "description", "hash_version")
     search_fields = ("key",)
@@ -31,7 +32,7 @@ class LayerAdmin(admin.ModelAdmin):
 
 
 @admin.register(PlatformConfig)
-class PlatformConfigAdmin(admin.ModelAdmin):
+class PlatformConfigAdmin(AuditHistoryAdmin, admin.ModelAdmin):
     """The global holdout; saved through ``platform_config_update`` (audited)."""
 
     form = PlatformConfigForm

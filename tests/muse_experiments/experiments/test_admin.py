@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+from datetime import UTC
 
 import pytest
 from django.urls import reverse
@@ -542,3 +543,39 @@ def test_an_api_key_is_created_in_the_admin_and_shown_once(admin_client, catalog
             reverse("admin:muse_experiments_apikey_change", args=[key.pk])
         ).content.decode()
     )
+
+
+# --- issue 32: history from the audit log, readable phase times ---------------------------------
+
+
+def test_the_history_link_shows_the_audit_entries(admin_client, catalogue):
+    experiment = make_experiment()
+    admin_client.post(change_url(experiment), form_data(experiment, hypothesis="faster answers"))
+    page = admin_client.get(change_url(experiment)).content.decode()
+    assert 'class="historylink"' in page
+    history = admin_client.get(reverse("admin:muse_experiments_experiment_history", args=[experiment.pk]))
+    body = history.content.decode()
+    assert history.status_code == 200
+    assert "doesn’t have a change history" not in body
+    assert '<li style="list-style:disc">hypothesis: — → faster answers</li>' in body
+    assert body.count("<tr>") - 1 == AuditEntry.objects.filter(object_id=str(experiment.pk)).count() >= 3
+    layer = Layer.objects.create(key="checkout")
+    layer_history = admin_client.get(reverse("admin:muse_experiments_layer_history", args=[layer.pk]))
+    assert "No changes recorded in the audit log" in layer_history.content.decode()
+
+
+def test_records_nobody_edits_have_no_history_link(admin_client, catalogue):
+    experiment = make_experiment()
+    phase = ExperimentPhase.objects.filter(experiment=experiment).first()
+    page = admin_client.get(reverse("admin:muse_experiments_experimentphase_change", args=[phase.pk]))
+    assert page.status_code == 200 and 'class="historylink"' not in page.content.decode()
+
+
+def test_the_phases_table_prints_times_not_python_datetimes(admin_client, catalogue):
+    experiment = make_experiment()
+    page = admin_client.get(change_url(experiment)).content.decode()
+    phases = page[page.index("<th>started</th>") :]
+    phases = phases[: phases.index("</table>")]
+    started = ExperimentPhase.objects.get(experiment=experiment, number=experiment.phase).started_at
+    assert f"<td>{started.astimezone(UTC):%Y-%m-%d %H:%M} UTC</td>" in phases
+    assert "+00:00" not in phases and "datetime" not in phases

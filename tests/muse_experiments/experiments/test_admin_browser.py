@@ -5,6 +5,8 @@ preview, and a weight change asks to confirm the new phase before saving. Screen
 
 from __future__ import annotations
 
+from urllib.parse import urlparse
+
 import pytest
 
 from muse_experiments.experiments.models import Experiment
@@ -13,7 +15,7 @@ from muse_experiments.experiments.services.variants import VariantInput
 from routing.models import ModelEndpoint
 from tests.analytics.test_pages_browser import TIMEOUT_MS, _shot, chromium  # noqa: F401 (fixture)
 from tests.factories import make_experiment, seed_catalogue
-from tests.muse_experiments.conftest import V2, V14
+from tests.muse_experiments.conftest import V2, V14, V15
 
 pytestmark = [pytest.mark.slow]
 
@@ -91,3 +93,156 @@ def test_the_experiment_page_fits_and_confirms_a_new_phase(admin_page):
     page.wait_for_load_state()
     assert Experiment.objects.get(pk=experiment.pk).phase == 3
     assert errors == []
+
+
+# --- issue 32: admin pages at 1,400 px, snapshots, kill switches, history, Redoc, favicon ---------
+
+
+@pytest.fixture
+def admin_site(chromium, live_server, transactional_db, client, upstreams):  # noqa: F811
+    """A superuser's browser at 1,400 px on the live server, with the catalogue, an experiment, a
+    few routed calls and a results snapshot. Yields ``(page, base_url, problems)``: ``problems``
+    collects page errors, 4xx/5xx answers (a missing favicon among them) and any request to
+    another host (all blocked)."""
+    from django.contrib.auth import get_user_model
+
+    from analytics.models import ResultSnapshot
+    from tests.routing.test_router import job, run
+
+    seed_catalogue(upstreams.url)
+    experiment = make_experiment(key="wide", arms=[("control", V14, 0.5), ("treatment", V2, 0.5)])
+    for i in range(4):
+        run(job(session_id=f"wide-{i}"))
+    ResultSnapshot.objects.create(
+        experiment=experiment,
+        phase=experiment.phase,
+        inputs={
+            f"metric_{m}": {v: {"n": 100 + m, "sum": 50, "sum_squares": 40} for v in ("control", "treatment")}
+            for m in range(40)
+        },
+        results={"metrics": [{"name": f"metric_{m}", "lift": 0.01 * m} for m in range(40)], "srm": {}},
+    )
+    user = get_user_model().objects.create_superuser("ops-browser", "ops@example.com", "pw")
+    client.force_login(user)
+    host = urlparse(live_server.url).hostname
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "domain": host, "path": "/"}]
+    )
+    problems: list[str] = []
+
+    def only_local(route):
+        if urlparse(route.request.url).hostname != host:
+            problems.append(f"off-site request: {route.request.url}")
+            return route.abort()
+        return route.continue_()
+
+    context.route("**/*", only_local)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"{r.status}: {r.url}"))
+    yield page, live_server.url, problems
+    context.close()
+
+
+def _fits(page) -> tuple[float, float]:
+    """(width of the change list's table, width it is shown in): the admin puts the table in a
+    box that scrolls sideways, so a table wider than its box is clipped, not the page."""
+    return page.evaluate(
+        "() => { const box = document.querySelector('#changelist .results');"
+        " return [box.scrollWidth, box.clientWidth]; }"
+    )
+
+
+def test_the_wide_admin_lists_fit_at_1400_px_and_name_models_by_label(admin_site):
+    page, base, problems = admin_site
+    for name, url in (
+        ("admin-model-endpoints", "/admin/routing/modelendpoint/"),
+        ("admin-call-records", "/admin/routing/callrecord/"),
+        ("admin-attempts", "/admin/routing/attempt/"),
+    ):
+        page.goto(f"{base}{url}")
+        _shot(page, name)
+        right, width = _fits(page)
+        assert right <= width, f"{url}: the table is {right} px wide in a {width} px box"
+        overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{url} scrolls sideways by {overflow} px"
+    page.goto(f"{base}/admin/routing/modelendpoint/")
+    labels = page.locator("#result_list tbody th a").all_inner_texts()
+    avocado = [label for label in labels if label.startswith("avocado-v")]
+    assert avocado[:3] == ["avocado-v1", "avocado-v2", "avocado-v3"] and avocado[-1] == "avocado-v15"
+    page.goto(f"{base}/admin/routing/callrecord/")
+    served = set(page.locator("#result_list td.field-served_model").all_inner_texts())
+    assert served <= {"avocado-v14", "avocado-v2"} and served
+    assert problems == []
+
+
+def test_a_snapshot_is_read_only_and_its_json_collapsed(admin_site):
+    from analytics.models import ResultSnapshot
+
+    page, base, problems = admin_site
+    snapshot = ResultSnapshot.objects.get()
+    page.goto(f"{base}/admin/analytics/resultsnapshot/")
+    assert page.locator("a.addlink").count() == 0
+    page.goto(f"{base}/admin/analytics/resultsnapshot/{snapshot.pk}/change/")
+    _shot(page, "admin-snapshot")
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert height < 1500, f"the snapshot page is {height} px tall"
+    assert page.locator("input[type=submit]").count() == 0 and page.locator("a.deletelink").count() == 0
+    assert page.locator("details.json").count() == 2
+    page.locator("details.json summary").first.click()
+    assert '"metric_0": {' in page.locator("details.json pre").first.inner_text()
+    _shot(page, "admin-snapshot-open")
+    assert problems == []
+
+
+def test_a_kill_switch_is_picked_by_label_and_its_history_read(admin_site):
+    from routing.models import KillSwitch
+
+    page, base, problems = admin_site
+    page.goto(f"{base}/admin/routing/killswitch/add/")
+    page.select_option("#id_scope", "endpoint")
+    page.select_option("#id_target", label="avocado-v15")
+    page.fill("#id_reason", "quota exhausted")
+    _shot(page, "admin-kill-switch-add")
+    page.click("input[name=_save]")
+    page.wait_for_url("**/admin/routing/killswitch/")
+    _shot(page, "admin-kill-switches")
+    switch = KillSwitch.objects.get()
+    assert switch.target == V15 and switch.active
+    row = page.locator("#result_list tbody tr").first
+    assert row.locator(".field-scope_name").inner_text() == "model"
+    assert row.locator(".field-target_shown").inner_text() == "avocado-v15"
+    page.goto(f"{base}/admin/routing/killswitch/{switch.pk}/change/")
+    page.click("a.historylink")
+    _shot(page, "admin-kill-switch-history")
+    assert "doesn’t have a change history" not in page.content()
+    assert page.locator("table.audit-history tbody tr").count() == 1
+    assert "kill_switch_on" in page.locator("table.audit-history").inner_text()
+    assert problems == []
+
+
+def test_redoc_names_operations_and_nothing_loads_from_another_host(admin_site):
+    page, base, problems = admin_site
+    page.goto(f"{base}/api/redoc/")
+    page.wait_for_selector(".menu-content", state="attached")
+    page.wait_for_selector("text=Create a routed completion", state="attached")
+    _shot(page, "redoc-named")
+    page.screenshot(path=str(_shot(page, "redoc-named").with_name("redoc-named-top.png")))
+    menu = page.locator(".menu-content").text_content()
+    assert "Compute new results" in menu and "v1_" not in menu
+    assert page.locator('img[alt="redocly logo"][src^="http"]').count() == 0
+    assert problems == []  # no CDN logo, no favicon 404
+
+
+def test_every_page_has_a_favicon(admin_site):
+    page, base, problems = admin_site
+    for url in ("/admin/", "/results/", "/api/docs/"):
+        page.goto(f"{base}{url}")
+    icon = page.request.get(f"{base}/favicon.ico")
+    assert icon.ok and icon.headers["content-type"].startswith("image/svg")
+    page.goto(f"{base}/admin/")
+    href = page.locator("link[rel=icon]").get_attribute("href")
+    assert href.endswith("favicon.svg")
+    assert problems == []

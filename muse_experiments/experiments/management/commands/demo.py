@@ -35,6 +35,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from muse_experiments.api.auth import api_key_create
+from muse_experiments.experiments import selectors
 from muse_experiments.experiments.models import Experiment, ExperimentStatus
 from muse_experiments.experiments.services.edits import experiment_create
 from muse_experiments.experiments.services.lifecycle import experiment_start, experiment_stop
@@ -380,7 +381,11 @@ class Command(BaseCommand):
                 ).raise_for_status()
         self.stdout.write(f"posted {len(events)} task_success events")
 
-    def _print_table(self, results: dict) -> None:
+    def _print_table(self, results: dict, labels: dict[str, str] | None = None) -> None:
+        """Print the task_success table of a results API answer, models by version label
+        (``labels``: public id → label; read from the catalogue when not given)."""
+        if labels is None:
+            labels = selectors.model_labels()
         success = next(m for m in results["metrics"] if m["name"] == "task_success")
         latency = next(m for m in results["metrics"] if m["name"] == "latency_ms")
         lat = {v["key"]: v["mean"] for v in latency["variants"]}
@@ -389,7 +394,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"\nResults: {results['experiment']} (phase {results['phase']}), metric task_success, 95% CI"
         )
-        header = f"{'variant':<20}{'model':<42}{'units':>7}{'success':>9}{'latency':>10}{'lift':>9}{'95% CI (relative)':>22}{'p-value':>9}"
+        header = f"{'variant':<20}{'model':<20}{'units':>7}{'success':>9}{'latency':>10}{'lift':>9}{'95% CI (relative)':>22}{'p-value':>9}"
         self.stdout.write(header)
         self.stdout.write("-" * len(header))
         for v, s in zip(results["variants"], success["variants"], strict=True):
@@ -405,7 +410,7 @@ class Command(BaseCommand):
                 )
                 p = f"{c['p_value']:.4f}" if c["p_value"] is not None else "—"
             self.stdout.write(
-                f"{v['key']:<20}{v['endpoint']:<42}{v['units']:>7}{rate:>9}{latency_ms:>10}{lift:>9}{ci:>22}{p:>9}"
+                f"{v['key']:<20}{labels.get(v['endpoint'], v['endpoint']):<20}{v['units']:>7}{rate:>9}{latency_ms:>10}{lift:>9}{ci:>22}{p:>9}"
             )
         p_srm = srm["p_value"]
         verdict = "MISMATCH — do not trust" if srm["flagged"] else "no mismatch"
