@@ -16,7 +16,7 @@ from django.utils import timezone
 from muse_experiments.experiments.models import Experiment
 
 from .. import histograms
-from ..formatting import milliseconds, money, number
+from ..formatting import milliseconds, money_per_thousand, number
 from ..models import CallRollup, RollupSpan
 from ..rollups import local_day
 from ..tables import Column, Table
@@ -131,7 +131,9 @@ def exposure_series(*, rows: list[tuple[datetime, str, int]], variants: list[str
 
 
 def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tuple[Table, dict[str, Any]]:
-    """Per-variant call health (from :func:`rollup_by`) and the distributions for the charts."""
+    """Per-variant call health (from :func:`rollup_by`) and the distributions for the charts:
+    ``{histogram: {"labels": bin ranges, "series": {variant: [share of its calls per bin]}}}``
+    (cost bins in USD per 1,000 calls; the table's ``cost_per_call`` is exported per call)."""
     empty = {"calls": 0, "errors": 0, "fallbacks": 0, "killed": 0, "cost": 0.0, "tokens": 0}
     merged = {
         v: {h: (totals.get(v) or {}).get(h) or [0] * g.size for h, g in HISTOGRAMS.items()} for v in variants
@@ -166,16 +168,17 @@ def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tup
             Column("killed_share", "Rerouted by a kill switch", "pct"),
             Column("latency_p50", "Latency p50", "ms"),
             Column("latency_p95", "Latency p95", "ms"),
-            Column("cost_per_call", "Cost per call", "money"),
+            Column("cost_per_call", "Cost per 1,000 calls", "money_k"),
             Column("cost_total", "Cost", "money"),
             Column("tokens_per_call", "Tokens per call", "num"),
         ],
         rows=table_rows,
     )
     charts = {}
-    formats = {"latency_hist": milliseconds, "cost_hist": money, "tokens_hist": number}
+    # cost per call in dollars per 1,000 such calls ($0.00772, not $0.00000772)
+    formats = {"latency_hist": milliseconds, "cost_hist": money_per_thousand, "tokens_hist": number}
     for h, g in HISTOGRAMS.items():
-        labels = g.labels(formats[h])
+        labels = g.range_labels(formats[h])
         used = [i for i in range(g.size) if any(merged[v][h][i] for v in variants)]
         lo, hi = (used[0], used[-1] + 1) if used else (0, 0)
         charts[h] = {

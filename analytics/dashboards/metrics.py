@@ -16,12 +16,13 @@ from .common import ResultsOptions
 
 
 def _metric_kind(metric: Mapping[str, Any]) -> str:
-    """How to show a metric's values: pct for proportions, money for cost, ms for latency."""
+    """How to show a metric's values: pct for proportions, money_k for cost (USD per 1,000 units:
+    a unit's cost is a fraction of a cent), ms for latency."""
     if metric.get("type") == "proportion":
         return "pct"
     call_value = (metric.get("definition") or {}).get("call_value") or ""
     if call_value == "cost_usd" or metric.get("name", "").startswith("cost"):
-        return "money"
+        return "money_k"
     if call_value == "latency_ms" or metric.get("name", "").startswith("latency"):
         return "ms"
     return "num"
@@ -148,29 +149,44 @@ def _tone(lift: float | None, ci: Any, higher_is_better: bool) -> str:
     return "good" if (lift > 0) == higher_is_better else "bad"
 
 
-def _axis(intervals: Iterable[Any]) -> tuple[float, float]:
-    """A shared, symmetric-enough domain for the forest plot that always includes 0."""
-    lo, hi = 0.0, 0.0
-    for ci in intervals:
-        if ci[0] is not None and ci[1] is not None:
-            lo, hi = min(lo, ci[0]), max(hi, ci[1])
+#: A metric's forest-plot scale reaches at most this many times the typical (lower-median) extent
+#: of its treatments' intervals; an interval beyond it is clipped with a marker.
+CLIP_FACTOR = 3.0
+
+
+def forest_axis(intervals: Iterable[Any]) -> tuple[float, float] | None:
+    """The forest-plot scale of one metric's rows (relative lifts): from its lowest to its highest
+    bound, always with 0, padded 8 %, never below −100 %; None without any interval.
+
+    Each metric gets its own scale, so a guardrail at +6,719 % no longer squeezes a primary
+    metric's ±10 % to a dot. Inside a metric, a treatment whose interval reaches beyond
+    :data:`CLIP_FACTOR` × the lower median of the treatments' extents (``max(|low|, |high|)``) is
+    clipped there (the page draws a marker and prints the interval)."""
+    cis = [(lo, hi) for lo, hi in intervals if lo is not None and hi is not None]
+    if not cis:
+        return None
+    extents = sorted(max(abs(lo), abs(hi)) for lo, hi in cis)
+    reach = max(extents[(len(extents) - 1) // 2] * CLIP_FACTOR, 0.01)
+    lo = max(min(0.0, *(c[0] for c in cis)), -reach)
+    hi = min(max(0.0, *(c[1] for c in cis)), reach)
     span = max(hi - lo, 0.02)
-    lo, hi = max(lo - 0.08 * span, -1.0), hi + 0.08 * span
-    return lo, hi
+    return max(lo - 0.08 * span, -1.0), hi + 0.08 * span
 
 
 def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
-    """One row per metric × treatment: values, relative lift, interval (drawn on a shared axis),
+    """One row per metric × treatment: values, relative lift, interval (drawn on its metric's
+    scale, :func:`forest_axis`, and printed),
     p-value (frequentist) or chance to beat control (Bayesian), verdict; guardrails marked."""
     rows = []
     for m in body.get("metrics", []):
         kind = _metric_kind(m)
+        label = (m.get("label") or m["name"]) + (", per 1,000 units" if kind == "money_k" else "")
         means = {v["key"]: v.get("mean") for v in m.get("variants", [])}
         control = next((v["key"] for v in body.get("variants", []) if v.get("is_control")), "")
         if m.get("status") != "ok" or not m.get("comparisons"):
             rows.append(
                 {
-                    "metric": m.get("label") or m["name"],
+                    "metric": label,
                     "metric_name": m["name"],
                     "role": m.get("role"),
                     "variant": "",
@@ -194,7 +210,7 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
             ci = e["ci"] or (None, None)
             rows.append(
                 {
-                    "metric": m.get("label") or m["name"],
+                    "metric": label,
                     "metric_name": m["name"],
                     "role": m.get("role"),
                     "direction": "higher is better" if m.get("higher_is_better", True) else "lower is better",
@@ -224,6 +240,14 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
                     ),
                 }
             )
+    by_metric: dict[str, list[dict]] = {}
+    for r in rows:
+        by_metric.setdefault(r["metric_name"], []).append(r)
+    for metric_rows in by_metric.values():
+        axis = forest_axis((r.get("ci_low"), r.get("ci_high")) for r in metric_rows)
+        for r in metric_rows:
+            if r.get("forest"):
+                r["forest"]["axis"] = axis
     bayes = options.engine == "bayesian"
     ci_name = "credible interval" if bayes else "confidence interval"
     level = f"{(1 - (body.get('alpha') or 0.05)) * 100:g} %"
@@ -233,7 +257,7 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
         Column("control_value", "Control", "num"),
         Column("treatment_value", "Treatment value", "num"),
         Column("relative_lift", "Relative lift", "lift"),
-        Column("forest", f"Lift with its {level} {ci_name} (shared axis)", "forest"),
+        Column("forest", f"Lift with its {level} {ci_name} (scale per metric)", "forest"),
         Column(
             "interval",
             "Interval",
@@ -277,7 +301,6 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
             "cuped_status",
             "reason",
         ),
-        axis=_axis((r.get("ci_low"), r.get("ci_high")) for r in rows),
     )
 
 

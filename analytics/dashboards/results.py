@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from muse_experiments.experiments.models import Experiment, ExperimentPhase
 
+from ..formatting import guardrail_breach
 from ..models import GuardrailAction, LiftPoint, ResultSnapshot
 from ..rollups import local_day
 from ..tables import Column, Table
@@ -47,7 +48,11 @@ LIFT_FIELDS = (
 def lift_series(*, experiment: Experiment, options: ResultsOptions, metric: str) -> dict[str, Any]:
     """Cumulative relative lift per treatment over snapshot times, with the sequential
     (always-valid) band when stored, else the fixed-horizon interval. CUPED on reads the adjusted
-    points where the metric has them; off (or a metric without covariate) the unadjusted ones."""
+    points where the metric has them; off (or a metric without covariate) the unadjusted ones.
+
+    Returns ``{"series": {treatment: [{"x": ms since the epoch, "t": local time text, "lift",
+    "low", "high", "units"}]}, "zone": IANA name}``: the chart plots ``x`` on a time scale (one
+    panel per treatment), so snapshots taken at uneven times sit at their times."""
     start, end = bounds(options)
     qs = LiftPoint.objects.filter(
         experiment=experiment, phase=options.phase, analysis=options.analysis, metric=metric
@@ -77,6 +82,7 @@ def lift_series(*, experiment: Experiment, options: ResultsOptions, metric: str)
             band = (seq_lo, seq_hi) if seq_lo is not None and seq_hi is not None else (lo, hi)
             out.append(
                 {
+                    "x": round(at.timestamp() * 1000),
                     "t": at.astimezone(zone).strftime("%Y-%m-%d %H:%M"),
                     "lift": lift,
                     "low": band[0],
@@ -171,7 +177,33 @@ def results_dashboard(*, experiment: Experiment, options: ResultsOptions) -> dic
     out["cuped_warnings"] = cuped_warnings(body) if options.cuped else []
     out["tables"]["power"] = power_table(body=body, options=options, daily_units=_daily_units(exposures))
     out["lift"] = lift_series(experiment=experiment, options=options, metric=metric)
-    out["guardrail_actions"] = list(
-        GuardrailAction.objects.filter(experiment=experiment, phase=options.phase)[:20]
-    )
+    out["guardrail_actions"] = guardrail_action_lines(experiment=experiment, body=body, phase=options.phase)
+    out["same_populations"] = same_populations(results)
     return out
+
+
+def same_populations(results: dict[str, Any]) -> int | None:
+    """The number of analysed units when intent-to-treat and served-as-assigned count exactly the
+    same units (no unit was served by another variant than its own), else None."""
+    variants = results.get("variants", [])
+    if not variants or any(v.get("deviating") for v in variants):
+        return None
+    return sum(v.get("units") or 0 for v in variants)
+
+
+def guardrail_action_lines(*, experiment: Experiment, body: dict[str, Any], phase: int) -> list[dict]:
+    """The phase's latest 20 guardrail actions as ``{"created_at", "decision", "text",
+    "message"}``: ``text`` worded and numbered as the metric table does (metric labels, p-values
+    like ``< 0.001``, lifts in %) from the action's evidence; ``message`` is the stored text."""
+    labels = {m["name"]: m.get("label") or m["name"] for m in body.get("metrics", [])}
+    lines = []
+    for a in GuardrailAction.objects.filter(experiment=experiment, phase=phase)[:20]:
+        evidence = a.evidence or {}
+        text = guardrail_breach(
+            metric=labels.get(a.metric, a.metric),
+            variant=a.variant_key,
+            p=evidence.get("sequential_p_value"),
+            lift=evidence.get("relative_lift"),
+        )
+        lines.append({"created_at": a.created_at, "decision": a.decision, "text": text, "message": a.message})
+    return lines

@@ -21,7 +21,9 @@ from .common import endpoint_labels
 
 def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
     """Per endpoint over the last hour and day (rollup hours): calls, failure rate, p50/p95
-    latency, cost; with circuit and kill state; and calls per hour for the chart."""
+    latency, cost; with circuit and kill state; and calls per hour for the chart:
+    ``{"labels": local "HH:MM", "hours": ISO starts (UTC), "series": {model label: [calls]}, "zone"}``
+    over the 24 hours ending with the current one."""
     now = now or timezone.now()
     hour_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     day_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
@@ -91,11 +93,13 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
         Column("price_in", "Input $/M tokens", "money"),
         Column("price_out", "Output $/M tokens", "money"),
     ]
-    hours = [day_start + timedelta(hours=i) for i in range(24 + 1)]
+    # the 24 rollup hours of the day window: 23 whole ones and the current one (never a future hour)
+    hours = [day_start + timedelta(hours=i) for i in range(24)]
     busiest = sorted(hourly, key=lambda k: -sum(hourly[k].values()))[:8]
     labels = endpoint_labels()
     chart = {
         "labels": [h.astimezone(zone).strftime("%H:%M") for h in hours],
+        "hours": [h.isoformat() for h in hours],
         "series": {labels.get(k, k): [hourly[k].get(h, 0) for h in hours] for k in busiest},
         "zone": timezone.get_current_timezone_name(),
     }
