@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 
-from celery.exceptions import TimeoutError as CeleryTimeout
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -29,6 +27,7 @@ from .events import (
     events_record,
     yes_no_event_names,
 )
+from .handoff import results_wait
 from .models import ResultSnapshot, SnapshotTrigger
 from .result_schema import ResultsSnapshotSchema
 from .rollups import call_rollup_refresh
@@ -317,11 +316,7 @@ class ResultsComputeApi(APIView):
         wait_s = data.validated_data["wait_s"]
         snapshot = None
         if wait_s > 0 and not transaction.get_connection().in_atomic_block:
-            with contextlib.suppress(CeleryTimeout):  # not done yet: answer 202
-                compute_results.AsyncResult(str(request_id)).get(
-                    timeout=wait_s, interval=0.05, propagate=False
-                )
-            snapshot = ResultSnapshot.objects.filter(request_id=request_id).first()
+            snapshot = results_wait(request_id=request_id, timeout_s=wait_s)  # None: answer 202
         url = f"/api/v1/experiments/{experiment.key}/results?request_id={request_id}"
         payload = {
             "request_id": request_id,

@@ -131,6 +131,12 @@ def money(value) -> str:
     return f"{sign}${_sig(v)}"
 
 
+def money_per_thousand(value) -> str:
+    """US dollars per one thing as dollars per 1,000 of them: 0.00000772 → "$0.00772";
+    0.004 → "$4.00" (the column or row says "per 1,000 …")."""
+    return money(value * 1000) if _ok(value) else DASH
+
+
 def milliseconds(value) -> str:
     """842.3 → "842 ms"; 12345 → "12.3 s"."""
     if not _ok(value):
@@ -162,3 +168,16 @@ def when(value: datetime | None, zone: tzinfo) -> str:
         return DASH
     local = value.astimezone(zone)
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
+
+
+def guardrail_breach(*, metric: str, variant: str, p: float | None, lift: float | None) -> str:
+    """What a guardrail breach is, worded and numbered as the metric table words and numbers it:
+    ``Latency (ms) significantly worse for cheap under the sequential test (always-valid
+    p < 0.001, relative lift +6,719 %)``. ``metric``: the metric's label."""
+    if p is None:
+        return f"{metric} significantly worse for {variant}"
+    p_text = p_value(p)
+    numbers = f"always-valid p {p_text if p_text.startswith('<') else '= ' + p_text}"
+    if lift is not None:
+        numbers += f", relative lift {percent(lift, signed=True)}"
+    return f"{metric} significantly worse for {variant} under the sequential test ({numbers})"

@@ -12,6 +12,7 @@ health page; the stats engine never reads these.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,16 @@ class LogBins:
         each edge through ``fmt``."""
         e = self.edges
         return [f"< {fmt(e[0])}", *(fmt(a) for a in e[:-1]), f"≥ {fmt(e[-1])}"]
+
+    def range_labels(self, fmt: Callable[[float], str] = str) -> list[str]:
+        """Labels of every bin by its range: ``< lo``, ``a–b`` (for ``[a, b)``), ``≥ hi``; each
+        edge through ``fmt``. A histogram's bars read as ranges, not as points on a curve."""
+        e = self.edges
+        return [
+            f"< {fmt(e[0])}",
+            *(f"{fmt(a)}–{fmt(b)}" for a, b in itertools.pairwise(e)),
+            f"≥ {fmt(e[-1])}",
+        ]
 
     def quantile(self, counts: Sequence[int], q: float) -> float | None:
         """The ``q`` quantile (0 < q < 1) of a histogram on this grid; None when it is empty.

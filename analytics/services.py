@@ -15,6 +15,7 @@ from muse_experiments.experiments.models import AuditEntry, Experiment, Experime
 
 from .analysis import VariantInfo, analyse_population
 from .builtin_metrics import seed_builtin_metrics
+from .formatting import guardrail_breach
 from .models import (
     ExperimentAnalysisSettings,
     GuardrailAction,
@@ -229,15 +230,14 @@ def guardrails_apply(
             experiment=experiment, phase=snapshot.phase, decision=GuardrailDecision.PAUSED
         ).values_list("variant_key", flat=True)
     )
+    labels = {m["name"]: m.get("label") or m["name"] for m in snapshot.results.get("metrics", [])}
     for breach in breaches:
         variant = breach["variant"]
-        p = breach.get("sequential_p_value")
-        lift = breach.get("relative_lift")
-        why = (
-            f"guardrail {breach['metric']} significantly worse for {variant} under the sequential test "
-            f"(always-valid p={p:.2g}" + (f", relative lift {lift:+.1%}" if lift is not None else "") + ")"
-            if p is not None
-            else f"guardrail {breach['metric']} significantly worse for {variant}"
+        why = "guardrail " + guardrail_breach(
+            metric=labels.get(breach["metric"], breach["metric"]),
+            variant=variant,
+            p=breach.get("sequential_p_value"),
+            lift=breach.get("relative_lift"),
         )
         decision, message = GuardrailDecision.DETECTED, why + "; auto-pause is off"
         if settings.auto_pause_guardrails:

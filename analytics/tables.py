@@ -23,7 +23,8 @@ from muse_experiments.infra.csv_export import csv_write
 #: Column kinds (how a raw value is shown): text, int, num, pct (fraction), lift (signed
 #: fraction), money (USD), ms, p, status (code → words), model (public id → version label),
 #: days (a duration), when (datetime), link (text linking to ``row[<key>_href]``), forest (a
-#: drawn interval; not exported: its numbers are exported on their own).
+#: drawn interval on its own scale, ``{lift, low, high, tone, axis}``; not exported: its numbers
+#: are exported on their own), money_k (USD per 1,000 of what the row counts).
 KINDS = {
     "text",
     "int",
@@ -31,6 +32,7 @@ KINDS = {
     "pct",
     "lift",
     "money",
+    "money_k",
     "ms",
     "p",
     "status",
@@ -70,8 +72,6 @@ class Table:
     rows: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""
     row_class: str = ""
-    #: Shared domain ``(low, high)`` of the ``forest`` column (fractions), or None.
-    axis: tuple[float, float] | None = None
     #: Row keys exported besides the columns (ids behind labels, reasons...).
     export_extra: tuple[str, ...] = ()
 

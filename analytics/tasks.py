@@ -9,12 +9,19 @@ from celery import shared_task
 from muse_experiments.experiments.models import Experiment
 from muse_experiments.infra.queues import Queue
 
+from .handoff import results_publish
 from .models import ResultSnapshot, SnapshotTrigger
 from .rollups import call_rollup_refresh
 from .services import results_compute, running_experiment_ids
 
 
-@shared_task(name="analytics.compute_results", queue=Queue.ANALYTICS, soft_time_limit=300, time_limit=360)
+@shared_task(
+    name="analytics.compute_results",
+    queue=Queue.ANALYTICS,
+    soft_time_limit=300,
+    time_limit=360,
+    ignore_result=True,  # waiters read the hand-off (analytics.handoff), never the result backend
+)
 def compute_results(
     experiment_id: int,
     phase: int | None = None,
@@ -22,13 +29,17 @@ def compute_results(
     request_id: str | None = None,
 ) -> int | None:
     """Compute and store a results snapshot; returns its id (None if the experiment is gone or never
-    started). Safe to run twice: a request id already answered returns the existing snapshot."""
+    started). Safe to run twice: a request id already answered returns the existing snapshot.
+    With a ``request_id``, the request waiting for it is woken (:func:`analytics.handoff.results_publish`)."""
     if request_id:
         done = ResultSnapshot.objects.filter(request_id=request_id).values_list("pk", flat=True).first()
         if done:
+            results_publish(request_id=request_id, snapshot_id=done)
             return done
     experiment = Experiment.objects.filter(pk=experiment_id).first()
     if experiment is None or not experiment.phase:
+        if request_id:
+            results_publish(request_id=request_id, snapshot_id=None)
         return None
     snapshot = results_compute(
         experiment=experiment,
@@ -36,6 +47,8 @@ def compute_results(
         trigger=trigger,
         request_id=uuid.UUID(request_id) if request_id else None,
     )
+    if request_id:
+        results_publish(request_id=request_id, snapshot_id=snapshot.pk)
     refresh_call_rollup.delay()  # the dashboards' time series, fresh with the snapshot (own task)
     return snapshot.pk
 

@@ -1,4 +1,5 @@
-"""Hand a finished job's final state to the web request waiting for it, over Redis.
+"""Hand a finished job's final state to the web request waiting for it, over Redis
+(:mod:`muse_experiments.infra.handoff` under the name ``muse:job:<id>``).
 
 The worker publishes ``{status, result, error, finished_at}`` (the job's public final state) in
 the same Redis transaction that buffers the call's records (:mod:`routing.writebehind`):
@@ -19,25 +20,19 @@ from typing import Any
 
 from django.conf import settings
 
+from muse_experiments.infra.handoff import handoff_final, handoff_queue, handoff_wait
 from muse_experiments.infra.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
 
-def final_key(job_id: str) -> str:
-    return f"muse:job:{job_id}:final"
-
-
-def done_key(job_id: str) -> str:
-    return f"muse:job:{job_id}:done"
+def handoff_name(job_id: str) -> str:
+    return f"muse:job:{job_id}"
 
 
 def queue_final(pipe, job_id: str, final_json: str) -> None:
     """Add the commands that publish a job's final state (JSON) to a Redis pipeline."""
-    ttl = settings.COMPLETION_STREAM_TTL_S
-    pipe.set(final_key(job_id), final_json, ex=ttl)
-    pipe.rpush(done_key(job_id), final_json)
-    pipe.expire(done_key(job_id), ttl)
+    handoff_queue(pipe, handoff_name(job_id), final_json, ttl_s=settings.COMPLETION_STREAM_TTL_S)
 
 
 def publish_final(*, job_id: str, state: dict[str, Any]) -> None:
@@ -52,7 +47,7 @@ def publish_final(*, job_id: str, state: dict[str, Any]) -> None:
 
 def final_state(job_id: str) -> dict[str, Any] | None:
     """The job's final state if a worker published one, else ``None``."""
-    raw = redis_client().get(final_key(job_id))
+    raw = handoff_final(handoff_name(job_id))
     return json.loads(raw) if raw else None
 
 
@@ -62,11 +57,8 @@ def wait_final(job_id: str, *, timeout_s: float) -> dict[str, Any] | None:
     A second request waiting for the same job (an idempotent retry) finds the state under
     ``final`` once the first took the wake-up.
     """
-    client = redis_client()
-    popped = client.blpop([done_key(job_id)], timeout=max(timeout_s, 0.01))
-    if popped:
-        return json.loads(popped[1])
-    return final_state(job_id)
+    raw = handoff_wait(handoff_name(job_id), timeout_s=timeout_s)
+    return json.loads(raw) if raw else None
 
 
 def apply_final(job: Any, state: dict[str, Any]) -> Any:

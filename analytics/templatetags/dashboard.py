@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from analytics import formatting
 from analytics.tables import Column, Table
@@ -17,6 +18,7 @@ _TEXT = {
     "pct": formatting.percent,
     "lift": lambda v: formatting.percent(v, signed=True),
     "money": formatting.money,
+    "money_k": formatting.money_per_thousand,
     "ms": formatting.milliseconds,
     "p": formatting.p_value,
     "days": formatting.days,
@@ -71,61 +73,78 @@ def cell(row: dict, column: Column, table: Table, labels: dict | None = None):
             )
         return format_html('<a href="{}">{}</a>', row.get(f"{column.key}_href", ""), value)
     if kind == "forest":
-        return forest(value, table.axis)
+        return forest(value)
     if kind in _TEXT:
         return _TEXT[kind](value)
     return formatting.DASH if value in (None, "") else value
 
 
-def forest(point: dict | None, axis: tuple[float, float] | None, width: int = 220, height: int = 22):
-    """An inline SVG: the interval as a bar, the estimate as a dot, 0 as a line, on ``axis``."""
+#: Forest-plot cell geometry (px): drawing width, left/right margin, and where the tick labels go.
+FOREST_W, FOREST_M, FOREST_H = 220, 6, 32
+#: Closest a "0" tick may come to an end tick (px) before it is left out (the line stays).
+TICK_GAP = 46
+
+
+def forest(point: dict | None, width: int = FOREST_W):
+    """One metric × treatment interval on its metric's scale (``point["axis"]``, see
+    :func:`analytics.dashboards.metrics.forest_axis`): an inline SVG with the interval as a bar,
+    the estimate as a dot, 0 as a dashed line, the scale's ends (and 0) as ticks, and a triangle
+    at an end the interval runs past; under it the interval as text (``[−5.1 %, +11.5 %]``)."""
+    axis = (point or {}).get("axis")
     if not point or axis is None or point.get("low") is None or point.get("high") is None:
         return format_html(
             '<svg class="forest empty" width="{}" height="{}" role="img" aria-label="no interval"></svg>',
             width,
-            height,
+            FOREST_H,
         )
     lo, hi = axis
+    left, right = FOREST_M, width - FOREST_M
 
     def x(v: float) -> float:
-        return round(4 + (min(max(v, lo), hi) - lo) / (hi - lo) * (width - 8), 1)
+        return round(left + (min(max(v, lo), hi) - lo) / (hi - lo) * (right - left), 1)
 
-    lift = point.get("lift")
-    dot = format_html('<circle cx="{}" cy="11" r="4" class="est"/>', x(lift)) if lift is not None else ""
-    label = f"{formatting.percent(lift, signed=True)} [{formatting.percent(point['low'], signed=True)}, {formatting.percent(point['high'], signed=True)}]"
+    def signed(v) -> str:
+        return formatting.percent(v, signed=True)
+
+    low, high, lift = point["low"], point["high"], point.get("lift")
+    text = f"[{signed(low)}, {signed(high)}]"
+    label = f"{signed(lift)} {text}"
+    x0 = x(0.0)
+    marks = []
+    if lift is not None and lo <= lift <= hi:
+        marks.append(format_html('<circle cx="{}" cy="9" r="4" class="est"/>', x(lift)))
+    if low < lo:
+        marks.append(format_html('<path d="M{} 9 l7 -6 v12 z" class="clip clip-low"/>', left - 5))
+    if high > hi:
+        marks.append(format_html('<path d="M{} 9 l-7 -6 v12 z" class="clip clip-high"/>', right + 5))
+    ticks = [
+        format_html('<text x="{}" y="29" text-anchor="start">{}</text>', 0, signed(lo)),
+        format_html('<text x="{}" y="29" text-anchor="end">{}</text>', width, signed(hi)),
+    ]
+    if x0 - left >= TICK_GAP and right - x0 >= TICK_GAP:
+        ticks.append(format_html('<text x="{}" y="29" text-anchor="middle">0</text>', x0))
     return format_html(
         '<svg class="forest tone-{}" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-        '<title>{}</title><line x1="{}" x2="{}" y1="1" y2="21" class="zero"/>'
-        '<rect x="{}" y="6" width="{}" height="10" rx="3" class="ci"/>{}</svg>',
+        '<title>{}</title><line x1="{}" x2="{}" y1="0" y2="18" class="zero"/>'
+        '<line x1="{}" x2="{}" y1="18" y2="18" class="scale"/>'
+        '<rect x="{}" y="4" width="{}" height="10" rx="3" class="ci"/>{}<g class="ticks">{}</g></svg>'
+        '<span class="ci-text">{}</span>',
         point.get("tone", "neutral"),
         width,
-        height,
+        FOREST_H,
         width,
-        height,
+        FOREST_H,
         label,
         label,
-        x(0.0),
-        x(0.0),
-        x(point["low"]),
-        max(x(point["high"]) - x(point["low"]), 1.5),
-        dot,
-    )
-
-
-@register.simple_tag
-def forest_axis(table: Table, width: int = 220):
-    """Tick labels under the forest column: low, 0, high of the shared axis."""
-    if table.axis is None:
-        return ""
-    lo, hi = table.axis
-    zero = round(4 + (0.0 - lo) / (hi - lo) * (width - 8))
-    return format_html(
-        '<span class="axis" style="width:{}px"><span class="lo">{}</span><span class="zero" style="left:{}px">0</span>'
-        '<span class="hi">{}</span></span>',
-        width,
-        formatting.percent(lo, signed=True),
-        zero,
-        formatting.percent(hi, signed=True),
+        x0,
+        x0,
+        left,
+        right,
+        x(low),
+        max(x(high) - x(low), 1.5),
+        mark_safe("".join(marks)),
+        mark_safe("".join(ticks)),
+        text,
     )
 
 

@@ -28,8 +28,12 @@ COST = {"control": "0.0040", "fast": "0.0045", "cheap": "0.000008"}
 SUCCESS_EVERY = {"control": 2, "fast": 2, "cheap": 3}
 
 
-def build_dashboard_experiment(key: str = "ana", units: int = 90) -> Raw:
-    """Write the rows, compute three snapshots (one per day of data) and the rollup."""
+def build_dashboard_experiment(key: str = "ana", units: int = 90, latency: dict | None = None) -> Raw:
+    """Write the rows, compute three snapshots (one per day of data) and the rollup.
+
+    ``latency``: per-arm base latencies (ms) replacing :data:`LATENCY` for the arms it names
+    (e.g. a ``cheap`` arm 68× slower puts the latency guardrail near +6,700 %)."""
+    latencies = {**LATENCY, **(latency or {})}
     seed_catalogue()
     experiment = make_experiment(key=key, arms=ARMS)
     experiment.name = "Faster Avocado for subagents"
@@ -52,7 +56,7 @@ def build_dashboard_experiment(key: str = "ana", units: int = 90) -> Raw:
                     unit,
                     variant,
                     at=at + timedelta(seconds=k),
-                    latency_ms=LATENCY[variant] * (1 + 0.1 * (i % 7)),
+                    latency_ms=latencies[variant] * (1 + 0.1 * (i % 7)),
                     cost_usd=COST[variant],
                     input_tokens=400 + 50 * (i % 5),
                     output_tokens=120 + 10 * (i % 4),

@@ -7,9 +7,11 @@ from zoneinfo import ZoneInfo
 
 from analytics.formatting import (
     days,
+    guardrail_breach,
     integer,
     milliseconds,
     money,
+    money_per_thousand,
     number,
     p_value,
     percent,
@@ -27,6 +29,24 @@ def test_numbers_read_like_a_report_never_scientific():
     assert days(0.25) == "6 h" and days(12.34) == "12.3 days" and days(None) == "—"
     assert money(float("nan")) == "—" and percent(None) == "—"
     assert percent(8.2e-11) == "< 0.01 %" and percent(1 - 1e-12) == "100 %" and number(3e-9) == "< 0.0001"
+
+
+def test_costs_per_call_read_per_1000_calls():
+    assert money_per_thousand(7.723e-06) == "$0.00772" and money_per_thousand(0.0045) == "$4.50"
+    assert money_per_thousand(None) == "—"
+
+
+def test_a_guardrail_breach_is_worded_and_numbered_as_the_metric_table():
+    for p, shown in ((0.0, "p < 0.001"), (6.5e-116, "p < 0.001"), (0.0123, "p = 0.012")):
+        text = guardrail_breach(metric="Cost per unit (USD)", variant="cheap", p=p, lift=66.789)
+        assert text == (
+            "Cost per unit (USD) significantly worse for cheap under the sequential test "
+            f"(always-valid {shown}, relative lift +6,679 %)"
+        )
+    assert (
+        guardrail_breach(metric="Latency", variant="b", p=None, lift=None)
+        == "Latency significantly worse for b"
+    )
 
 
 def test_statuses_are_words_and_unknown_codes_still_read():

@@ -11,8 +11,11 @@ saying why; under ``CI=true`` they fail instead (:func:`tests.conftest.need_serv
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -62,8 +65,9 @@ def chromium():
 
 
 @pytest.fixture
-def site(chromium, live_server, transactional_db, client):
-    """A logged-in staff browser page on the live server with the dashboard data loaded.
+def site(request, chromium, live_server, transactional_db, client):
+    """A logged-in staff browser page on the live server with the dashboard data loaded
+    (``build_dashboard_experiment(**request.param)`` when parametrised indirectly).
 
     Yields ``(page, base_url, problems)``: ``problems`` collects console errors, page errors,
     failed requests and any request to another host (all blocked: the pages must work offline).
@@ -73,7 +77,7 @@ def site(chromium, live_server, transactional_db, client):
 
     from analytics.views import VIEW_RESULTS, VIEW_ROUTING_HEALTH
 
-    build_dashboard_experiment()
+    build_dashboard_experiment(**getattr(request, "param", {}))
     user = get_user_model().objects.create_user("analyst", "a@example.com", "pw", is_staff=True)
     # the pages' view permissions (not the Analyst group: a transactional test's flush drops
     # the groups the migration made, and keeps the permissions post_migrate recreates)
@@ -129,10 +133,11 @@ def _drawn_canvases(page) -> list[str]:
 def test_results_page_draws_every_chart_and_the_forest_plot(site):
     page, base, problems = site
     page.goto(f"{base}/results/ana/")
-    page.wait_for_function("window.museCharts && window.museCharts.length >= 5")
+    page.wait_for_function("window.museCharts && window.museCharts.length >= 6")
     _shot(page, "results")
     drawn = set(_drawn_canvases(page))
-    assert {"chart-exposures", "chart-lift", "chart-latency", "chart-cost", "chart-tokens"} <= drawn
+    lift = {"chart-lift-1", "chart-lift-2"}  # one panel per treatment
+    assert {"chart-exposures", *lift, "chart-latency", "chart-cost", "chart-tokens"} <= drawn
     widths = page.eval_on_selector_all("svg.forest rect.ci", "els => els.map(e => e.getBBox().width)")
     assert len(widths) == page.locator("svg.forest:not(.empty)").count() >= 4
     assert all(w > 0 for w in widths)
@@ -151,13 +156,149 @@ def test_results_switches_change_the_page(site):
     page.wait_for_url("**metric=latency_ms**")
     assert "Cumulative relative lift of latency_ms" in page.content()
     assert "engine=bayesian" in page.url  # switches keep each other
-    page.wait_for_function("window.museCharts && window.museCharts.length >= 5")
+    page.wait_for_function("window.museCharts && window.museCharts.length >= 6")
     _shot(page, "results-bayesian-latency")
     page.select_option("#sw-analysis", "served")
     page.wait_for_url("**analysis=served**")
     page.goto(page.url.replace("from=", "from=2099-01-01"))  # the date range, as the form sends it
     page.wait_for_function("document.querySelectorAll('.chart.no-data').length >= 4")  # said, not blank
     assert page.locator("#sw-from").input_value() == "2099-01-01"
+    assert problems == []
+
+
+#: The latency guardrail of the ``cheap`` arm 68.19× slower than control: about +6,719 %.
+HUGE_GUARDRAIL = {"latency": {"cheap": 900.0 * 68.19}}
+#: ``[+1.2 %, −3.4 %]``-like interval text.
+INTERVAL_TEXT = re.compile(r"^\[[+−±][\d,.]+ %, [+−±][\d,.]+ %\]$")
+
+
+def _forest_rows(page) -> list[dict]:
+    """Per metric-table row: metric, treatment, the interval's pixel width, clip markers, the
+    interval text and the bounding boxes of the tick labels."""
+    return page.eval_on_selector_all(
+        "table[data-table=metrics] tbody tr",
+        """rows => rows.map(r => {
+             const svg = r.querySelector('svg.forest:not(.empty)');
+             const rect = svg && svg.querySelector('rect.ci');
+             return {
+               metric: r.cells[0].innerText, variant: r.cells[1].innerText,
+               width: rect ? rect.getBoundingClientRect().width : null,
+               clipped: svg ? svg.querySelectorAll('.clip').length : 0,
+               text: (r.querySelector('.ci-text') || {}).innerText || null,
+               ticks: svg ? [...svg.querySelectorAll('.ticks text')].map(t => {
+                 const b = t.getBoundingClientRect(); return [b.left, b.right, t.textContent]; }) : [],
+               cuped: r.cells[r.cells.length - 2].innerText,
+             };
+           })""",
+    )
+
+
+@pytest.mark.parametrize("site", [HUGE_GUARDRAIL], indirect=True)
+def test_each_metric_has_its_own_forest_scale_and_prints_its_interval(site):
+    """One guardrail at about +6,719 % no longer squeezes the primary metric's interval to a dot:
+    each metric is drawn on its own scale, an interval past it is clipped with a marker, every
+    interval is printed, ticks never overlap; the guardrail action reads like the table."""
+    from analytics.models import ExperimentAnalysisSettings, GuardrailAction, ResultSnapshot
+    from analytics.services import guardrails_apply
+    from muse_experiments.experiments.models import Experiment
+
+    experiment = Experiment.objects.get(key="ana")
+    ExperimentAnalysisSettings.objects.create(experiment=experiment, guardrail_min_units=10)
+    guardrails_apply(snapshot=ResultSnapshot.objects.filter(experiment=experiment).latest("computed_at"))
+    assert GuardrailAction.objects.filter(variant_key="cheap", metric="latency_ms").exists()
+    page, base, problems = site
+    page.goto(f"{base}/results/ana/")
+    page.wait_for_function("window.museCharts && window.museCharts.length >= 6")
+    _shot(page, "results-huge-guardrail")
+    rows = _forest_rows(page)
+    guardrail = next(r for r in rows if r["metric"].startswith("Latency") and r["variant"] == "cheap")
+    assert re.match(r"^\[\+\d,\d{3} %, \+\d,\d{3} %\]$", guardrail["text"]), guardrail  # +4,467 %…
+    assert guardrail["clipped"] >= 1  # beyond the metric's readable scale: a marker, not a dot
+    primary = [r for r in rows if r["metric"].startswith("Task success")]
+    assert len(primary) == 2 and all(r["width"] > 40 for r in primary), primary
+    drawn = [r for r in rows if r["width"] is not None]
+    assert len(drawn) >= 4 and all(INTERVAL_TEXT.match(r["text"]) for r in drawn), drawn
+    for r in drawn:  # tick labels side by side, never on top of each other
+        ticks = sorted(r["ticks"])
+        assert all(a[1] <= b[0] for a, b in zip(ticks, ticks[1:], strict=False)), r
+    assert all(r["cuped"] == "yes" or r["cuped"].startswith("no: ") for r in drawn)  # says why not
+    actions = page.locator("#guardrail-actions").inner_text()
+    assert "Latency (ms" in actions and "p < 0.001" in actions and "+6," in actions
+    assert "p=" not in actions and "e-" not in actions and "latency_ms" not in actions
+    assert problems == []
+
+
+def _lift_panels(page) -> list[dict]:
+    """Per lift panel: the treatment, the snapshot times, the x pixel of each lift point and the
+    pixel height of each interval bar."""
+    return page.evaluate(
+        """() => window.museCharts.filter(c => c.canvas.id.startsWith('chart-lift-')).map(c => ({
+             variant: c.canvas.dataset.variant,
+             times: c.data.datasets[3].data.map(p => p.x),
+             xs: c.getDatasetMeta(3).data.map(e => e.x),
+             bars: c.getDatasetMeta(2).data.map(e => Math.abs(e.base - e.y)),
+           }))"""
+    )
+
+
+def test_cumulative_lift_is_plotted_on_real_time_one_panel_per_treatment(site):
+    """A fourth snapshot 30 minutes after the third (the others a day apart) sits 30 minutes to
+    the right, not one even step; each treatment has its own panel."""
+    from analytics.models import LiftPoint
+    from analytics.services import results_compute
+    from muse_experiments.experiments.models import Experiment
+
+    snapshot = results_compute(experiment=Experiment.objects.get(key="ana"))
+    at = LiftPoint.objects.order_by("-computed_at").exclude(snapshot=snapshot).first().computed_at
+    LiftPoint.objects.filter(snapshot=snapshot).update(computed_at=at + timedelta(minutes=30))
+    page, base, problems = site
+    page.goto(f"{base}/results/ana/")
+    page.wait_for_function("window.museCharts && window.museCharts.length >= 6")
+    _shot(page, "results-lift-time")
+    panels = _lift_panels(page)
+    assert sorted(p["variant"] for p in panels) == ["cheap", "fast"]
+    for p in panels:
+        t, x = p["times"], p["xs"]
+        assert len(t) == 4
+        for i in range(1, 4):  # pixel steps proportional to time steps
+            assert (x[i] - x[0]) / (x[-1] - x[0]) == pytest.approx((t[i] - t[0]) / (t[-1] - t[0]), abs=0.005)
+        assert all(h > 2 for h in p["bars"])
+    assert problems == []
+
+
+def test_one_snapshot_still_shows_its_interval(site):
+    from analytics.models import LiftPoint
+
+    newest = LiftPoint.objects.order_by("-computed_at").first().snapshot_id
+    LiftPoint.objects.exclude(snapshot_id=newest).delete()
+    page, base, problems = site
+    page.goto(f"{base}/results/ana/")
+    page.wait_for_function("window.museCharts && window.museCharts.length >= 6")
+    _shot(page, "results-lift-one-snapshot")
+    panels = _lift_panels(page)
+    assert len(panels) == 2 and all(len(p["bars"]) == 1 and p["bars"][0] > 10 for p in panels), panels
+    assert problems == []
+
+
+def test_distributions_are_histograms_and_costs_read_per_1000_calls(site):
+    page, base, problems = site
+    page.goto(f"{base}/results/ana/")
+    page.wait_for_function("window.museCharts && window.museCharts.length >= 6")
+    charts = page.evaluate(
+        """() => Object.fromEntries(window.museCharts.map(c => [c.canvas.id, {
+             type: c.config.type, labels: c.data.labels,
+             tension: Math.max(0, ...c.data.datasets.map(d => d.tension || 0))}]))"""
+    )
+    for name in ("chart-latency", "chart-cost", "chart-tokens"):
+        assert charts[name]["type"] == "bar" and charts[name]["tension"] == 0, name
+        assert all("–" in label or label[0] in "<≥" for label in charts[name]["labels"]), name
+    assert not any(re.search(r"\$0\.0000", label) for label in charts["chart-cost"]["labels"])
+    calls = page.locator("table[data-table=calls]")
+    assert calls.locator("th", has_text="Cost per 1,000 calls").count() == 1
+    assert "$0.00000" not in calls.inner_text() and "$0.00800" in calls.inner_text()  # the cheap arm
+    assert "$0.00000" not in page.locator("table[data-table=metrics]").inner_text()
+    note = page.locator("#same-populations").inner_text()
+    assert "same numbers" in note and "90 analysed units" in note
     assert problems == []
 
 
@@ -180,11 +321,18 @@ def test_experiments_list_filters_and_search(site):
 
 def test_routing_health_page_draws(site):
     page, base, problems = site
+    before = datetime.now(UTC)
     page.goto(f"{base}/routing/health/")
+    after = datetime.now(UTC)
     page.wait_for_function("window.museCharts && window.museCharts.length >= 1")
     assert _drawn_canvases(page) == ["chart-calls"]
     assert page.locator("table[data-table=endpoints] tbody tr").count() >= 10
     _shot(page, "routing-health")
+    # the 24 hours of the day window, ending with the current one: no hour in the future
+    hours = [datetime.fromisoformat(h) for h in json.loads(page.locator("#data-calls").inner_text())["hours"]]
+    labels = page.evaluate("window.museCharts[0].data.labels")
+    assert len(labels) == len(hours) == 24
+    assert hours[-1] <= after and before < hours[-1] + timedelta(hours=1)
     assert problems == []
 
 

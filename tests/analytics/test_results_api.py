@@ -83,6 +83,51 @@ def test_compute_endpoint_answers_202_and_a_real_worker_stores_the_snapshot(
     assert ResultSnapshot.objects.filter(request_id=body["request_id"]).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_short_compute_wait_answers_202_and_leaves_no_subscription_or_pending_result(three_arms):
+    """20 requests waiting 0.05 s each for a task no worker runs (yet): each answers 202 with
+    nothing left in the web process (the Celery result backend's pending results and pubsub
+    subscriptions, on our side and on the Redis server)."""
+    from analytics.tasks import compute_results
+    from muse_experiments.infra.redis_client import redis_client
+    from tests.conftest import _purge_task_queues
+
+    _rows(three_arms)
+    backend = compute_results.backend
+    client = _client()
+    try:
+        answers = [
+            client.post("/api/v1/experiments/ana/results/compute", {"wait_s": 0.05}, format="json")
+            for _ in range(20)
+        ]
+    finally:
+        _purge_task_queues()
+    assert [a.status_code for a in answers] == [202] * 20
+    assert {a.json()["status"] for a in answers} == {"queued"}
+    channels = [backend.get_key_for_task(a.json()["request_id"]) for a in answers]
+    assert [n for _, n in redis_client().pubsub_numsub(*channels)] == [0] * 20
+    assert [len(m) for m in backend._pending_results] == [0, 0]
+    consumer = getattr(backend, "result_consumer", None)
+    assert not getattr(consumer, "subscribed_to", set())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_compute_task_hands_its_snapshot_to_the_waiting_request(three_arms):
+    """The task run (here in this process) wakes the wait for its request id; a second wait for
+    the same id still finds it; an unknown id waits out its timeout and gets nothing."""
+    import uuid
+
+    from analytics.handoff import results_wait
+    from analytics.tasks import compute_results
+
+    _rows(three_arms)
+    request_id = str(uuid.uuid4())
+    snapshot_id = compute_results(three_arms.experiment.id, 1, "api", request_id)
+    assert results_wait(request_id=request_id, timeout_s=0.05).pk == snapshot_id
+    assert results_wait(request_id=request_id, timeout_s=0.05).pk == snapshot_id
+    assert results_wait(request_id=str(uuid.uuid4()), timeout_s=0.05) is None
+
+
 @pytest.mark.django_db
 def test_the_schedule_is_a_beat_periodic_task_fanning_out_over_running_experiments(three_arms, settings):
     from django_celery_beat.models import PeriodicTask

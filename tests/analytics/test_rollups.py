@@ -206,6 +206,18 @@ def test_a_half_hour_zone_cuts_the_hour_at_its_midnight(three_arms, settings):
 
 
 @pytest.mark.django_db
+def test_the_routing_health_chart_has_the_24_hours_of_its_window_and_no_future_hour(three_arms):
+    three_arms.call("u1", "fast", at=datetime(2026, 12, 2, 19, 1, tzinfo=UTC))  # the current hour
+    three_arms.call("u2", "fast", at=datetime(2026, 12, 1, 19, 59, tzinfo=UTC))  # before the window
+    call_rollup_refresh()
+    chart = routing_health(now=datetime(2026, 12, 2, 19, 5, tzinfo=UTC))["chart"]
+    assert len(chart["labels"]) == len(chart["hours"]) == 24
+    assert chart["hours"][0] == "2026-12-01T20:00:00+00:00"
+    assert chart["hours"][-1] == "2026-12-02T19:00:00+00:00" and chart["labels"][-1] == "19:00"
+    assert chart["series"]["avocado-v15"] == [0] * 23 + [1]
+
+
+@pytest.mark.django_db
 def test_rows_cut_in_another_zone_are_rebuilt_never_mixed(three_arms, settings):
     """After the reporting zone changes (or rows from before days followed it: zone ""), the next
     refresh rebuilds every row; until then the pages read none of them."""

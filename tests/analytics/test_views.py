@@ -59,7 +59,7 @@ def test_results_page_has_health_forest_plot_lift_power_and_distributions(staff,
     for text in (
         "Sample ratio OK",
         "New units per day (UTC days)",
-        "Lift with its 95 % confidence interval (shared axis)",
+        "Lift with its 95 % confidence interval (scale per metric)",
         "Cumulative relative lift of task_success",
         "MDE now",
         "Days still needed",
@@ -73,7 +73,20 @@ def test_results_page_has_health_forest_plot_lift_power_and_distributions(staff,
     assert " UTC</strong>" in page  # the snapshot time states its zone
     assert 'title="' + ana.endpoints["control"] + '">avocado-v14<' in page  # label, id on hover
     assert "e-0" not in page and "e-06" not in page  # no scientific notation anywhere
-    assert "$0.00000800" in page or "$0.000008" in page  # money as money (cheap arm per call)
+    assert "Cost per 1,000 calls" in page and "$0.00800" in page  # the cheap arm's $0.000008 a call
+    assert "$0.0000" not in page
+
+
+def test_each_metric_gets_a_forest_scale_that_clips_an_outlier_treatment():
+    from analytics.dashboards.metrics import forest_axis
+
+    lo, hi = forest_axis([(-0.1, 0.12)])
+    assert lo == pytest.approx(-0.1 - 0.08 * 0.22) and hi == pytest.approx(0.12 + 0.08 * 0.22)
+    # one treatment at +4,467 %…+9,112 % beside one at −66.7 %…−32.8 %: clipped at 3 × 0.667
+    lo, hi = forest_axis([(-0.667, -0.328), (44.67, 91.12)])
+    assert lo == pytest.approx(-0.667 - 0.08 * 2.668) and hi == pytest.approx(2.001 + 0.08 * 2.668)
+    assert forest_axis([(None, None)]) is None
+    assert forest_axis([(-0.9, -0.5), (-0.95, -0.2)])[0] == -1.0  # never below −100 %
 
 
 def test_switches_change_what_the_metric_table_shows(staff, ana):
