@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0010_endpoint_output_contracts'),
+        ('routing', '0011_cache_write_1h_price'),
     ]
 
     operations = [
