@@ -323,6 +323,27 @@ def test_a_tool_call_id_minted_elsewhere_reaches_claude_in_a_form_it_accepts_on_
     assert re.fullmatch(r"[a-zA-Z0-9_-]+", ids[0][0])
 
 
+def test_an_empty_assistant_turn_routed_to_claude_is_answered_not_refused(platform):
+    """The issue's input through the chat drop-in: Anthropic refused its empty text block (400)."""
+    url, key, upstreams = platform
+    history = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "Weather in Bern?"},
+    ]
+    for model in ("anthropic/claude-sonnet-5-5", "azure/muse-special", "muse-default"):
+        reply = openai_client(url, key).chat.completions.create(model=model, messages=history)
+        assert reply.choices[0].message.content
+    [call] = upstreams.calls(model="claude-sonnet-5-5")
+    assert call["status"] == 200
+    assert call["body"]["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "Weather in Bern?"}],
+        }
+    ]
+
+
 def test_messages_drop_in_keeps_cache_breakpoints_and_the_call_shows_cache_reads(platform):
     url, key, upstreams = platform
     client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
