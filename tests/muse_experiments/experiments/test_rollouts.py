@@ -45,7 +45,9 @@ def test_create_start_pause_resume_and_roll_back(api):
     rollout = Rollout.objects.get(key="avocado-16")
     weights = {v.key: v.weight for v in rollout.experiment.variants.all()}
     assert weights == {"current": pytest.approx(0.99), "candidate": pytest.approx(0.01)}
-    assert rollout.experiment.status == "running" and rollout.experiment.guardrail_metrics == BODY["guardrails"]
+    assert (
+        rollout.experiment.status == "running" and rollout.experiment.guardrail_metrics == BODY["guardrails"]
+    )
 
     assert api.post("/api/v1/rollouts/avocado-16/pause").json()["state"] == "paused"
     assert api.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
@@ -99,3 +101,14 @@ def test_a_unit_on_the_candidate_keeps_it_when_the_percent_grows(api):
     assert 150 < on_candidate_at_1.sum() < 250  # about 1 %
     assert (at_5[on_candidate_at_1] == candidate).all()
     assert 900 < (at_5 == candidate).sum() < 1100  # about 5 %
+
+
+def test_the_admin_lists_rollouts_and_shows_the_ramp_read_only(api, admin_client):
+    api.post("/api/v1/rollouts", BODY, format="json")
+    api.post("/api/v1/rollouts/avocado-16/start")
+    rollout = Rollout.objects.get(key="avocado-16")
+    listing = admin_client.get("/admin/muse_experiments/rollout/")
+    assert listing.status_code == 200 and "avocado-16" in listing.content.decode()
+    detail = admin_client.get(f"/admin/muse_experiments/rollout/{rollout.pk}/change/").content.decode()
+    assert "started" in detail and "Running" in detail
+    assert admin_client.get("/admin/muse_experiments/rollout/add/").status_code == 403
