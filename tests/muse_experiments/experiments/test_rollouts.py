@@ -112,3 +112,13 @@ def test_the_admin_lists_rollouts_and_shows_the_ramp_read_only(api, admin_client
     detail = admin_client.get(f"/admin/muse_experiments/rollout/{rollout.pk}/change/").content.decode()
     assert "started" in detail and "Running" in detail
     assert admin_client.get("/admin/muse_experiments/rollout/add/").status_code == 403
+
+
+def test_a_rollout_rolls_back_even_when_the_candidate_model_was_disabled(api):
+    from routing.models import ModelEndpoint
+
+    api.post("/api/v1/rollouts", BODY, format="json")
+    api.post("/api/v1/rollouts/avocado-16/start")
+    ModelEndpoint.objects.filter(public_id=avocado_id(15)).update(enabled=False)
+    back = api.post("/api/v1/rollouts/avocado-16/rollback")
+    assert back.status_code == 200 and back.json()["percent"] == 0.0
