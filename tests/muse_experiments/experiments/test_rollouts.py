@@ -122,3 +122,17 @@ def test_a_rollout_rolls_back_even_when_the_candidate_model_was_disabled(api):
     ModelEndpoint.objects.filter(public_id=avocado_id(15)).update(enabled=False)
     back = api.post("/api/v1/rollouts/avocado-16/rollback")
     assert back.status_code == 200 and back.json()["percent"] == 0.0
+
+
+def test_sessions_need_the_experiment_permissions(db):
+    from tests.factories import user_in_group
+
+    seed_catalogue()
+    pm, analyst = APIClient(), APIClient()
+    pm.force_login(user_in_group("Product manager", "pm"))
+    analyst.force_login(user_in_group("Analyst", "ana"))
+    assert analyst.post("/api/v1/rollouts", BODY, format="json").status_code == 403
+    assert pm.post("/api/v1/rollouts", BODY, format="json").status_code == 201
+    assert pm.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
+    assert analyst.get("/api/v1/rollouts/avocado-16").json()["percent"] == 1.0
+    assert analyst.post("/api/v1/rollouts/avocado-16/rollback").status_code == 403
