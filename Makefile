@@ -62,6 +62,8 @@ BENCH_REDIS_URL    ?= redis://127.0.0.1:6379/9
 bench: install
 	$(BIN)/python bench/bench_assignment.py
 	$(BIN)/python bench/bench_stats_engine.py
+	$(BIN)/python bench/bench_quantile_coverage.py
+	$(BIN)/python bench/bench_rollout.py
 	DJANGO_DEBUG=true DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_api_overhead.py
 	DJANGO_DEBUG=true DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_config_propagation.py
 	DJANGO_DEBUG=true DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_REDIS_URL) $(BIN)/python bench/bench_killswitch.py

@@ -35,6 +35,7 @@ class MetricDefinitionAdmin(AuditHistoryAdmin, admin.ModelAdmin):
         "event_name",
         "call_value",
         "aggregation",
+        "quantile",
         "higher_is_better",
         "capping",
         "covariate_lookback_days",
@@ -46,6 +47,7 @@ class MetricDefinitionAdmin(AuditHistoryAdmin, admin.ModelAdmin):
         (None, {"fields": ("name", "label", "description", "metric_type", "higher_is_better")}),
         ("Per-unit value", {"fields": ("source", "event_name", "call_value", "aggregation")}),
         ("Ratio", {"fields": ("numerator", "denominator")}),
+        ("Quantile (e.g. p95 latency)", {"fields": ("quantile", "quantile_of")}),
         (
             "Heavy tails and variance reduction",
             {"fields": ("capping", "cap_value", "covariate_lookback_days")},

@@ -33,6 +33,7 @@ from .stats import (
     CovariateStatistic,
     MeanStatistic,
     ProportionStatistic,
+    QuantileStatistic,
     RatioStatistic,
     adjust_p_values,
     compare,
@@ -56,6 +57,8 @@ class MetricSpec:
 
     ``role``: primary | guardrail | secondary. ``definition``: what to show analysts (source,
     aggregation, capping, covariate...). ``undefined``: the experiment names an unknown metric.
+    Quantile metrics (``metric_type="quantile"``) have no SQL keys: ``quantile`` (q), ``quantile_of``
+    (call | unit) and ``call_value`` say what to rank, and their statistics come precomputed.
     """
 
     name: str
@@ -67,6 +70,9 @@ class MetricSpec:
     label: str = ""
     definition: dict[str, Any] = field(default_factory=dict)
     undefined: bool = False
+    quantile: float | None = None
+    quantile_of: str = "call"
+    call_value: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,14 @@ def statistic_for(metric: MetricSpec, stats: VariantStats | None):
 
 def _inputs_of(metric: MetricSpec, stat) -> dict[str, Any]:
     """The sufficient statistics of one arm, as stored in the snapshot."""
+    if isinstance(stat, QuantileStatistic):
+        return {
+            "n": stat.n,
+            "n_obs": stat.n_obs,
+            "q": stat.q,
+            "estimate": stat.estimate,
+            "std_error": stat.std_error,
+        }
     if isinstance(stat, RatioStatistic):
         return {
             "n": stat.n,
@@ -127,6 +141,13 @@ def _inputs_of(metric: MetricSpec, stat) -> dict[str, Any]:
     if isinstance(stat, ProportionStatistic):
         return {"n": stat.n, "sum": stat.sum}
     return {"n": stat.n, "sum": stat.sum, "sum_squares": stat.sum_squares}
+
+
+def _no_quantile(metric: MetricSpec) -> QuantileStatistic:
+    """The statistic of an arm without any observation of a quantile metric."""
+    return QuantileStatistic(
+        n=0, n_obs=0, q=metric.quantile or 0.5, estimate=float("nan"), std_error=float("nan")
+    )
 
 
 def _bayesian(control, treatment, higher_is_better: bool) -> dict[str, Any]:
@@ -179,6 +200,7 @@ def analyse_population(
     counts: Mapping[str, Mapping[str, int]],
     alpha: float,
     sequential_tuning: float,
+    quantiles: Mapping[str, Mapping[str, QuantileStatistic]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Results and inputs of one population.
 
@@ -189,6 +211,9 @@ def analyse_population(
         counts: per-variant unit counts for display (``exposed``, ``forced``,
             ``multiple_exposure``, ``deviating``).
         alpha: significance level; sequential_tuning: confidence-sequence tuning parameter.
+        quantiles: ``{metric name: {variant: QuantileStatistic}}`` of the quantile metrics
+            (:meth:`analytics.quantile_queries.QuantileSamples.statistics`); an arm missing there
+            has no observation.
 
     Returns:
         ``(results, inputs)``; ``results`` = ``{"srm", "variants": [...], "metrics": [{name, role,
@@ -227,7 +252,11 @@ def analyse_population(
             )
             continue
         try:
-            stats = {v.key: statistic_for(metric, population.get(v.key)) for v in variants}
+            if metric.metric_type == "quantile":
+                given = (quantiles or {}).get(metric.name, {})
+                stats = {v.key: given.get(v.key) or _no_quantile(metric) for v in variants}
+            else:
+                stats = {v.key: statistic_for(metric, population.get(v.key)) for v in variants}
         except ValueError as exc:
             entry.update(status=INVALID_INPUT, reason=str(exc))
             continue
@@ -241,6 +270,8 @@ def analyse_population(
                 )
             if isinstance(s, CovariateStatistic):
                 row["covariate_mean"] = s.x.mean if s.n else None
+            if isinstance(s, QuantileStatistic):
+                row.update(mean=s.estimate if s.n_obs else None, q=s.q, observations=s.n_obs)
             entry["variants"].append(row)
         for v in variants:
             if v.is_control:

@@ -59,6 +59,20 @@ BUILTIN_METRICS: list[dict] = [
         "metric_type": "mean",
         "higher_is_better": False,
     },
+    *(
+        {
+            "name": f"latency_p{round(q * 100)}_ms",
+            "label": f"Latency p{round(q * 100)} (ms, over succeeded calls; clustered by unit)",
+            "source": "call",
+            "call_value": "latency_ms",
+            "aggregation": "quantile",
+            "metric_type": "quantile",
+            "quantile": q,
+            "quantile_of": "call",
+            "higher_is_better": False,
+        }
+        for q in (0.5, 0.9, 0.95, 0.99)
+    ),
     {
         "name": "cost_usd",
         "label": "Cost per unit (USD)",
@@ -161,8 +175,10 @@ def seed_builtin_metrics(metric_model) -> int:
     """Create every missing built-in definition (existing rows, possibly edited, are kept).
 
     ``metric_model`` is the MetricDefinition class (a historical model inside a migration).
-    Returns the number of rows created.
+    Returns the number of rows created. A spec with a field the model does not have yet (an
+    older migration's historical model) is skipped: the migration that adds the field seeds it.
     """
+    known = {f.name for f in metric_model._meta.get_fields()}
     existing = dict(
         metric_model.objects.filter(name__in=[m["name"] for m in BUILTIN_METRICS]).values_list("name", "pk")
     )
@@ -173,6 +189,8 @@ def seed_builtin_metrics(metric_model) -> int:
     for spec in BUILTIN_METRICS:
         fields = dict(spec)
         name = fields.pop("name")
+        if not known.issuperset(fields):
+            continue
         for part in ("numerator", "denominator"):
             if part in fields:
                 fields[part] = by_name[fields[part]]

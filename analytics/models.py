@@ -77,12 +77,22 @@ class Aggregation(models.TextChoices):
     MEAN = "mean", "Mean per unit"
     COUNT = "count", "Count of rows per unit"
     ANY = "any", "1 if any row has a value > 0, else 0"
+    QUANTILE = "quantile", "Quantile (q) of the calls' values, clustered by unit (or of per-unit means)"
 
 
 class MetricType(models.TextChoices):
     PROPORTION = "proportion", "Proportion (binary per unit; z-test)"
     MEAN = "mean", "Mean of per-unit values (Welch t-test)"
     RATIO = "ratio", "Ratio of two metrics' totals (delta method)"
+    QUANTILE = "quantile", "Quantile, e.g. p95 latency (Woodruff standard error clustered by unit)"
+
+
+class QuantileOf(models.TextChoices):
+    """What a quantile metric ranks: every call (its variance clustered by unit), or one value per
+    unit (the mean of the unit's call values)."""
+
+    CALL = "call", "Every call (clustered by unit)"
+    UNIT = "unit", "One value per unit (mean of its calls)"
 
 
 class Capping(models.TextChoices):
@@ -104,6 +114,10 @@ class MetricDefinition(models.Model):
     * Capping (winsorisation, upper tail only): per-unit values above ``cap_value`` (fixed) or
       above the ``cap_value`` quantile (0 < q < 1, nearest rank, computed in SQL over all analysed
       units of all arms) are replaced by the cap. The covariate uses the same cap.
+    * ``metric_type=quantile`` (with ``aggregation=quantile``, call metrics only): the
+      ``quantile`` level q (0.95 = p95) of every call value of the arm (``quantile_of=call``;
+      standard error clustered by unit) or of the units' mean values (``quantile_of=unit``);
+      see :mod:`analytics.stats.quantiles`. No capping, no CUPED.
     * CUPED: ``covariate_lookback_days`` > 0 adds the same metric measured on the unit's rows
       in the window ``[first exposure − lookback, first exposure)`` as a pre-exposure covariate.
     """
@@ -119,6 +133,10 @@ class MetricDefinition(models.Model):
     numerator = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     denominator = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     higher_is_better = models.BooleanField(default=True)
+    quantile = models.FloatField(
+        null=True, blank=True, help_text="Quantile metrics: the level q in (0, 1), e.g. 0.95 for p95."
+    )
+    quantile_of = models.CharField(max_length=4, choices=QuantileOf.choices, default=QuantileOf.CALL)
     capping = models.CharField(max_length=12, choices=Capping.choices, default=Capping.NONE)
     cap_value = models.FloatField(null=True, blank=True, help_text="Fixed cap, or quantile in (0, 1).")
     covariate_lookback_days = models.PositiveIntegerField(
@@ -150,8 +168,8 @@ class MetricDefinition(models.Model):
                     errors[field] = "A ratio cannot use itself."
                 elif part.metric_type == MetricType.RATIO:
                     errors[field] = "Use a metric that is not itself a ratio."
-                elif part.aggregation == Aggregation.MEAN:
-                    errors[field] = "Ratio parts must be sum, count or any per unit (not mean)."
+                elif part.aggregation in (Aggregation.MEAN, Aggregation.QUANTILE):
+                    errors[field] = "Ratio parts must be sum, count or any per unit (not mean or quantile)."
             if self.capping != Capping.NONE:
                 errors["capping"] = "Cap the numerator and denominator metrics instead."
             if self.covariate_lookback_days:
@@ -169,6 +187,7 @@ class MetricDefinition(models.Model):
                 errors["call_value"] = "Event metrics have no call value."
             if self.metric_type == MetricType.PROPORTION and self.aggregation != Aggregation.ANY:
                 errors["aggregation"] = "A proportion needs a 0/1 value per unit: use 'any'."
+        self._clean_quantile(errors)
         if self.capping == Capping.FIXED and self.cap_value is None:
             errors["cap_value"] = "Give the cap."
         if self.capping == Capping.PERCENTILE and not (
@@ -181,6 +200,26 @@ class MetricDefinition(models.Model):
             errors["capping"] = "Proportions are 0/1 and need no capping."
         if errors:
             raise ValidationError(errors)
+
+    def _clean_quantile(self, errors: dict[str, str]) -> None:
+        """Field errors of quantile metrics (metric type and aggregation go together)."""
+        is_quantile = self.metric_type == MetricType.QUANTILE
+        if is_quantile != (self.aggregation == Aggregation.QUANTILE):
+            errors.setdefault(
+                "aggregation", "Quantile metrics use the 'quantile' aggregation, and only they do."
+            )
+        if not is_quantile:
+            if self.quantile is not None:
+                errors.setdefault("quantile", "Only quantile metrics have a quantile level.")
+            return
+        if self.quantile is None or not 0.0 < self.quantile < 1.0:
+            errors.setdefault("quantile", "Give the level as a fraction in (0, 1), e.g. 0.95 for p95.")
+        if self.source != MetricSource.CALL:
+            errors.setdefault("source", "Quantile metrics rank call values (e.g. latency_ms).")
+        if self.capping != Capping.NONE:
+            errors.setdefault("capping", "A quantile needs no capping.")
+        if self.covariate_lookback_days:
+            errors.setdefault("covariate_lookback_days", "CUPED is not available for quantile metrics.")
 
 
 class ExperimentAnalysisSettings(models.Model):

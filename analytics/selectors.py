@@ -68,6 +68,13 @@ def _signature(d: MetricDefinition) -> tuple:
 def _describe(d: MetricDefinition) -> dict:
     if d.metric_type == MetricType.RATIO:
         return {"numerator": d.numerator.name, "denominator": d.denominator.name}
+    if d.metric_type == MetricType.QUANTILE:
+        return {
+            "source": d.source,
+            "call_value": d.call_value,
+            "quantile": d.quantile,
+            "quantile_of": d.quantile_of,
+        }
     return {
         "source": d.source,
         "event_name": d.event_name or None,
@@ -111,6 +118,21 @@ def metric_plan(*, names: list[tuple[str, str]]) -> MetricPlan:
         d = defs.get(name)
         if d is None:
             specs.append(MetricSpec(name=name, role=role, undefined=True))
+            continue
+        if d.metric_type == MetricType.QUANTILE:  # ranked in Python (analytics.quantile_queries)
+            specs.append(
+                MetricSpec(
+                    name=name,
+                    role=role,
+                    metric_type=d.metric_type,
+                    higher_is_better=d.higher_is_better,
+                    label=d.label,
+                    definition=_describe(d),
+                    quantile=d.quantile,
+                    quantile_of=d.quantile_of,
+                    call_value=d.call_value,
+                )
+            )
             continue
         if d.metric_type == MetricType.RATIO:
             keys = (component(d.numerator), component(d.denominator))

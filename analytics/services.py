@@ -24,6 +24,7 @@ from .models import (
     ResultSnapshot,
     SnapshotTrigger,
 )
+from .quantile_queries import quantile_samples
 from .queries import aggregate, exposure_counts
 from .rollups import lift_points_record
 from .selectors import analysis_settings_for, metric_names_for, metric_plan
@@ -94,6 +95,17 @@ def results_compute(
         cross_products=plan.cross_products,
         include_multiple=include_multiple,
     )
+    quantile_specs = [s for s in plan.specs if s.metric_type == "quantile" and not s.undefined]
+    samples = (
+        quantile_samples(
+            experiment_id=experiment.id,
+            phase=phase,
+            variant_endpoints={v.key: v.endpoint.public_id for v in variants},
+            call_values=[s.call_value for s in quantile_specs],
+        )
+        if quantile_specs
+        else None
+    )
     exposures = exposure_counts(experiment_id=experiment.id, phase=phase)
     group_counts = aggregates.counts()
     counts = {
@@ -109,6 +121,17 @@ def results_compute(
     analysis_inputs: dict[str, Any] = {}
     for name in ANALYSES:
         population = aggregates.population(include_multiple=include_multiple, served_only=name == "served")
+        quantiles = {
+            spec.name: samples.statistics(
+                call_value=spec.call_value,
+                q=spec.quantile,
+                per_unit=spec.quantile_of == "unit",
+                include_multiple=include_multiple,
+                served_only=name == "served",
+            )
+            for spec in quantile_specs
+            if samples is not None
+        }
         analyses[name], analysis_inputs[name] = analyse_population(
             metrics=plan.specs,
             variants=info,
@@ -116,6 +139,7 @@ def results_compute(
             counts=counts,
             alpha=settings.alpha,
             sequential_tuning=settings.sequential_tuning,
+            quantiles=quantiles,
         )
     caps = {
         spec.name: aggregates.caps[spec.keys[0]]

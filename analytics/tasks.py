@@ -69,3 +69,25 @@ def compute_running_results() -> int:
     for experiment_id in ids:
         compute_results.delay(experiment_id, None, SnapshotTrigger.SCHEDULE)
     return len(ids)
+
+
+@shared_task(name="analytics.check_rollout", queue=Queue.ANALYTICS, soft_time_limit=120, time_limit=150)
+def check_rollout(rollout_id: int) -> str | None:
+    """Check one rollout (roll back, advance or hold); returns the action. Safe to run twice or
+    late: the check locks the rollout and reads every datum of the step so far."""
+    from .rollouts import rollout_check
+
+    decision = rollout_check(rollout_id=rollout_id)
+    return decision.action if decision else None
+
+
+@shared_task(name="analytics.check_rollouts", queue=Queue.ANALYTICS, soft_time_limit=60, time_limit=90)
+def check_rollouts() -> int:
+    """Fan out (Celery beat, every ``ROLLOUT_CHECK_INTERVAL_S``): one :func:`check_rollout` per
+    running or paused rollout. Returns how many."""
+    from .rollouts import rollouts_to_check
+
+    ids = rollouts_to_check()
+    for rollout_id in ids:
+        check_rollout.delay(rollout_id)
+    return len(ids)

@@ -33,6 +33,7 @@ from .dashboards import (
     routing_health,
 )
 from .models import SnapshotTrigger
+from .rollout_page import rollout_section
 from .tables import EXPORT_FORMATS, Table, export_response
 from .tasks import compute_results
 
@@ -108,6 +109,7 @@ def results_page(request, key):
             "engines": ENGINES,
             "analyses": ANALYSES,
             "admin_url": reverse("admin:muse_experiments_experiment_change", args=[experiment.pk]),
+            "rollout": rollout_section(experiment=experiment),
         },
     )
 

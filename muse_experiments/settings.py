@@ -254,6 +254,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 15.0,
         "options": {"queue": "maintenance", "expires": 30},
     },
+    # progressive rollouts: guardrails tested, breach → 0 % within one interval (analytics.rollouts)
+    "check-rollouts": {
+        "task": "analytics.check_rollouts",
+        "schedule": env.float("ROLLOUT_CHECK_INTERVAL_S", default=300.0),
+        "options": {"queue": "analytics", "expires": 240},
+    },
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

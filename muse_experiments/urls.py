@@ -8,6 +8,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from analytics.apis import EventsCreateApi, ResultsApi, ResultsComputeApi
 from analytics.views import results_index, results_page, results_recompute, routing_health_page
 from muse_experiments.experiments.apis import AssignmentPreviewApi, ExperimentDetailApi, ExperimentListApi
+from muse_experiments.experiments.apis_rollouts import (
+    RolloutCreateApi,
+    RolloutDetailApi,
+    RolloutPauseApi,
+    RolloutRollbackApi,
+    RolloutStartApi,
+)
 from muse_experiments.infra.health import healthz, readyz
 from muse_experiments.infra.metrics import metrics_view
 from routing.apis import CompletionCreateApi, CompletionDetailApi
@@ -60,6 +67,11 @@ api_v1 = [
         name="experiment-results-compute",
     ),
     path("ops/kill-switches", KillSwitchListApi.as_view(), name="ops-kill-switches"),
+    path("rollouts", RolloutCreateApi.as_view(), name="rollout-create"),
+    path("rollouts/<slug:key>", RolloutDetailApi.as_view(), name="rollout-detail"),
+    path("rollouts/<slug:key>/start", RolloutStartApi.as_view(), name="rollout-start"),
+    path("rollouts/<slug:key>/pause", RolloutPauseApi.as_view(), name="rollout-pause"),
+    path("rollouts/<slug:key>/rollback", RolloutRollbackApi.as_view(), name="rollout-rollback"),
 ]
 
 urlpatterns = [

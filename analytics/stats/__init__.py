@@ -16,6 +16,8 @@ Public API (stable):
 * :func:`adjust_p_values` / :func:`holm` / :func:`benjamini_hochberg` / :func:`bonferroni`
 * power: :func:`power_mean`, :func:`sample_size_mean`, :func:`mde_mean`,
   :func:`power_proportion`, :func:`sample_size_proportion`, :func:`mde_proportion`
+* :class:`QuantileStatistic` / :func:`quantile_statistic` (p50/p95/p99 with a standard error
+  clustered by unit; Woodruff / Deng et al. 2018), compared by :func:`compare` as ``quantile_woodruff_z``
 * :func:`compare_many` -> :class:`ManyComparisonResult` (vectorised)
 """
 
@@ -36,6 +38,7 @@ from .power import (
     sample_size_proportion,
     units_for_effect,
 )
+from .quantiles import QuantileStatistic, quantile_statistic
 from .results import ComparisonResult, CupedStatus, IntervalMethod, RelativeStatus, Status, json_safe
 from .sequential import compare_sequential, sequential_halfwidth, sequential_p_value, sequential_rho
 from .srm import SrmResult, srm_test
@@ -51,6 +54,7 @@ __all__ = [
     "ManyComparisonResult",
     "MeanStatistic",
     "ProportionStatistic",
+    "QuantileStatistic",
     "RatioStatistic",
     "RelativeStatus",
     "PowerEstimate",
@@ -74,6 +78,7 @@ __all__ = [
     "power_estimate",
     "power_mean",
     "power_proportion",
+    "quantile_statistic",
     "sample_size_mean",
     "sample_size_proportion",
     "units_for_effect",

@@ -27,6 +27,9 @@ RatioStatistic             delta-method variance of each arm's ratio (Deng et
                            on the delta-method variances (as GrowthBook gbstats)
 CovariateStatistic         CUPED / regression adjustment, see
                            :mod:`analytics.stats.cuped`
+QuantileStatistic          z-test on the difference of two quantiles with
+                           Woodruff / delta-method standard errors clustered
+                           by unit, see :mod:`analytics.stats.quantiles`
 =========================  ===================================================
 
 Relative lift ``(mean_t - mean_c)/|mean_c|`` and its CI come from the delta method on
@@ -39,6 +42,7 @@ from __future__ import annotations
 import math
 
 from . import _core, proportions
+from .quantiles import QuantileStatistic
 from .results import ComparisonResult, IntervalMethod, RelativeStatus, Status
 from .statistics import CovariateStatistic, MeanStatistic, ProportionStatistic, RatioStatistic
 
@@ -100,6 +104,24 @@ def compare(
         return _compare_proportions(control, treatment, alpha, alternative)
     if isinstance(control, RatioStatistic):
         return _compare_ratios(control, treatment, alpha, alternative)
+    if isinstance(control, QuantileStatistic):
+        if control.q != treatment.q:
+            raise ValueError(f"quantile levels differ: control q={control.q}, treatment q={treatment.q}")
+        # Woodruff / delta-method standard errors (analytics.stats.quantiles), normal z-test; the
+        # relative lift's interval is the delta method on the ratio of the two quantiles.
+        return _core.infer(
+            method="quantile_woodruff_z",
+            alpha=alpha,
+            alternative=alternative,
+            n_c=control.n,
+            mean_c=control.mean,
+            var_c=control.variance,
+            n_t=treatment.n,
+            mean_t=treatment.mean,
+            var_t=treatment.variance,
+            use_t=False,
+            extra={"q": control.q, "control_obs": control.n_obs, "treatment_obs": treatment.n_obs},
+        )
     if isinstance(control, CovariateStatistic):
         from .cuped import compare_cuped
 

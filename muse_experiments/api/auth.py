@@ -172,6 +172,13 @@ SESSION_PERMISSIONS: dict[tuple[str, str], tuple[str, ...] | None] = {
     ),
     # scope experiments:write (variants are edited as part of their experiment, as in the admin)
     ("experiment-detail", "PATCH"): ("muse_experiments.change_experiment",),
+    # a rollout is its experiment's ramp: read with the experiment (scope analytics:read), created
+    # with it and driven as an edit of it (scope experiments:write)
+    ("rollout-detail", "GET"): ("muse_experiments.view_experiment",),
+    ("rollout-create", "POST"): ("muse_experiments.add_experiment",),
+    ("rollout-start", "POST"): ("muse_experiments.change_experiment",),
+    ("rollout-pause", "POST"): ("muse_experiments.change_experiment",),
+    ("rollout-rollback", "POST"): ("muse_experiments.change_experiment",),
     # scope ops: turning a switch on or off adds its row the first time, changes it after
     ("ops-kill-switches", "GET"): ("routing.view_killswitch",),
     ("ops-kill-switches", "POST"): ("routing.add_killswitch", "routing.change_killswitch"),

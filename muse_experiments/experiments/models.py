@@ -277,3 +277,72 @@ class ApiKey(models.Model):
     @property
     def is_authenticated(self) -> bool:  # lets DRF treat the key as request.user-like when needed
         return True
+
+
+class RolloutState(models.TextChoices):
+    DRAFT = "draft", "Draft (not started)"
+    RUNNING = "running", "Running (advances on clean checks)"
+    PAUSED = "paused", "Paused (holds its step; guardrails still checked)"
+    ROLLED_BACK = "rolled_back", "Rolled back to 0 %"
+    COMPLETED = "completed", "Completed (candidate at 100 %)"
+
+
+class Rollout(models.Model):
+    """A progressive rollout: the ``candidate`` model replaces ``current`` step by step.
+
+    It drives a two-variant experiment (``experiment``: control ``current``, treatment
+    ``candidate``, coverage 1) whose weights are ``[100 − percent, percent] %``. The candidate's
+    bucket range only grows with the percent, so a unit that got the candidate keeps it at the
+    next step. Each step is a phase of that experiment, held at least ``step_min_minutes`` and
+    until the candidate has ``step_min_units`` units; the scheduled check
+    (:func:`analytics.rollouts.rollout_check`) rolls back to 0 % on a guardrail breach under the
+    always-valid sequential test, and advances a clean step. ``step`` indexes ``steps`` (percent
+    values, strictly increasing, ending at 100).
+    """
+
+    key = models.SlugField(max_length=100, unique=True, validators=[key_validator])
+    experiment = models.OneToOneField(Experiment, on_delete=models.PROTECT, related_name="rollout")
+    candidate = models.ForeignKey("routing.ModelEndpoint", on_delete=models.PROTECT, related_name="+")
+    current = models.ForeignKey("routing.ModelEndpoint", on_delete=models.PROTECT, related_name="+")
+    steps = models.JSONField(
+        help_text="Percent of units on the candidate at each step, e.g. [1, 5, 25, 50, 100]."
+    )
+    step_min_minutes = models.PositiveIntegerField(default=60)
+    step_min_units = models.PositiveIntegerField(default=100, help_text="Candidate units a step needs.")
+    guardrails = models.JSONField(default=list, help_text="Metric names tested at every check.")
+    state = models.CharField(max_length=12, choices=RolloutState.choices, default=RolloutState.DRAFT)
+    step = models.PositiveSmallIntegerField(default=0, help_text="Index into steps.")
+    percent = models.FloatField(default=0.0, help_text="Percent of units on the candidate now.")
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state}, {self.percent:g} %)"
+
+
+class RolloutEvent(models.Model):
+    """One decision of a rollout (the ramp's history): start, advance, hold, pause, rollback."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="history")
+    at = models.DateTimeField(db_index=True)
+    from_percent = models.FloatField()
+    to_percent = models.FloatField()
+    reason = models.CharField(
+        max_length=40,
+        help_text="started, advanced, completed, paused, resumed, "
+        "rolled_back_guardrail, rolled_back_manual, held_kill_switch",
+    )
+    message = models.CharField(max_length=500, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.rollout_id}: {self.from_percent:g} → {self.to_percent:g} % ({self.reason})"

@@ -321,3 +321,19 @@ def models_by_public_id(public_ids: Iterable[str]) -> dict[str, Any]:
         e.public_id: e
         for e in endpoint_model.objects.select_related("provider").filter(public_id__in=set(public_ids))
     }
+
+
+def model_by_id_or_label(ref: str) -> tuple[Any | None, str]:
+    """``(ModelEndpoint, "")`` for a public id or a unique version label, else ``(None, why)``
+    (unknown, or a label several models share). Through the variant's foreign key, so this app
+    does not import routing."""
+    endpoint_model = Variant._meta.get_field("endpoint").related_model
+    found = endpoint_model.objects.select_related("provider").filter(public_id=ref).first()
+    if found is not None:
+        return found, ""
+    labelled = list(endpoint_model.objects.select_related("provider").filter(version_label=ref)[:2])
+    if len(labelled) == 1:
+        return labelled[0], ""
+    if labelled:
+        return None, f"Several models are labelled {ref!r}: use the model id."
+    return None, f"Unknown model {ref!r} (give a model id or version label)."

@@ -54,7 +54,8 @@ def validate_variants(variants: Sequence[VariantInput], *, require_enabled: bool
 
     Rules: at least two variants, unique keys, finite weights in [0, 1] summing to 1 (±1e-6),
     exactly one control, valid overrides; with ``require_enabled`` (running experiments) every
-    model endpoint and its provider must be enabled. Raises ValidationError keyed by ``variants``,
+    model endpoint with a weight above 0 and its provider must be enabled (a 0 % variant serves
+    no unit: a rollout rolled back from a disabled candidate must still be able to save). Raises ValidationError keyed by ``variants``,
     ``weight``, ``is_control``, ``overrides`` and ``endpoint``.
     """
     errors: dict[str, list[str]] = {}
@@ -77,7 +78,9 @@ def validate_variants(variants: Sequence[VariantInput], *, require_enabled: bool
         for message in overrides_errors(v.overrides):
             add_error(errors, "overrides", f"Variant {v.key!r}: {message}")
     if require_enabled:
-        disabled = sorted({v.endpoint.public_id for v in variants if not endpoint_is_available(v.endpoint)})
+        disabled = sorted(
+            {v.endpoint.public_id for v in variants if v.weight > 0 and not endpoint_is_available(v.endpoint)}
+        )
         if disabled:
             add_error(
                 errors,

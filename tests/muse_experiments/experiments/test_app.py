@@ -17,6 +17,7 @@ MIGRATIONS = [
     "0005_version_layer_hash",
     "0006_exposure_first_exposed_idx",
     "0007_roles",
+    "0008_rollouts",
 ]
 
 
@@ -33,6 +34,8 @@ def test_the_app_keeps_its_label_and_tables():
         "muse_experiments_forcedassignment",
         "muse_experiments_layer",
         "muse_experiments_platformconfig",
+        "muse_experiments_rollout",
+        "muse_experiments_rolloutevent",
         "muse_experiments_variant",
     ]
 

@@ -1,0 +1,154 @@
+"""The rollout decision at one check: roll back, advance, or hold (pure Python, no Django).
+
+Inputs are the guardrail comparisons of the current step (its own experiment phase): per metric
+the candidate-minus-control estimate, its standard error and the units of both arms, as
+:func:`analytics.stats.compare` returns them for any metric type (ratio, mean, proportion,
+quantile). Each is tested with the always-valid sequential test of
+:mod:`analytics.stats.sequential` (Waudby-Smith et al. 2023; the p-value stays valid at every
+check, however many), at ``alpha / (guardrails × steps with a control)`` so the chance of a false
+rollback over the whole ramp stays below ``alpha`` (Bonferroni). The tuning parameter of a step
+is fixed before its data: the total units the step needs, ``min_units × 100 / percent``.
+
+Order of the rules (:func:`rollout_decide`):
+
+1. a **breach** — a guardrail significantly worse for the candidate (always-valid p < the
+   per-test level, effect in the bad direction, both arms with ``MIN_BREACH_UNITS``) → rollback;
+2. paused → hold; 3. the step held less than its minimum minutes → hold;
+4. fewer candidate units than the step's minimum → hold;
+5. a guardrail that could not be tested at this check (no data) → hold, so a step never advances
+   on a guardrail nobody looked at;
+6. otherwise → advance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from .stats import sequential_p_value, sequential_rho
+
+#: Both arms need this many units before a breach counts (the sequential test is asymptotic).
+MIN_BREACH_UNITS = 30
+#: Comparison statuses that count as "tested" (constant and identical arms: nothing to see).
+TESTED_STATUSES = ("ok", "constant_identical")
+
+
+@dataclass(frozen=True)
+class GuardrailReading:
+    """One guardrail at one check: ``estimate`` = candidate − control in the metric's unit, its
+    ``std_error``, units per arm, and the direction. ``status`` is the comparison's status."""
+
+    metric: str
+    status: str
+    higher_is_better: bool
+    control_n: int = 0
+    treatment_n: int = 0
+    estimate: float | None = None
+    std_error: float | None = None
+    relative_lift: float | None = None
+
+
+@dataclass(frozen=True)
+class RolloutDecision:
+    """``action``: rollback | advance | hold; ``reason`` a short code; ``message`` for people;
+    ``evidence``: the readings and each test's always-valid p-value and level."""
+
+    action: str
+    reason: str
+    message: str
+    evidence: dict = field(default_factory=dict)
+
+
+def per_test_level(*, alpha: float, guardrails: int, steps: Sequence[float]) -> float:
+    """Per-test level: ``alpha`` split over guardrails × steps that still have a control."""
+    tested_steps = max(sum(1 for s in steps if s < 100), 1)
+    return alpha / (max(guardrails, 1) * tested_steps)
+
+
+def step_tuning(*, min_units: int, percent: float) -> float:
+    """Total units (both arms) at which the step's confidence sequence is tightest."""
+    return max(float(min_units) * 100.0 / max(percent, 1e-9), 100.0)
+
+
+def always_valid_worse(
+    reading: GuardrailReading, *, level: float, tuning: float
+) -> tuple[bool, float | None]:
+    """``(worse, always-valid two-sided p)`` of one reading (worse: p < level and the estimate
+    in the bad direction, with ``MIN_BREACH_UNITS`` per arm)."""
+    if reading.status != "ok" or not reading.std_error or reading.estimate is None:
+        return False, None
+    n = reading.control_n + reading.treatment_n
+    p = float(sequential_p_value(reading.estimate / reading.std_error, n, sequential_rho(level, tuning)))
+    bad = reading.estimate < 0 if reading.higher_is_better else reading.estimate > 0
+    enough = min(reading.control_n, reading.treatment_n) >= MIN_BREACH_UNITS
+    return bool(bad and enough and p < level), p
+
+
+def rollout_decide(
+    *,
+    readings: Sequence[GuardrailReading],
+    steps: Sequence[float],
+    percent: float,
+    held_minutes: float,
+    min_minutes: float,
+    min_units: int,
+    candidate_units: int,
+    paused: bool = False,
+    alpha: float = 0.05,
+) -> RolloutDecision:
+    """The decision at one check (rules in the module docstring).
+
+    Args:
+        readings: one per guardrail (a guardrail missing from the results counts as untested:
+            pass it with ``status="missing"``).
+        steps: the ramp in percent; percent: the current step's percent.
+        held_minutes: minutes since the step started; min_minutes / min_units: the step minimums.
+        candidate_units: units on the candidate in the step.
+
+    Raises:
+        ValueError: alpha outside (0, 1).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    level = per_test_level(alpha=alpha, guardrails=len(readings), steps=steps)
+    tuning = step_tuning(min_units=min_units, percent=percent)
+    tests, breaches = [], []
+    for r in readings:
+        worse, p = always_valid_worse(r, level=level, tuning=tuning)
+        tests.append({**asdict(r), "always_valid_p": p, "worse": worse})
+        if worse:
+            breaches.append(tests[-1])
+    evidence = {
+        "percent": percent,
+        "level": level,
+        "tuning": tuning,
+        "held_minutes": held_minutes,
+        "candidate_units": candidate_units,
+        "guardrails": tests,
+    }
+    if breaches:
+        worst = min(breaches, key=lambda b: b["always_valid_p"])
+        lift = worst.get("relative_lift")
+        lift_text = f", relative lift {lift:+.1%}" if lift is not None and math.isfinite(lift) else ""
+        message = (
+            f"guardrail {worst['metric']} worse for the candidate at {percent:g} % "
+            f"(always-valid p={worst['always_valid_p']:.2g} < {level:.2g}{lift_text})"
+        )
+        return RolloutDecision("rollback", "rolled_back_guardrail", message, evidence)
+    if paused:
+        return RolloutDecision("hold", "paused", "paused: guardrails checked, no advance", evidence)
+    if held_minutes < min_minutes:
+        return RolloutDecision(
+            "hold", "min_time", f"step held {held_minutes:.0f} of {min_minutes:g} minutes", evidence
+        )
+    if candidate_units < min_units:
+        return RolloutDecision(
+            "hold", "min_units", f"{candidate_units} of {min_units} candidate units", evidence
+        )
+    untested = [r.metric for r in readings if r.status not in TESTED_STATUSES]
+    if untested:
+        return RolloutDecision(
+            "hold", "untested_guardrail", f"no test yet for {', '.join(untested)}", evidence
+        )
+    return RolloutDecision("advance", "advanced", f"every guardrail clean at {percent:g} %", evidence)
