@@ -12,7 +12,7 @@ def seed(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("analytics", "0008_rollup_reporting_zone"),
+        ("analytics", "0009_rollup_cost_unknown"),
     ]
 
     operations = [
