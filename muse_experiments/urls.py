@@ -11,6 +11,7 @@ from muse_experiments.infra.health import healthz, readyz
 from muse_experiments.infra.metrics import metrics_view
 from routing.apis import CompletionCreateApi, CompletionDetailApi
 from routing.apis_ops import KillSwitchListApi
+from routing.shadow.apis import ShadowTestDetailApi, ShadowTestListApi, ShadowTestStartApi, ShadowTestStopApi
 from routing.transcripts.apis import (
     SessionEndApi,
     TrainingExportApi,
@@ -46,6 +47,10 @@ api_v1 = [
         ResultsComputeApi.as_view(),
         name="experiment-results-compute",
     ),
+    path("shadow-tests", ShadowTestListApi.as_view(), name="shadow-test-list"),
+    path("shadow-tests/<slug:key>", ShadowTestDetailApi.as_view(), name="shadow-test-detail"),
+    path("shadow-tests/<slug:key>/start", ShadowTestStartApi.as_view(), name="shadow-test-start"),
+    path("shadow-tests/<slug:key>/stop", ShadowTestStopApi.as_view(), name="shadow-test-stop"),
     path("ops/kill-switches", KillSwitchListApi.as_view(), name="ops-kill-switches"),
 ]
 

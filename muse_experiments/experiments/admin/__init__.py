@@ -3,4 +3,4 @@ is all importing it does: :mod:`.experiments` (experiments with their variants a
 lifecycle buttons, the assignment preview), :mod:`.layers` (layers and the global holdout),
 :mod:`.records` (read-only phases, exposures, pins and audit entries) and :mod:`.api_keys`."""
 
-from . import api_keys, experiments, layers, records  # noqa: F401 - importing registers them
+from . import api_keys, experiments, layers, records, shadow  # noqa: F401 - importing registers them
