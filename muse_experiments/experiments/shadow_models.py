@@ -57,7 +57,7 @@ class ShadowTest(models.Model):
         related_name="shadow_tests_as_judge",
     )
     judge_instructions = models.TextField(blank=True)
-    max_usd_per_day = models.DecimalField(max_digits=12, decimal_places=4, validators=[MinValueValidator(0)])
+    max_usd_per_day = models.DecimalField(max_digits=14, decimal_places=6, validators=[MinValueValidator(0)])
     allow_external = models.BooleanField(default=False)
     created_by = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

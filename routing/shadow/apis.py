@@ -56,7 +56,7 @@ class ShadowTestInputSerializer(StrictSerializer):
     source = SourceSerializer()
     sample_percent = FiniteFloatField(min_value=0.0, max_value=100.0)
     judge = JudgeSerializer(allow_null=True, required=False, default=None)
-    max_usd_per_day = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0)
+    max_usd_per_day = serializers.DecimalField(max_digits=14, decimal_places=6, min_value=0)
     allow_external = serializers.BooleanField(required=False, default=False)
 
 

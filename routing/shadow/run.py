@@ -168,3 +168,21 @@ def _judge(test, pair, request, primary, candidate, cat, opted_out: bool) -> Non
 def _drop(test_key: str, reason: str) -> str:
     dropped_count(test_key, reason)
     return f"dropped:{reason}"
+
+
+def shadow_training_record(pair: ShadowPair, request: Mapping[str, Any]) -> dict[str, Any]:
+    """A shadow answer in the training export's record shape, marked ``"shadow": true``: what the
+    ingestion gate refuses (:attr:`routing.transcripts.gate.RejectReason.SHADOW_CALL`) should one
+    ever be offered to it. Shadow answers are kept in :class:`ShadowPair` only and no export reads
+    them; this is the shape a copy would take."""
+    return {
+        "record_id": f"shadow-{pair.test_id}-{pair.job_id}",
+        "session_id": pair.session_id,
+        "user_id": pair.user_id,
+        "provenance": "native",
+        "provider_kind": "native",
+        "shadow": True,
+        "served_model": pair.candidate_model,
+        "input": {"messages": list(request.get("messages", ())), "tools": list(request.get("tools", ()))},
+        "output": {"text": pair.candidate_text, "tool_calls": pair.candidate_tool_calls},
+    }
