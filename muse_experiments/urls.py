@@ -12,6 +12,7 @@ from muse_experiments.infra.metrics import metrics_view
 from routing.apis import CompletionCreateApi, CompletionDetailApi
 from routing.apis_ops import KillSwitchListApi
 from routing.shadow.apis import ShadowTestDetailApi, ShadowTestListApi, ShadowTestStartApi, ShadowTestStopApi
+from routing.shadow.results_apis import ShadowTestResultsApi, shadow_results_page
 from routing.transcripts.apis import (
     SessionEndApi,
     TrainingExportApi,
@@ -51,6 +52,7 @@ api_v1 = [
     path("shadow-tests/<slug:key>", ShadowTestDetailApi.as_view(), name="shadow-test-detail"),
     path("shadow-tests/<slug:key>/start", ShadowTestStartApi.as_view(), name="shadow-test-start"),
     path("shadow-tests/<slug:key>/stop", ShadowTestStopApi.as_view(), name="shadow-test-stop"),
+    path("shadow-tests/<slug:key>/results", ShadowTestResultsApi.as_view(), name="shadow-test-results"),
     path("ops/kill-switches", KillSwitchListApi.as_view(), name="ops-kill-switches"),
 ]
 
@@ -64,6 +66,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("results/", results_index, name="results-index"),
     path("results/<slug:key>/", results_page, name="results-page"),
+    path("results/shadow/<slug:key>/", shadow_results_page, name="shadow-results-page"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

@@ -139,7 +139,7 @@ class ShadowTestDetailApi(APIView):
 class _ShadowTestActionApi(APIView):
     permission_classes = [HasScope]
     required_scope = "experiments:write"
-    action = staticmethod(shadow_test_start)
+    transition = staticmethod(shadow_test_start)
 
     @extend_schema(
         request=None,
@@ -152,7 +152,7 @@ class _ShadowTestActionApi(APIView):
     def post(self, request, key):
         test = get_object_or_404(ShadowTest, key=key)
         try:
-            test = self.action(test=test, actor=actor_of(request.user))
+            test = self.transition(test=test, actor=actor_of(request.user))
         except ValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from None
         return Response(shadow_payload(_tests().get(pk=test.pk)))
@@ -161,10 +161,10 @@ class _ShadowTestActionApi(APIView):
 class ShadowTestStartApi(_ShadowTestActionApi):
     """Start mirroring (draft or stopped → running)."""
 
-    action = staticmethod(shadow_test_start)
+    transition = staticmethod(shadow_test_start)
 
 
 class ShadowTestStopApi(_ShadowTestActionApi):
     """Stop mirroring (running → stopped); recorded pairs stay."""
 
-    action = staticmethod(shadow_test_stop)
+    transition = staticmethod(shadow_test_stop)
