@@ -75,7 +75,7 @@ def spent_usd_today(test_key: str) -> float:
 
 
 def dropped_count(test_key: str, reason: str, n: int = 1) -> None:
-    """Count ``n`` shadow calls of the test not made (``reason``: ``backlog``, ``budget``,
+    """Count ``n`` shadow calls of the test not made (``reason``: ``backlog``, ``stopped``, ``budget``,
     ``killed``, ``opted_out``, ``external_disallowed``)."""
     redis_client().hincrby(f"muse:shadow:{test_key}:dropped", reason, n)
 

@@ -83,7 +83,8 @@ def shadow_run(
     primary: Mapping[str, Any],
 ) -> str:
     """Make the shadow call (and judge call) for one primary call; returns what happened:
-    ``recorded`` | ``candidate_failed`` | ``not_running`` | ``duplicate`` | ``dropped:<reason>``.
+    ``recorded`` | ``candidate_failed`` | ``not_running`` (no such test) | ``duplicate`` |
+    ``dropped:<reason>`` (``stopped``, ``budget``, ``killed``, ``opted_out``, ...).
 
     ``request``: the primary job's stored request; ``primary``:
     :func:`routing.shadow.sampling.primary_summary`. Safe to run twice (one pair per job)."""
@@ -93,6 +94,8 @@ def shadow_run(
         .first()
     )
     if test is None:
+        if ShadowTest.objects.filter(key=test_key).exists():
+            return _drop(test_key, "stopped")  # offered while running, stopped before its turn
         return "not_running"
     if ShadowPair.objects.filter(test=test, job_id=job_id).exists():
         return "duplicate"

@@ -2,7 +2,32 @@
 
 import django.core.validators
 import django.db.models.deletion
+from importlib import import_module
+
 from django.db import migrations, models
+
+#: The roles (0007_roles) that see shadow tests, and those that configure, start and stop them.
+VIEWERS = ("Analyst", "Product manager", "Operator")
+EDITORS = ("Product manager",)
+
+
+def grant_shadow_permissions(apps, schema_editor) -> None:
+    """Shadow tests join the shipped roles: viewers see tests and pairs, editors also add and change
+    tests (starting and stopping is a change). Roles deleted by an administrator stay deleted."""
+    import_module("muse_experiments.experiments.migrations.0007_roles").create_permissions_now(apps, schema_editor)
+    alias = schema_editor.connection.alias
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+    perms = {
+        p.codename: p
+        for p in Permission.objects.using(alias).filter(
+            content_type__app_label="muse_experiments", codename__contains="shadow"
+        )
+    }
+    for group in Group.objects.using(alias).filter(name__in=VIEWERS):
+        group.permissions.add(perms["view_shadowtest"], perms["view_shadowpair"])
+        if group.name in EDITORS:
+            group.permissions.add(perms["add_shadowtest"], perms["change_shadowtest"])
 
 
 class Migration(migrations.Migration):
@@ -83,4 +108,5 @@ class Migration(migrations.Migration):
             model_name='shadowpair',
             constraint=models.UniqueConstraint(fields=('test', 'job_id'), name='shadow_pair_once_per_job'),
         ),
+        migrations.RunPython(grant_shadow_permissions, migrations.RunPython.noop),
     ]

@@ -116,3 +116,23 @@ def test_start_stop_detail_and_list(catalogue):
     assert [t["key"] for t in reader.get(URL).json()] == ["av15-vs-14"]
     assert reader.get(f"{URL}/missing").status_code == 404
     assert reader.post(f"{URL}/av15-vs-14/start").status_code == 403
+
+
+def test_the_shipped_roles_see_shadow_tests_and_product_managers_run_them():
+    from django.contrib.auth.models import Group
+
+    def perms(name):
+        return set(
+            Group.objects.get(name=name)
+            .permissions.filter(codename__contains="shadow")
+            .values_list("codename", flat=True)
+        )
+
+    assert perms("Analyst") == perms("Operator") == {"view_shadowtest", "view_shadowpair"}
+    assert perms("Product manager") == {
+        "view_shadowtest",
+        "view_shadowpair",
+        "add_shadowtest",
+        "change_shadowtest",
+    }
+    assert perms("Catalogue admin") == set()

@@ -182,3 +182,19 @@ def test_beyond_the_backlog_shadow_calls_are_dropped_and_counted(catalogue, upst
     assert upstreams.call_count(model="avocado-v14") == 0
     assert dropped_counts("sh") == {"backlog": 1}
     assert ShadowTest.objects.get().status == "running"
+
+
+def test_a_streamed_primary_is_mirrored_after_its_stream_ends(catalogue, upstreams):
+    from routing.services import completion_job_create
+    from routing.streaming import stream_job_events
+
+    start(judge=None)
+    streamed, _ = completion_job_create(
+        api_key=None, session_id="s-stream", user_id="u-1", subagent="coder", attributes={},
+        request={"messages": [{"role": "user", "content": "stream it"}], "tools": []}, stream=True,
+    )  # fmt: skip
+    events = list(stream_job_events(job_id=str(streamed.id)))
+    assert events[-1]["type"] == "done"
+    pair = ShadowPair.objects.get()
+    assert (pair.session_id, pair.candidate_model, pair.candidate_ok) == ("s-stream", CANDIDATE, True)
+    assert upstreams.calls(model="avocado-v14")[0]["body"].get("stream") in (None, False)  # never streamed
