@@ -49,7 +49,7 @@ run-prod: install
 	$(BIN)/python -m muse_experiments.infra.prodshape run
 
 worker: install
-	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance --pool threads --concurrency 16 -l info
+	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance,shadow --pool threads --concurrency 16 -l info
 
 upstreams: install
 	$(BIN)/python -m routing.fake_upstreams --port $(UPSTREAMS_PORT)

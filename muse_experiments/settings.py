@@ -240,6 +240,7 @@ CELERY_TASK_ROUTES = {
     "routing.*": {"queue": "completions"},
     "analytics.*": {"queue": "analytics"},
     "maintenance.*": {"queue": "maintenance"},
+    "shadow.*": {"queue": "shadow"},
 }
 # Periodic maintenance (synced into django-celery-beat's tables by `celery beat`).
 CELERY_BEAT_SCHEDULE = {
@@ -311,6 +312,9 @@ SPECTACULAR_SETTINGS = {
 METRIC_NAMES_LOOKUP = "analytics.selectors.metric_names"
 # How long POST /api/v1/completions waits for the worker before answering 202 with a job URL.
 COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
+# Shadow tests (routing.shadow): most shadow calls waiting on the shadow queue; beyond it new ones
+# are dropped and counted, never delaying a primary call.
+SHADOW_MAX_BACKLOG = env.int("SHADOW_MAX_BACKLOG", default=1000)
 # Seconds a session's encrypted provider reasoning stays in the server-side store after its last
 # turn (routing.reasoning_store).
 REASONING_SESSION_TTL_S = env.int("REASONING_SESSION_TTL_S", default=3600)

@@ -19,6 +19,8 @@ from muse_experiments.infra.health import healthz, readyz
 from muse_experiments.infra.metrics import metrics_view
 from routing.apis import CompletionCreateApi, CompletionDetailApi
 from routing.apis_ops import KillSwitchListApi
+from routing.shadow.apis import ShadowTestDetailApi, ShadowTestListApi, ShadowTestStartApi, ShadowTestStopApi
+from routing.shadow.results_apis import ShadowTestResultsApi, shadow_results_page
 from routing.transcripts.apis import (
     SessionEndApi,
     TrainingExportApi,
@@ -66,6 +68,11 @@ api_v1 = [
         ResultsComputeApi.as_view(),
         name="experiment-results-compute",
     ),
+    path("shadow-tests", ShadowTestListApi.as_view(), name="shadow-test-list"),
+    path("shadow-tests/<slug:key>", ShadowTestDetailApi.as_view(), name="shadow-test-detail"),
+    path("shadow-tests/<slug:key>/start", ShadowTestStartApi.as_view(), name="shadow-test-start"),
+    path("shadow-tests/<slug:key>/stop", ShadowTestStopApi.as_view(), name="shadow-test-stop"),
+    path("shadow-tests/<slug:key>/results", ShadowTestResultsApi.as_view(), name="shadow-test-results"),
     path("ops/kill-switches", KillSwitchListApi.as_view(), name="ops-kill-switches"),
     path("rollouts", RolloutCreateApi.as_view(), name="rollout-create"),
     path("rollouts/<slug:key>", RolloutDetailApi.as_view(), name="rollout-detail"),
@@ -85,6 +92,7 @@ urlpatterns = [
     path("results/", results_index, name="results-index"),
     path("results/<slug:key>/", results_page, name="results-page"),
     path("favicon.ico", favicon, name="favicon"),
+    path("results/shadow/<slug:key>/", shadow_results_page, name="shadow-results-page"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

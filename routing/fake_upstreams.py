@@ -180,6 +180,11 @@ class Scenario:
     Authentication, model checks and ``failure`` still apply first. The recorded call notes
     ``frames_sent`` and, when the client closed the connection before the end,
     ``client_closed_at`` (``time.time()``, checked every 20 ms while a frame's delay runs).
+
+    Judge: a request whose text holds :data:`JUDGE_MARKER` (a shadow test's judge prompt,
+    ``routing.shadow.judge``) is answered with a verdict (:func:`judge_verdict`): malformed for a
+    share ``judge_malformed`` of prompts, else ``VERDICT: A|B|TIE`` favouring the answer with the
+    higher ``[quality=…]`` marker.
     """
 
     latency_ms: int = 0
@@ -209,6 +214,7 @@ class Scenario:
     wire_body: Any = None
     wire_status: int = 200
     wire_first_n: int = 0
+    judge_malformed: float = 0.1
 
     def __post_init__(self) -> None:
         for frame in self.wire or ():
@@ -1440,6 +1446,8 @@ class _Handler(BaseHTTPRequestHandler):
         text = (
             sc.reply if sc.reply is not None else f"{model} reply to: {user_text} [quality={sc.quality:.2f}]"
         )
+        if JUDGE_MARKER in json.dumps(body):
+            text, tools = judge_verdict(user_text, sc.judge_malformed), []
         # the output contracts are honoured: a forced call is made whatever the scenario says,
         # "none" makes none, one call at most without parallel calls, the text in the format asked
         contract = _contract(api, body)
@@ -1499,6 +1507,27 @@ class _Handler(BaseHTTPRequestHandler):
             request_id=self._request_id,
             scenario=sc,
         )
+
+
+#: Marks a shadow test's judge prompt (``routing.shadow.judge.JUDGE_MARKER``).
+JUDGE_MARKER = "[muse-shadow-judge]"
+_QUALITY = re.compile(r"<answer_([ab])>.*?\[quality=([0-9.]+)\].*?</answer_\1>", re.S)
+_MALFORMED_VERDICTS = ("I prefer the first answer.", "VERDICT: A or B", "verdict: a", "VERDICT: C", "")
+
+
+def judge_verdict(prompt: str, malformed_share: float) -> str:
+    """A judge's answer to ``prompt``, deterministic in it: malformed with probability
+    ``malformed_share``; else a tie with probability 0.1, else ``A`` with probability
+    ``0.45 + (quality_a - quality_b)`` (clipped to [0.05, 0.95]) of the non-ties."""
+    u = int(hashlib.sha256(prompt.encode()).hexdigest()[:12], 16) / float(16**12)
+    if u < malformed_share:
+        return _MALFORMED_VERDICTS[int(u * 1000) % len(_MALFORMED_VERDICTS)]
+    v = (u - malformed_share) / max(1.0 - malformed_share, 1e-9)
+    if v < 0.1:
+        return "VERDICT: TIE"
+    q = {k: float(x) for k, x in _QUALITY.findall(prompt)}
+    p_a = min(max(0.45 + q.get("a", 0.5) - q.get("b", 0.5), 0.05), 0.95)
+    return "VERDICT: A" if (v - 0.1) / 0.9 < p_a else "VERDICT: B"
 
 
 def _same_output_item(sent: Mapping[str, Any], issued: Mapping[str, Any] | None) -> bool:

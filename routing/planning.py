@@ -182,6 +182,12 @@ def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> Completio
 
     The router builds the base request with ``overrides={}`` and lets each :class:`Candidate`
     apply its own variant's overrides (:meth:`Candidate.request_for`)."""
+    return stored_request(job.request, overrides)
+
+
+def stored_request(stored: Mapping[str, Any], overrides: Mapping[str, Any]) -> CompletionRequest:
+    """:func:`build_request` from a job's stored request (``job.request``: messages, tools, output
+    contracts) rather than the job; shadow calls (:mod:`routing.shadow.run`) rebuild theirs so."""
     messages = tuple(
         Message(
             role=m["role"],
@@ -193,7 +199,7 @@ def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> Completio
             tool_call_id=m.get("tool_call_id"),
             parts=tuple(ContentPart(p["text"], p.get("cache_control")) for p in m.get("parts", ())),
         )
-        for m in job.request["messages"]
+        for m in stored["messages"]
     )
     tools = tuple(
         ToolSpec(
@@ -202,15 +208,15 @@ def build_request(job: CompletionJob, overrides: Mapping[str, Any]) -> Completio
             parameters=t.get("parameters") or {"type": "object", "properties": {}},
             cache_control=t.get("cache_control"),
         )
-        for t in job.request.get("tools", ())
+        for t in stored.get("tools", ())
     )
-    output_format, tool_choice = _contracts(job.request)
+    output_format, tool_choice = _contracts(stored)
     return CompletionRequest(
         messages=messages,
         tools=tools,
         output_format=output_format,
         tool_choice=tool_choice,
-        parallel_tool_calls=job.request.get("parallel_tool_calls"),
+        parallel_tool_calls=stored.get("parallel_tool_calls"),
         **{k: overrides[k] for k in OVERRIDE_FIELDS if k in overrides},
     )
 

@@ -62,6 +62,7 @@ from .planning import build_request, job_plan, state_session
 from .recording import record_call
 from .services import completion_job_claim
 from .serving import serve
+from .shadow.sampling import shadow_offer
 
 
 def execute_job(*, job_id: str, row: dict | None = None) -> str:
@@ -87,4 +88,5 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
     with answer_first():
         outcome = serve(request, chain, reason, session=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)
+    shadow_offer(job=job, decision=decision, outcome=outcome)  # the answer is out: off its path
     return job.status

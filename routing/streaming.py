@@ -49,6 +49,7 @@ from .planning import build_request, job_plan, state_session
 from .recording import record_call
 from .services import completion_job_claim, completion_job_fail
 from .serving import ServeOutcome, serve_stream
+from .shadow.sampling import shadow_offer
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
             job_id=job_id,
         )
         record_call(job, decision, chain, outcome)
+        shadow_offer(job=job, decision=decision, outcome=outcome)  # the answer is out: off its path
     except GeneratorExit:
         if outcome is not None:  # serve_stream closed the upstream and logged the attempt
             outcome.cancelled, outcome.error_kind = True, "client_disconnected"

@@ -235,7 +235,7 @@ def start_celery_worker(
     log_path: Path,
     *,
     name: str,
-    queues: str = "completions,analytics",
+    queues: str = "completions,analytics,shadow",
     concurrency: int = 4,
 ):
     """Start a real ``celery worker`` (thread pool) with ``env``, its output in ``log_path``, in

@@ -46,7 +46,9 @@ def test_compose_services_run_procfile_types_and_one_beat():
         command = service.get("command") or []
         if command[:4] == ["python", "-m", "muse_experiments.infra.prodshape", "exec"]:
             used[name] = command[4]
-    assert used == {"web": "web", "worker": "worker", "beat": "beat", "drainer": "drainer"}
+    assert used == {
+        "web": "web", "worker": "worker", "shadow": "shadow", "beat": "beat", "drainer": "drainer"
+    }  # fmt: skip
     assert set(used.values()) == set(types)  # every process type of the Procfile has a service
     assert compose["services"]["beat"]["deploy"]["replicas"] == 1
 

@@ -179,6 +179,13 @@ SESSION_PERMISSIONS: dict[tuple[str, str], tuple[str, ...] | None] = {
     ("rollout-start", "POST"): ("muse_experiments.change_experiment",),
     ("rollout-pause", "POST"): ("muse_experiments.change_experiment",),
     ("rollout-rollback", "POST"): ("muse_experiments.change_experiment",),
+    # shadow tests: reads need analytics:read, writes experiments:write
+    ("shadow-test-list", "GET"): ("muse_experiments.view_shadowtest",),
+    ("shadow-test-detail", "GET"): ("muse_experiments.view_shadowtest",),
+    ("shadow-test-results", "GET"): ("muse_experiments.view_shadowtest",),
+    ("shadow-test-list", "POST"): ("muse_experiments.add_shadowtest",),
+    ("shadow-test-start", "POST"): ("muse_experiments.change_shadowtest",),
+    ("shadow-test-stop", "POST"): ("muse_experiments.change_shadowtest",),
     # scope ops: turning a switch on or off adds its row the first time, changes it after
     ("ops-kill-switches", "GET"): ("routing.view_killswitch",),
     ("ops-kill-switches", "POST"): ("routing.add_killswitch", "routing.change_killswitch"),

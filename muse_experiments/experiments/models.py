@@ -346,3 +346,7 @@ class RolloutEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rollout_id}: {self.from_percent:g} → {self.to_percent:g} % ({self.reason})"
+
+
+# shadow tests live in their own module (Django finds models through this one)
+from .shadow_models import ShadowPair, ShadowStatus, ShadowTest, ShadowVerdict  # noqa: E402, F401

@@ -7,3 +7,4 @@ class Queue(StrEnum):
     COMPLETIONS = "completions"
     ANALYTICS = "analytics"
     MAINTENANCE = "maintenance"
+    SHADOW = "shadow"  # shadow tests' calls: their own workers, never delaying a primary

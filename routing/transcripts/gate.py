@@ -203,6 +203,7 @@ class RejectReason(StrEnum):
     EXTERNAL_PROVIDER = "external_provider"
     OPTED_OUT = "opted_out"
     DUPLICATE_IN_BATCH = "duplicate_in_batch"
+    SHADOW_CALL = "shadow_call"
 
 
 @dataclass(frozen=True)
@@ -1394,6 +1395,10 @@ def check_record(
     if isinstance(provenance, str) and (provenance != "native" or provider_kind != "native"):
         reasons.append(RejectReason.EXTERNAL_PROVIDER)
         details.append("served by an external provider")
+    if record.get("shadow") is not None and record.get("shadow") is not False:
+        # a shadow test's answer (routing.shadow) was never served to anyone: never trained on
+        reasons.append(RejectReason.SHADOW_CALL)
+        details.append("a shadow test's answer, never served")
     user = record.get("user_id")
     if isinstance(user, str) and user in opted_out_users:
         reasons.append(RejectReason.OPTED_OUT)
@@ -1419,7 +1424,8 @@ def gate_check(
     so it is refused, as a value too deeply encoded already is; reported only when the record
     has no encrypted-reasoning finding, whose blobs are opaque too), came from an external provider
     (``provenance != "native"`` or a non-native ``provider_kind``), belongs to an opted-out
-    user, or repeats a ``record_id`` seen earlier in the same batch. Never raises for bad
+    user, is a shadow test's answer (``shadow`` present and not ``false``:
+    :attr:`RejectReason.SHADOW_CALL`), or repeats a ``record_id`` seen earlier in the same batch. Never raises for bad
     records; each gets its own verdict.
     """
     verdicts: list[RecordVerdict] = []

@@ -4,4 +4,4 @@ lifecycle buttons, the assignment preview), :mod:`.layers` (layers and the globa
 :mod:`.records` (read-only phases, exposures, pins and audit entries), :mod:`.rollouts`
 (read-only rollouts with their ramp history) and :mod:`.api_keys`."""
 
-from . import api_keys, experiments, layers, records, rollouts  # noqa: F401 - importing registers them
+from . import api_keys, experiments, layers, records, rollouts, shadow  # noqa: F401 - importing registers them

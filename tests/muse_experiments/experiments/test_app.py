@@ -18,6 +18,7 @@ MIGRATIONS = [
     "0006_exposure_first_exposed_idx",
     "0007_roles",
     "0008_rollouts",
+    "0009_shadow_tests",
 ]
 
 
@@ -36,6 +37,8 @@ def test_the_app_keeps_its_label_and_tables():
         "muse_experiments_platformconfig",
         "muse_experiments_rollout",
         "muse_experiments_rolloutevent",
+        "muse_experiments_shadowpair",
+        "muse_experiments_shadowtest",
         "muse_experiments_variant",
     ]
 

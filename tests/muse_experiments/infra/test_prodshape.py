@@ -23,7 +23,12 @@ from muse_experiments.infra.prodshape import (
 
 def test_the_repository_procfile_has_web_worker_beat_and_the_drainer():
     types = read_procfile(PROCFILE)
-    assert list(types) == ["web", "worker", "beat", "drainer"]
+    assert list(types) == ["web", "worker", "shadow", "beat", "drainer"]
+    # shadow tests' calls: their own queue, niced below the primaries (routing.shadow)
+    assert (
+        types["shadow"].startswith("nice -n 10 env RECORDS_DRAINER=false celery ")
+        and "-Q shadow " in types["shadow"]
+    )
     assert types["worker"].startswith("env RECORDS_DRAINER=false celery ")  # the drainer process drains
     assert types["drainer"] == "python manage.py drain_records"
     assert types["web"].startswith("gunicorn muse_experiments.wsgi")

@@ -45,6 +45,8 @@ from routing import writebehind
 from routing.catalogue import avocado_id
 from routing.models import ModelEndpoint
 
+from ..demo_shadow import shadow_report, shadow_start
+
 #: Probability that a session served by each upstream model succeeds (the simulation's truth).
 TRUE_SUCCESS = {"avocado-v14": 0.60, "avocado-v15": 0.64, "muse-special": 0.68, "claude-sonnet-5-5": 0.66}
 ARMS = [  # (variant key, endpoint public id, weight, control?)
@@ -174,6 +176,7 @@ class Command(BaseCommand):
         _, completions_key = api_key_create(
             name=f"demo {experiment.key}", scopes=["completions", "events", "analytics:read"]
         )
+        _, writer_key = api_key_create(name=f"demo {experiment.key} shadow", scopes=["experiments:write"])
         admin_password = self._ensure_admin()
 
         bin_dir = Path(sys.executable).parent
@@ -190,7 +193,7 @@ class Command(BaseCommand):
                     "muse_experiments",
                     "worker",
                     "-Q",
-                    "completions,analytics,maintenance",
+                    "completions,analytics,maintenance,shadow",
                     "--pool",
                     "threads",
                     "--concurrency",
@@ -227,6 +230,7 @@ class Command(BaseCommand):
         )
         self._wait_http(f"{base}/healthz", "web server")
 
+        shadow = shadow_start(base, writer_key, experiment_key=experiment.key)
         self.stdout.write(
             f"Experiment {experiment.key}: sending {sessions} sessions through {base}/api/v1/completions …"
         )
@@ -247,6 +251,7 @@ class Command(BaseCommand):
         )
         results.raise_for_status()
         self._print_table(results.json())
+        shadow_report(base, completions_key, shadow, self.stdout.write)
 
         if no_serve:
             return
@@ -255,6 +260,7 @@ class Command(BaseCommand):
             f"  Admin:        {base}/admin/   (user admin, password {admin_password})\n"
             f"  API schema:   {base}/api/schema/   Swagger UI: {base}/api/docs/\n"
             f"  Results:      {base}/results/{experiment.key}/   all experiments: {base}/results/\n"
+            f"  Shadow test:  {base}/results/shadow/{shadow}/\n"
             f"  Models and routing health: {base}/routing/health/   Redoc: {base}/api/redoc/\n"
             f"  API key (completions, events, analytics:read): {completions_key}\n"
         )

@@ -1,0 +1,171 @@
+"""What shadowing every session adds to the caller's latency: p50/p99 with no shadow test, then
+with shadow tests mirroring every call (issue 33: added p50/p99 ≤ 1.05× of none).
+
+Starts the instant upstream and the platform exactly as ``bench/bench_proxy.py`` does (the
+Procfile shape, its ``shadow`` worker included, on ``BENCH_DATABASE_URL`` + ``BENCH_REDIS_URL``,
+or ``--embedded``), warms up, then alternates rounds ``none`` / ``shadowed`` (order reversed every
+other round) of ``--requests`` chat completions by ``--concurrency`` clients with the official
+``openai`` SDK. "Added" latency is the platform's minus a direct call to the upstream (measured in
+the same rounds). ``shadowed``: two running shadow tests, Avocado v13 on each variant's traffic
+of the bench experiment (Avocado v14 / v15), 100 % of sessions, judge Avocado v12: every call gets a
+candidate and a judge call on the shadow queue after its answer. Prints the figures, the ratios
+and how many shadow calls were made and dropped (backlog).
+
+    BENCH_DATABASE_URL=postgres://…/muse_bench_shadow BENCH_REDIS_URL=redis://…/3 \\
+        .venv/bin/python bench/bench_shadow.py [--requests 400] [--concurrency 8] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from decimal import Decimal
+
+import openai
+from bench_proxy import (
+    MODEL_ALIAS,
+    UPSTREAM_KEY,
+    UPSTREAM_MODEL,
+    bench_dir,
+    drive,
+    git_revision,
+    start_platform,
+    start_upstream,
+)
+from benchlib import Processes, pct
+
+
+async def run(target: tuple[str, str], model: str, n: int, concurrency: int):
+    """:func:`bench_proxy.drive` with a client made in this event loop (one per ``asyncio.run``)."""
+    base_url, key = target
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60) as client:
+        return await drive(client, model, n, concurrency)
+
+
+def start_shadow_tests() -> list[str]:
+    """Two running shadow tests covering every call of the bench experiment (in this process,
+    where ``start_platform`` set Django up); returns their keys."""
+    from muse_experiments.experiments.services.shadow import shadow_test_create, shadow_test_start
+
+    keys = []
+    for variant in ("control", "avocado-v15"):
+        test = shadow_test_create(
+            key=f"bench-{variant}",
+            name=f"v13 on {variant}",
+            candidate="avocado-v13",
+            source={"experiment": "bench-proxy", "variant": variant},
+            sample_percent=100.0,
+            judge={"model": "avocado-v12", "instructions": ""},
+            max_usd_per_day=Decimal(1000),
+            allow_external=False,
+            actor="bench",
+        )
+        shadow_test_start(test=test, actor="bench")
+        keys.append(test.key)
+    time.sleep(2.5)  # every process sees the configuration change within CONFIG_REFRESH_INTERVAL_S
+    return keys
+
+
+def stop_shadow_tests(keys: list[str]) -> None:
+    from muse_experiments.experiments.models import ShadowTest
+    from muse_experiments.experiments.services.shadow import shadow_test_stop
+
+    for test in ShadowTest.objects.filter(key__in=keys, status="running"):
+        shadow_test_stop(test=test, actor="bench")
+    time.sleep(2.5)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embedded", action="store_true", help="platform on SQLite + private Redis")
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=200)
+    args = parser.parse_args()
+    var = bench_dir("bench-shadow", embedded=args.embedded)
+    samples: dict[str, list[float]] = {"none": [], "shadowed": [], "direct": []}
+    with Processes(var / "logs") as procs:
+        upstream = start_upstream(procs)
+        base, key, shape, _ = start_platform(procs, upstream=upstream, var=var, embedded=args.embedded)
+        platform = (f"{base}/v1", key)
+        direct = (f"{upstream}/v1", UPSTREAM_KEY)
+        asyncio.run(run(platform, MODEL_ALIAS, args.warmup, args.concurrency))
+        shadow_keys: list[str] = []
+        failures: dict[str, list[str]] = {"none": [], "shadowed": [], "direct": []}
+        for rnd in range(args.rounds):
+            order = ("none", "shadowed") if rnd % 2 == 0 else ("shadowed", "none")
+            for mode in order:
+                if mode == "shadowed":
+                    shadow_keys = start_shadow_tests() if not shadow_keys else _restart(shadow_keys)
+                latencies, _, failed = asyncio.run(
+                    run(platform, MODEL_ALIAS, args.requests, args.concurrency)
+                )
+                samples[mode] += latencies
+                failures[mode] += failed
+                if mode == "shadowed":
+                    # every offered shadow call runs (a stopped test drops what is still queued), and
+                    # the next round's primaries share no CPU with this round's shadow calls
+                    wait_shadow_queue_empty()
+                    stop_shadow_tests(shadow_keys)
+                latencies, _, failed = asyncio.run(
+                    run(direct, UPSTREAM_MODEL, args.requests // 4, args.concurrency)
+                )
+                samples["direct"] += latencies
+                failures["direct"] += failed
+        made, dropped = _shadow_counts(shadow_keys)
+    print(f"\nbench-shadow at {git_revision()}: {'embedded' if args.embedded else 'PostgreSQL + Redis'}, "
+          f"{args.concurrency} clients, {args.rounds} rounds of {args.requests} requests per mode")  # fmt: skip
+    for name, cmd in shape.items():
+        print(f"  {name}: {cmd}")
+    d50, d99 = pct(samples["direct"], 50), pct(samples["direct"], 99)
+    print(f"direct upstream: p50 {d50:.2f} ms, p99 {d99:.2f} ms")
+    added = {}
+    for mode in ("none", "shadowed"):
+        p50, p99 = pct(samples[mode], 50), pct(samples[mode], 99)
+        added[mode] = (p50 - d50, p99 - d99)
+        print(
+            f"{mode:>9}: p50 {p50:.2f} ms, p99 {p99:.2f} ms; added p50 {p50 - d50:.2f} ms, p99 {p99 - d99:.2f} ms"
+        )
+    for i, name in enumerate(("p50", "p99")):
+        r = added["shadowed"][i] / added["none"][i] if added["none"][i] > 0 else float("nan")
+        print(f"added {name} shadowed / none: {r:.3f}× ({'met' if r <= 1.05 else 'NOT met'}: ≤ 1.05×)")
+    print(f"shadow calls made: {made} pairs; dropped: {dropped}")
+    for mode, failed in failures.items():
+        if failed:
+            print(f"{mode}: {len(failed)} failed calls, e.g. {failed[0]}")
+    return 0 if not any(failures.values()) else 1
+
+
+def wait_shadow_queue_empty(timeout_s: float = 300) -> None:
+    """Wait until every enqueued shadow call has started and the shadow worker is idle again."""
+    from muse_experiments.infra.redis_client import redis_client
+    from routing.shadow.budget import BACKLOG_KEY
+
+    deadline = time.monotonic() + timeout_s
+    while int(redis_client().get(BACKLOG_KEY) or 0) > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)  # the last calls started run to their end
+
+
+def _restart(keys: list[str]) -> list[str]:
+    from muse_experiments.experiments.models import ShadowTest
+    from muse_experiments.experiments.services.shadow import shadow_test_start
+
+    for test in ShadowTest.objects.filter(key__in=keys):
+        shadow_test_start(test=test, actor="bench")
+    time.sleep(2.5)
+    return keys
+
+
+def _shadow_counts(keys: list[str]) -> tuple[int, dict]:
+    time.sleep(3)  # let the shadow queue drain what it holds
+    from muse_experiments.experiments.models import ShadowPair
+    from routing.shadow.budget import dropped_counts
+
+    return ShadowPair.objects.filter(test__key__in=keys).count(), {k: dropped_counts(k) for k in keys}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""Shadow tests' lifecycle: create (draft), start, stop. Field errors raise ``ValidationError``
+with a ``{field: message}`` dict (the REST API answers them as 400s, the admin as form errors).
+
+Lifecycle: ``draft ──start──▶ running ──stop──▶ stopped ──start──▶ running``. Starting and
+stopping bump the configuration version, so every routing process picks the change up within
+``CONFIG_REFRESH_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from muse_experiments.infra import config_version
+
+from ..models import Experiment, ShadowStatus, ShadowTest, Variant
+from .audit import audit_record
+
+#: The provider kind of the in-house models; any other is external.
+NATIVE_KIND = "native"
+
+
+def model_resolve(ref: str) -> Any | None:
+    """The model endpoint named by its public id or its version label (``avocado-v15``), provider
+    loaded; ``None`` when none is (or the label is ambiguous)."""
+    endpoint_model = Variant._meta.get_field("endpoint").related_model
+    qs = endpoint_model.objects.select_related("provider")
+    found = qs.filter(public_id=ref).first()
+    if found is None and ref:
+        labelled = list(qs.filter(version_label=ref)[:2])
+        found = labelled[0] if len(labelled) == 1 else None
+    return found
+
+
+def _is_external(endpoint: Any) -> bool:
+    return endpoint.provider.kind != NATIVE_KIND
+
+
+def shadow_model_problems(
+    *, candidate: Any | None, source_endpoint: Any | None, judge: Any | None, allow_external: bool
+) -> dict[str, str]:
+    """``{field: message}`` for the model rules (the REST API and the admin share them): the
+    candidate is not the source's model; an external candidate or judge needs ``allow_external``."""
+    errors: dict[str, str] = {}
+    if candidate is not None and source_endpoint is not None and candidate.pk == source_endpoint.pk:
+        errors["candidate"] = "The candidate is the source's own model; shadow a different one."
+    if not allow_external:
+        if candidate is not None and _is_external(candidate):
+            errors["candidate"] = 'An external candidate needs "allow_external": true.'
+        if judge is not None and _is_external(judge):
+            errors["judge"] = 'An external judge needs "allow_external": true.'
+    return errors
+
+
+def shadow_test_create(
+    *,
+    key: str,
+    name: str,
+    candidate: str,
+    source: Mapping[str, str],
+    sample_percent: float,
+    judge: Mapping[str, str] | None,
+    max_usd_per_day: Decimal,
+    allow_external: bool,
+    actor: str,
+) -> ShadowTest:
+    """Create a shadow test in ``draft``.
+
+    ``candidate`` / ``source["model"]`` / ``judge["model"]``: a model public id or version label.
+    ``source``: ``{"model": ...}`` or ``{"experiment": key, "variant": key}``. Raises
+    ``ValidationError({field: message})`` for: an unknown model, experiment or variant; a candidate
+    equal to the source's model; an external candidate or judge without ``allow_external``; a
+    percent outside 0–100; a negative budget; a key already used.
+    """
+    errors: dict[str, str] = {}
+    cand = model_resolve(candidate)
+    if cand is None:
+        errors["candidate"] = f"Unknown model {candidate!r}."
+    source_model = source_experiment = None
+    source_variant = ""
+    source_endpoint = None
+    if "model" in source:
+        source_model = model_resolve(source["model"])
+        source_endpoint = source_model
+        if source_model is None:
+            errors["source"] = f"Unknown model {source['model']!r}."
+    else:
+        source_experiment = Experiment.objects.filter(key=source.get("experiment", "")).first()
+        source_variant = source.get("variant", "")
+        variant = (
+            source_experiment.variants.select_related("endpoint").filter(key=source_variant).first()
+            if source_experiment is not None
+            else None
+        )
+        if source_experiment is None:
+            errors["source"] = f"Unknown experiment {source.get('experiment')!r}."
+        elif variant is None:
+            errors["source"] = f"Experiment {source_experiment.key!r} has no variant {source_variant!r}."
+        else:
+            source_endpoint = variant.endpoint
+    judge_model = None
+    if judge is not None:
+        judge_model = model_resolve(judge.get("model", ""))
+        if judge_model is None:
+            errors["judge"] = f"Unknown model {judge.get('model')!r}."
+    errors |= shadow_model_problems(
+        candidate=cand, source_endpoint=source_endpoint, judge=judge_model, allow_external=allow_external
+    )
+    if not 0.0 <= sample_percent <= 100.0:
+        errors["sample_percent"] = "Must be between 0 and 100."
+    if max_usd_per_day < 0:
+        errors["max_usd_per_day"] = "Must not be negative."
+    if ShadowTest.objects.filter(key=key).exists():
+        errors["key"] = "A shadow test with this key exists."
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        test = ShadowTest.objects.create(
+            key=key,
+            name=name,
+            candidate=cand,
+            source_model=source_model,
+            source_experiment=source_experiment,
+            source_variant=source_variant,
+            sample_percent=sample_percent,
+            judge=judge_model,
+            judge_instructions=(judge or {}).get("instructions", ""),
+            max_usd_per_day=max_usd_per_day,
+            allow_external=allow_external,
+            created_by=actor,
+        )
+        audit_record(actor=actor, action="shadow_test_create", obj=test, changes={"key": [None, key]})
+    return test
+
+
+@transaction.atomic
+def shadow_test_start(*, test: ShadowTest, actor: str) -> ShadowTest:
+    """draft/stopped → running. Raises ``ValidationError({"status": ...})`` when already running."""
+    test = ShadowTest.objects.select_for_update().get(pk=test.pk)
+    if test.status == ShadowStatus.RUNNING:
+        raise ValidationError({"status": "The shadow test is already running."})
+    before, test.status = test.status, ShadowStatus.RUNNING
+    test.started_at = test.started_at or timezone.now()
+    test.stopped_at = None
+    test.save(update_fields=["status", "started_at", "stopped_at", "updated_at"])
+    audit_record(actor=actor, action="shadow_test_start", obj=test, changes={"status": [before, test.status]})
+    config_version.bump()
+    return test
+
+
+@transaction.atomic
+def shadow_test_stop(*, test: ShadowTest, actor: str) -> ShadowTest:
+    """running → stopped. Raises ``ValidationError({"status": ...})`` when not running."""
+    test = ShadowTest.objects.select_for_update().get(pk=test.pk)
+    if test.status != ShadowStatus.RUNNING:
+        raise ValidationError({"status": f"Only a running shadow test can stop (it is {test.status})."})
+    test.status = ShadowStatus.STOPPED
+    test.stopped_at = timezone.now()
+    test.save(update_fields=["status", "stopped_at", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="shadow_test_stop",
+        obj=test,
+        changes={"status": [ShadowStatus.RUNNING, test.status]},
+    )
+    config_version.bump()
+    return test
+
+
+def shadow_test_config(test: ShadowTest) -> dict[str, Any]:
+    """The test's configuration as the REST API shows it (models by public id)."""
+    source: dict[str, str] = (
+        {"model": test.source_model.public_id}
+        if test.source_model_id
+        else {"experiment": test.source_experiment.key, "variant": test.source_variant}
+    )
+    return {
+        "key": test.key,
+        "name": test.name,
+        "status": test.status,
+        "candidate": test.candidate.public_id,
+        "source": source,
+        "sample_percent": test.sample_percent,
+        "judge": {"model": test.judge.public_id, "instructions": test.judge_instructions}
+        if test.judge_id
+        else None,
+        "max_usd_per_day": float(test.max_usd_per_day),
+        "allow_external": test.allow_external,
+        "started_at": test.started_at,
+        "stopped_at": test.stopped_at,
+        "created_at": test.created_at,
+    }

@@ -1,0 +1,102 @@
+"""Shadow tests' counters in Redis: the daily spend (budget), the backlog, and dropped calls.
+
+Budget: each test's spend today (UTC) is an integer of micro-USD under
+``muse:shadow:<key>:spent:<YYYYMMDD>``. A call (candidate or judge) is admitted by
+:func:`budget_admit` only when the spend is below ``max_usd_per_day`` and -- when other calls of
+the test are in flight -- when the spend plus each in-flight call and this one, each costing as
+much as the dearest call seen today, stays within the limit. So the spend can pass the limit by
+at most one call's cost (the call admitted with nothing else in flight), never by one call per
+worker thread. :func:`budget_settle` adds a finished call's cost and frees its place.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from muse_experiments.infra.redis_client import redis_client
+
+#: Keys live two days (today's is read by the API; yesterday's lingers harmlessly).
+TTL_S = 2 * 86_400
+MICRO = Decimal(1_000_000)
+
+BACKLOG_KEY = "muse:shadow:backlog"
+
+_ADMIT = """
+local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
+local inflight = tonumber(redis.call('GET', KEYS[2]) or '0')
+local dearest = tonumber(redis.call('GET', KEYS[3]) or '0')
+local limit = tonumber(ARGV[1])
+if spent >= limit then return 0 end
+if inflight > 0 and spent + (inflight + 1) * dearest > limit then return 0 end
+redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+_SETTLE = """
+redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+local left = redis.call('DECR', KEYS[2])
+if left < 0 then redis.call('SET', KEYS[2], 0) end
+local dearest = tonumber(redis.call('GET', KEYS[3]) or '0')
+if tonumber(ARGV[1]) > dearest then redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[2]) end
+return 1
+"""
+
+
+def _day(now: datetime | None = None) -> str:
+    return (now or datetime.now(UTC)).strftime("%Y%m%d")
+
+
+def _keys(test_key: str) -> list[str]:
+    day = _day()
+    base = f"muse:shadow:{test_key}"
+    return [f"{base}:spent:{day}", f"{base}:inflight:{day}", f"{base}:dearest:{day}"]
+
+
+def budget_admit(*, test_key: str, max_usd_per_day: Decimal) -> bool:
+    """Whether one more call of the test may run now (see the module docstring); when True the
+    caller must call :func:`budget_settle` once the call ends, whatever its outcome."""
+    limit = int(Decimal(max_usd_per_day) * MICRO)
+    return bool(redis_client().eval(_ADMIT, 3, *_keys(test_key), limit, TTL_S))
+
+
+def budget_settle(*, test_key: str, cost_usd: Decimal) -> None:
+    """Add a finished call's cost (USD, rounded up to the micro-dollar) and free its place."""
+    micro = int((Decimal(cost_usd) * MICRO).to_integral_value(rounding="ROUND_CEILING"))
+    redis_client().eval(_SETTLE, 3, *_keys(test_key), max(micro, 0), TTL_S)
+
+
+def spent_usd_today(test_key: str) -> float:
+    """What the test's calls cost today (UTC), USD."""
+    value = redis_client().get(_keys(test_key)[0])
+    return float(Decimal(int(value or 0)) / MICRO)
+
+
+def dropped_count(test_key: str, reason: str, n: int = 1) -> None:
+    """Count ``n`` shadow calls of the test not made (``reason``: ``backlog``, ``stopped``, ``budget``,
+    ``killed``, ``opted_out``, ``external_disallowed``)."""
+    redis_client().hincrby(f"muse:shadow:{test_key}:dropped", reason, n)
+
+
+def dropped_counts(test_key: str) -> dict[str, int]:
+    """``{reason: count}`` of the test's dropped shadow calls (all time)."""
+    raw = redis_client().hgetall(f"muse:shadow:{test_key}:dropped")
+    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
+
+
+def backlog_take(limit: int) -> bool:
+    """Take a place in the shadow queue's backlog; False (nothing taken) when it is full."""
+    client = redis_client()
+    if int(client.incr(BACKLOG_KEY)) > limit:
+        client.decr(BACKLOG_KEY)
+        return False
+    return True
+
+
+def backlog_release() -> None:
+    """Give back a place taken by :func:`backlog_take` (when its shadow call starts)."""
+    client = redis_client()
+    if int(client.decr(BACKLOG_KEY)) < 0:
+        client.set(BACKLOG_KEY, 0)

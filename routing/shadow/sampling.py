@@ -1,0 +1,157 @@
+"""Which running shadow tests mirror a finished primary call, and the hand-off to their queue.
+
+Sampling is by session: a session is shadowed by a test when
+``hash("shadow:" + key, session_id, 2) * 100 < sample_percent`` -- GrowthBook's v2 hash, the
+assignment engine's (:func:`muse_experiments.experiments.assignment.growthbook.hashing.hash`) --
+so a shadowed session is shadowed on every turn and the share of shadowed sessions matches the
+percent. The running tests come from an in-process snapshot rebuilt when the configuration
+version moves (starting or stopping a test bumps it), so a call with no test to mirror costs no
+I/O at all.
+
+:func:`shadow_offer` runs in the worker after the primary's final state was handed to its caller
+(:func:`routing.router.execute_job`); it never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+
+from muse_experiments.experiments.assignment.growthbook.hashing import hash as gb_hash
+from muse_experiments.experiments.models import ShadowStatus, ShadowTest
+from muse_experiments.infra.config_version import VersionedSnapshot
+
+from .budget import backlog_take, dropped_count
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShadowSpec:
+    """A running test as the hot path needs it: its key, sample percent, and the traffic it
+    mirrors (calls served by ``source_model``, or by ``source_endpoint`` as the assigned variant
+    ``source_variant`` of ``source_experiment``)."""
+
+    key: str
+    sample_percent: float
+    source_model: str | None
+    source_experiment: str | None
+    source_variant: str
+    source_endpoint: str | None
+
+    def mirrors(self, *, served: str, experiment: str | None, variant: str | None) -> bool:
+        """Whether a call served by ``served`` for ``experiment``/``variant`` is this test's traffic."""
+        if self.source_model is not None:
+            return served == self.source_model
+        return (
+            experiment == self.source_experiment
+            and variant == self.source_variant
+            and (served == self.source_endpoint)
+        )
+
+
+def session_shadowed(*, test_key: str, session_id: str, sample_percent: float) -> bool:
+    """Whether ``session_id`` is in the test's sample (deterministic; see the module docstring)."""
+    if not session_id or sample_percent <= 0:
+        return False
+    n = gb_hash(f"shadow:{test_key}", session_id, 2)
+    return n is not None and n * 100.0 < sample_percent
+
+
+def _build() -> tuple[ShadowSpec, ...]:
+    specs = []
+    running = ShadowTest.objects.filter(status=ShadowStatus.RUNNING).select_related(
+        "source_model", "source_experiment"
+    )
+    for t in running:
+        endpoint = None
+        if t.source_experiment_id:
+            v = t.source_experiment.variants.select_related("endpoint").filter(key=t.source_variant).first()
+            endpoint = v.endpoint.public_id if v else None
+        specs.append(
+            ShadowSpec(
+                key=t.key,
+                sample_percent=t.sample_percent,
+                source_model=t.source_model.public_id if t.source_model_id else None,
+                source_experiment=t.source_experiment.key if t.source_experiment_id else None,
+                source_variant=t.source_variant,
+                source_endpoint=endpoint,
+            )
+        )
+    return tuple(specs)
+
+
+_running = VersionedSnapshot(_build)
+
+
+def running_shadow_tests() -> tuple[ShadowSpec, ...]:
+    """The running shadow tests (no I/O between configuration-version checks)."""
+    return _running.get()
+
+
+def primary_summary(result: Any, billed_cost_usd: Decimal) -> dict[str, Any]:
+    """What a shadow task needs of the primary's answer (JSON): ``model``, ``latency_ms`` (ms),
+    ``cost_usd`` (USD, string), ``output_tokens``, ``text``, ``tool_calls`` ``[{"name",
+    "arguments"}]``. Reasoning never."""
+    return {
+        "model": result.endpoint_id,
+        "latency_ms": float(result.latency_ms),
+        "cost_usd": str(billed_cost_usd),
+        "output_tokens": int(result.usage.output_tokens),
+        "text": result.text,
+        "tool_calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in result.tool_calls],
+    }
+
+
+def shadow_offer(*, job: Any, decision: Any, outcome: Any) -> int:
+    """Enqueue a shadow call for every running test that mirrors this finished call and samples
+    its session; returns how many were enqueued. Failed or cancelled primaries are not mirrored.
+    Beyond ``SHADOW_MAX_BACKLOG`` waiting shadow calls, a call is dropped and counted
+    (``backlog``). Never raises: a shadow test must not fail its primary."""
+    specs = running_shadow_tests()
+    if not specs or outcome.result is None or outcome.served is None or outcome.cancelled:
+        return 0
+    try:
+        return _offer(specs, job, decision, outcome)
+    except Exception:  # noqa: BLE001 - the primary is answered; the shadow call is lost, not the job
+        log.exception("could not offer job %s to its shadow tests", job.id)
+        return 0
+
+
+def _offer(specs: tuple[ShadowSpec, ...], job: Any, decision: Any, outcome: Any) -> int:
+    from .tasks import run_shadow  # the task module imports the run step; import it only when used
+
+    served = outcome.served.public_id
+    experiment = decision.experiment_key if decision.in_experiment else None
+    wanted = [
+        s
+        for s in specs
+        if s.mirrors(served=served, experiment=experiment, variant=decision.variant_key)
+        and session_shadowed(test_key=s.key, session_id=job.session_id, sample_percent=s.sample_percent)
+    ]
+    if not wanted:
+        return 0
+    primary = primary_summary(outcome.result, outcome.billed_cost_usd())
+    request = {k: v for k, v in job.request.items() if k != "model"}
+    sent = 0
+    for spec in wanted:
+        if not backlog_take(settings.SHADOW_MAX_BACKLOG):
+            dropped_count(spec.key, "backlog")
+            continue
+        run_shadow.apply_async(
+            kwargs={
+                "test_key": spec.key,
+                "job_id": str(job.id),
+                "session_id": job.session_id,
+                "user_id": job.user_id,
+                "request": request,
+                "primary": primary,
+            },
+            kwargsrepr=repr({"test_key": spec.key, "job_id": str(job.id)}),
+        )
+        sent += 1
+    return sent

@@ -1,0 +1,41 @@
+"""The shadow queue's task: takes a primary call's summary, calls one service, safe to run twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from muse_experiments.infra.queues import Queue
+
+from .budget import backlog_release
+from .run import shadow_run
+
+
+@shared_task(
+    name="shadow.run_shadow",
+    queue=Queue.SHADOW,
+    acks_late=False,  # a shadow call lost with its worker is lost, never made twice
+    ignore_result=True,
+    soft_time_limit=300,
+    time_limit=330,
+)
+def run_shadow(
+    *,
+    test_key: str,
+    job_id: str,
+    session_id: str,
+    user_id: str,
+    request: dict[str, Any],
+    primary: dict[str, Any],
+) -> str:
+    """Make one shadow call (:func:`routing.shadow.run.shadow_run`), freeing its backlog place first."""
+    backlog_release()
+    return shadow_run(
+        test_key=test_key,
+        job_id=job_id,
+        session_id=session_id,
+        user_id=user_id,
+        request=request,
+        primary=primary,
+    )

@@ -1,0 +1,200 @@
+"""Shadow calls, in process (eager Celery) against the simulated upstreams over real HTTP:
+sampling by session, same input, isolation (gate, opt-out, kill switches), budget and backlog."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from muse_experiments.celery import app
+from muse_experiments.experiments.models import ShadowPair, ShadowTest
+from muse_experiments.experiments.services.shadow import shadow_test_create, shadow_test_start
+from muse_experiments.infra.config_version import invalidate_all
+from routing.catalogue import avocado_id
+from routing.ops_services import kill_switch_set
+from routing.shadow.budget import dropped_counts, spent_usd_today
+from routing.shadow.run import shadow_training_record
+from routing.shadow.sampling import session_shadowed
+from routing.transcripts.gate import RejectReason, gate_check
+from routing.transcripts.models import TrainingOptOut, TranscriptTurn
+from tests.factories import seed_catalogue
+from tests.routing.test_router import job, run
+
+pytestmark = pytest.mark.django_db
+
+SOURCE, CANDIDATE, JUDGE = avocado_id(15), avocado_id(14), avocado_id(13)  # v15 is the platform default
+TOOLS = [{"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+
+
+@pytest.fixture
+def catalogue(upstreams, redis_store):
+    for key in redis_store.scan_iter("muse:shadow:*"):  # counters of earlier tests
+        redis_store.delete(key)
+    return seed_catalogue(upstreams.url)
+
+
+@pytest.fixture(autouse=True)
+def eager():
+    """The shadow task runs in this process as it is enqueued (the worker tests run it for real)."""
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
+
+
+def start(key="sh", candidate=CANDIDATE, judge=JUDGE, percent=100.0, budget="10", external=False):
+    test = shadow_test_create(
+        key=key,
+        name=key,
+        candidate=candidate,
+        source={"model": SOURCE},
+        sample_percent=percent,
+        judge={"model": judge, "instructions": ""} if judge else None,
+        max_usd_per_day=Decimal(budget),
+        allow_external=external,
+        actor="test",
+    )
+    shadow_test_start(test=test, actor="test")
+    invalidate_all()  # the test transaction never commits: no cross-process version bump fires
+    return test
+
+
+def test_sessions_are_sampled_by_a_deterministic_hash_matching_the_percent():
+    picks = [session_shadowed(test_key="t", session_id=f"s-{i}", sample_percent=30) for i in range(20_000)]
+    assert sum(picks) / len(picks) == pytest.approx(0.30, abs=0.012)
+    again = [session_shadowed(test_key="t", session_id=f"s-{i}", sample_percent=30) for i in range(20_000)]
+    assert picks == again
+    other = [session_shadowed(test_key="u", session_id=f"s-{i}", sample_percent=30) for i in range(20_000)]
+    assert picks != other  # the test's key salts the hash
+    assert not any(session_shadowed(test_key="t", session_id=f"s-{i}", sample_percent=0) for i in range(500))
+
+
+def test_the_candidate_gets_the_primarys_exact_input_and_the_answer_stays_the_primarys(catalogue, upstreams):
+    start()
+    messages = [
+        {"role": "user", "content": "weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "name": "search", "arguments": {"q": "x"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+        {"role": "user", "content": "and in Rome?"},
+    ]
+    j = run(job(session_id="s-1", messages=messages, tools=TOOLS))
+    assert j.status == "succeeded" and j.result["served_model"] == SOURCE
+    primary_call = upstreams.calls(model="avocado-v15")[0]["body"]
+    candidate_call = upstreams.calls(model="avocado-v14")[0]["body"]
+    assert candidate_call["messages"] == primary_call["messages"]
+    assert candidate_call["tools"] == primary_call["tools"]
+    pair = ShadowPair.objects.get()
+    assert (pair.job_id, pair.session_id, pair.candidate_model, pair.candidate_ok) == (
+        str(j.id), "s-1", CANDIDATE, True
+    )  # fmt: skip
+    assert pair.primary_tool_calls == [{"name": "search", "arguments": {"q": "and in Rome?"}}]
+    assert [c["name"] for c in pair.candidate_tool_calls] == ["search"]
+    assert pair.candidate_latency_ms > 0 and pair.candidate_output_tokens > 0
+    assert pair.candidate_cost_usd > 0 and pair.primary_cost_usd == Decimal(j.result["cost_usd"])
+    # the judge saw the conversation and both answers, in the recorded order, and was costed
+    judge_call = upstreams.calls(model="avocado-v13")[0]["body"]
+    prompt = judge_call["messages"][-1]["content"]
+    assert "and in Rome?" in prompt and "[tool call] search" in prompt
+    assert pair.judge_verdict in ("candidate", "primary", "tie", "invalid")
+    assert pair.judge_candidate_first in (True, False) and pair.judge_cost_usd > 0
+    assert spent_usd_today("sh") == pytest.approx(
+        float(pair.candidate_cost_usd + pair.judge_cost_usd), abs=2e-6
+    )
+    # never a transcript turn, and the gate refuses it
+    assert TranscriptTurn.objects.filter(transcript__session_id="s-1").count() == 1
+    report = gate_check([shadow_training_record(pair, {"messages": messages, "tools": TOOLS})])
+    assert report.verdicts[0].reasons == (RejectReason.SHADOW_CALL,)
+
+
+def test_a_shadowed_session_is_shadowed_on_every_turn_and_others_never(catalogue, upstreams):
+    start(percent=50.0, judge=None)
+    sessions = [f"s-{i}" for i in range(12)]
+    for turn in range(2):
+        for s in sessions:
+            run(job(session_id=s, messages=[{"role": "user", "content": f"turn {turn}"}]))
+    expected = {s for s in sessions if session_shadowed(test_key="sh", session_id=s, sample_percent=50.0)}
+    assert 0 < len(expected) < len(sessions)
+    got = list(ShadowPair.objects.values_list("session_id", flat=True))
+    assert sorted(got) == sorted(s for s in expected for _ in range(2))
+
+
+def test_opted_out_users_are_never_sent_to_an_external_candidate(catalogue, upstreams):
+    start(candidate="azure/muse-special", judge=None, external=True)
+    TrainingOptOut.objects.create(user_id="u-out")
+    run(job(session_id="s-out", user_id="u-out"))
+    run(job(session_id="s-in", user_id="u-in"))
+    assert list(ShadowPair.objects.values_list("session_id", flat=True)) == ["s-in"]
+    assert dropped_counts("sh") == {"opted_out": 1}
+    assert all("s-out" not in c["raw_body"] for c in upstreams.calls(model="muse-special"))
+
+
+def test_an_external_candidates_encrypted_reasoning_is_discarded(catalogue, upstreams):
+    from routing.models import ModelEndpoint
+
+    upstreams.set_scenario("muse-special", reasoning=True, encrypted_reasoning="always")
+    ModelEndpoint.objects.filter(public_id="azure/muse-special").update(supports_reasoning=True)
+    invalidate_all()
+    start(candidate="azure/muse-special", judge=None, external=True)
+    run(job(session_id="s-r"))
+    pair = ShadowPair.objects.get()
+    assert pair.candidate_ok
+    sent = upstreams.calls(model="muse-special")[0]
+    assert "encrypted_content" in sent["response_body"]  # the upstream did send some
+    stored = str(ShadowPair.objects.filter(pk=pair.pk).values().get())
+    assert "encrypted_content" not in stored and "gAAAA" not in stored
+
+
+def test_a_killed_candidate_gets_no_call(catalogue, upstreams):
+    start(judge=None)
+    kill_switch_set(scope="endpoint", target=CANDIDATE, active=True, reason="incident", actor="oncall")
+    invalidate_all()
+    run(job(session_id="s-k"))
+    assert upstreams.call_count(model="avocado-v14") == 0
+    assert not ShadowPair.objects.exists()
+    assert dropped_counts("sh") == {"killed": 1}
+
+
+def test_the_daily_budget_stops_within_one_calls_cost_judge_included(catalogue, upstreams):
+    start(budget="0.00005")
+    for i in range(20):
+        run(
+            job(session_id=f"s-{i}", messages=[{"role": "user", "content": "a question of some length " * 5}])
+        )
+    pairs = list(ShadowPair.objects.all())
+    costs = [p.candidate_cost_usd for p in pairs] + [p.judge_cost_usd for p in pairs if p.judge_verdict]
+    spent = spent_usd_today("sh")
+    assert spent == pytest.approx(float(sum(costs)), abs=1e-5)
+    assert 0.00005 <= spent <= 0.00005 + float(max(costs)) + 1e-6
+    assert dropped_counts("sh")["budget"] >= 1
+    assert len(pairs) < 20
+
+
+def test_beyond_the_backlog_shadow_calls_are_dropped_and_counted(catalogue, upstreams, settings):
+    settings.SHADOW_MAX_BACKLOG = 0
+    start(judge=None)
+    j = run(job(session_id="s-b"))
+    assert j.status == "succeeded"
+    assert upstreams.call_count(model="avocado-v14") == 0
+    assert dropped_counts("sh") == {"backlog": 1}
+    assert ShadowTest.objects.get().status == "running"
+
+
+def test_a_streamed_primary_is_mirrored_after_its_stream_ends(catalogue, upstreams):
+    from routing.services import completion_job_create
+    from routing.streaming import stream_job_events
+
+    start(judge=None)
+    streamed, _ = completion_job_create(
+        api_key=None, session_id="s-stream", user_id="u-1", subagent="coder", attributes={},
+        request={"messages": [{"role": "user", "content": "stream it"}], "tools": []}, stream=True,
+    )  # fmt: skip
+    events = list(stream_job_events(job_id=str(streamed.id)))
+    assert events[-1]["type"] == "done"
+    pair = ShadowPair.objects.get()
+    assert (pair.session_id, pair.candidate_model, pair.candidate_ok) == ("s-stream", CANDIDATE, True)
+    assert upstreams.calls(model="avocado-v14")[0]["body"].get("stream") in (None, False)  # never streamed
