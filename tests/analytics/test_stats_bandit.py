@@ -129,5 +129,7 @@ def test_bandit_decide_keeps_equal_weights_while_exploring_and_declares_a_clear_
     assert decided.winner == 2
     assert decided.weights[0] == pytest.approx(0.01, abs=1e-3) and decided.weights[2] > 0.97
     close = [ProportionStatistic(100, 30), ProportionStatistic(100, 31), ProportionStatistic(100, 32)]
-    undecided = bandit_decide(close, exploring=False, min_weight=0.05, stop_when_probability_best=0.95, seed=1)
+    undecided = bandit_decide(
+        close, exploring=False, min_weight=0.05, stop_when_probability_best=0.95, seed=1
+    )
     assert undecided.winner is None and min(undecided.weights) >= 0.05
