@@ -49,10 +49,10 @@ KEYS = ("control", "b", "c")
 @dataclass
 class Config:
     rates: tuple[float, ...] = RATES
-    units_per_period: int = 600
+    units_per_period: int = 300
     explore_periods: int = 2
-    max_periods: int = 40
-    min_weight: float = 0.05
+    max_periods: int = 80
+    min_weight: float = 0.01
     threshold: float = 0.95
     return_share: float = 0.2
     alpha: float = 0.05
@@ -183,6 +183,7 @@ def summarise(results: list[RunResult], cfg: Config) -> dict:
     declared_best = sum(r.declared == best for r in results)
     most_traffic = sum(int(np.argmax(r.traffic)) == best for r in results)
     both = sum(r.declared == best and int(np.argmax(r.traffic)) == best for r in results)
+    top_weight = sum(int(np.argmax(r.weights[-1])) == best for r in results)
     coverage = {key: sum(r.covered[key] for r in results) for key in KEYS[1:]}
     return {
         "runs": n,
@@ -190,6 +191,7 @@ def summarise(results: list[RunResult], cfg: Config) -> dict:
         "declared_any": sum(r.declared is not None for r in results),
         "most_traffic_to_best": most_traffic,
         "best_and_most_traffic": both,
+        "highest_final_weight": top_weight,
         "coverage": coverage,
         "coverage_all": sum(coverage.values()) / (n * (len(cfg.rates) - 1)),
         "mean_units": float(np.mean([sum(r.traffic) for r in results])),
@@ -235,7 +237,8 @@ def main() -> None:
     )
     print(f"declared a winner: {s['declared_any']}/{n}; declared best (c): {s['declared_best']}/{n}")
     print(
-        f"best arm got the most traffic: {s['most_traffic_to_best']}/{n}; both: {s['best_and_most_traffic']}/{n}"
+        f"best arm got the most units over the run: {s['most_traffic_to_best']}/{n}; that and declared "
+        f"best: {s['best_and_most_traffic']}/{n}; highest weight at the end: {s['highest_final_weight']}/{n}"
     )
     for key, c in s["coverage"].items():
         lo, hi = wilson(c, n)

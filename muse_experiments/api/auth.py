@@ -172,6 +172,7 @@ SESSION_PERMISSIONS: dict[tuple[str, str], tuple[str, ...] | None] = {
     ),
     # scope experiments:write (variants are edited as part of their experiment, as in the admin)
     ("experiment-detail", "PATCH"): ("muse_experiments.change_experiment",),
+    ("experiment-list", "POST"): ("muse_experiments.add_experiment",),  # a draft, with its variants
     # scope ops: turning a switch on or off adds its row the first time, changes it after
     ("ops-kill-switches", "GET"): ("routing.view_killswitch",),
     ("ops-kill-switches", "POST"): ("routing.add_killswitch", "routing.change_killswitch"),
