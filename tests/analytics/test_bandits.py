@@ -66,7 +66,7 @@ def test_an_update_moves_weights_to_the_better_arm_once_per_slot():
 def test_sticky_units_stay_in_their_first_period_with_all_their_outcomes():
     experiment = _bandit()
     raw = Raw(experiment)
-    _units(raw, "p1", "control", 40, 10)
+    _units(raw, "p1", "control", 40, 15)
     _units(raw, "p1", "b", 40, 20)
     bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10))
     experiment.refresh_from_db()
@@ -85,8 +85,8 @@ def test_sticky_units_stay_in_their_first_period_with_all_their_outcomes():
     assert results["periods"][1]["weights"] == periods[1].weights
     assert results["periods"][1]["srm"]["status"] in ("ok", "mismatch")
     (lift,) = results["lifts"]
-    # period weights 80/130 and 50/130; differences 0.50 − 0.25 and 20/45 − 1/5
-    expected = (80 / 130) * (0.5 - 0.25) + (50 / 130) * (20 / 45 - 0.2)
+    # period weights 80/130 and 50/130; differences 0.50 − 0.375 and 20/45 − 1/5
+    expected = (80 / 130) * (0.5 - 0.375) + (50 / 130) * (20 / 45 - 0.2)
     assert lift["variant"] == "b" and lift["absolute_lift"] == pytest.approx(expected)
     assert lift["absolute_ci"][0] < expected < lift["absolute_ci"][1]
     assert [u["slot"] for u in results["updates"]] == [1]
@@ -152,3 +152,23 @@ def test_the_results_page_shows_weights_over_time_probability_best_and_the_strat
     rows = exported.json()["rows"] if isinstance(exported.json(), dict) else exported.json()
     assert [r["phase"] for r in rows] == [1, 2]
     assert rows[0]["w_control"] == 0.5 and rows[0]["n_b"] == 60
+
+
+@pytest.mark.django_db
+def test_a_bandit_phase_snapshot_analyses_the_units_new_to_that_phase():
+    from analytics.services import results_compute
+
+    experiment = _bandit()
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 40, 15)
+    _units(raw, "p1", "b", 40, 20)
+    bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10))
+    experiment.refresh_from_db()
+    raw.phase = experiment.phase
+    for i in range(30):  # returners assigned under the old 50/50 weights
+        raw.expose(f"p1-control-{i}", "control", reason="sticky")
+    _units(raw, "p2", "control", 4, 1)
+    _units(raw, "p2", "b", 56, 25)
+    snapshot = results_compute(experiment=experiment, apply_guardrails=False)
+    units = {v["key"]: v["units"] for v in snapshot.results["variants"]}
+    assert snapshot.phase == 2 and units == {"control": 4, "b": 56}
