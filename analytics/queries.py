@@ -171,6 +171,8 @@ def aggregate(
     components: Sequence[Component],
     cross_products: Sequence[tuple[str, str]] = (),
     include_multiple: bool = False,
+    first_exposures_only: bool = False,
+    calls_through_phase: int | None = None,
 ) -> Aggregates:
     """Run the aggregation statement (see module docstring) and return its grouped sums.
 
@@ -180,6 +182,11 @@ def aggregate(
         cross_products: pairs of component keys whose ``Σ y_a·y_b`` is needed (ratio metrics).
         include_multiple: percentile caps are computed over all units (True) or only units
             exposed to a single variant (False, the default analysis).
+        first_exposures_only: keep only units hashed in ``phase`` (no ``sticky`` exposure: units
+            that entered in an earlier phase of the seed run are left to that phase) -- a
+            bandit's period of first exposure.
+        calls_through_phase: count the units' calls of phases ``phase`` to this one (the rest of
+            the seed run), not only of ``phase``.
 
     Raises:
         ValueError: duplicate/unsafe component keys, unknown cross-product keys, no variants.
@@ -202,11 +209,12 @@ def aggregate(
     cov_calls = [c for c in call_comps if c.covariate_days > 0]
     cov_events = [c for c in event_comps if c.covariate_days > 0]
 
+    sticky_filter = " AND x.reason <> 'sticky'" if first_exposures_only else ""
     q = _Sql()
     q.add(
         f"""WITH x AS (
   SELECT x.unit_id AS unit_id, x.variant_key AS variant_key, x.first_exposed_at AS first_exposed_at
-  FROM {exposure} x WHERE x.experiment_id = %s AND x.phase = %s AND x.reason <> 'forced'
+  FROM {exposure} x WHERE x.experiment_id = %s AND x.phase = %s AND x.reason <> 'forced'{sticky_filter}
 ),""",
         experiment_id,
         phase,
@@ -231,13 +239,14 @@ def aggregate(
     q.add(
         f"""c AS (
   SELECT c.unit_id AS unit_id, {", ".join(cols)}
-  FROM {calls} c WHERE c.experiment_id = %s AND c.phase = %s
+  FROM {calls} c WHERE c.experiment_id = %s AND c.phase BETWEEN %s AND %s
   GROUP BY c.unit_id
 ),""",
         *AS_ASSIGNED_REASONS,
         *endpoint_params,
         experiment_id,
         phase,
+        max(phase, calls_through_phase or phase),
     )
     joins = ["LEFT JOIN c ON c.unit_id = x.unit_id"]
     if event_comps:

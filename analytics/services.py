@@ -85,6 +85,7 @@ def results_compute(
     weights = _phase_weights(experiment, phase, variants)
     info = [VariantInfo(v.key, v.is_control, weights[v.key], v.endpoint.public_id) for v in variants]
     include_multiple = settings.include_multiple_exposures
+    bandit = experiment.type == "bandit"
 
     aggregates = aggregate(
         experiment_id=experiment.id,
@@ -94,6 +95,10 @@ def results_compute(
         components=plan.components,
         cross_products=plan.cross_products,
         include_multiple=include_multiple,
+        # a bandit's phase is a period: only its newly hashed units (sticky returners were
+        # assigned under earlier weights), with their calls of the rest of the run
+        first_exposures_only=bandit,
+        calls_through_phase=experiment.phase if bandit else None,
     )
     quantile_specs = [s for s in plan.specs if s.metric_type == "quantile" and not s.undefined]
     samples = (

@@ -9,6 +9,7 @@ from celery import shared_task
 from muse_experiments.experiments.models import Experiment
 from muse_experiments.infra.queues import Queue
 
+from .bandits import bandit_update, running_bandit_ids
 from .handoff import results_publish
 from .models import ResultSnapshot, SnapshotTrigger
 from .rollups import call_rollup_refresh
@@ -90,4 +91,24 @@ def check_rollouts() -> int:
     ids = rollouts_to_check()
     for rollout_id in ids:
         check_rollout.delay(rollout_id)
+
+
+@shared_task(name="analytics.bandit_update", queue=Queue.ANALYTICS, soft_time_limit=120, time_limit=150)
+def update_bandit(experiment_id: int) -> int | None:
+    """Run the due update of one bandit (:func:`analytics.bandits.bandit_update`); returns the
+    update's id, or None when none was due. Safe to run twice: one update per slot."""
+    experiment = Experiment.objects.filter(pk=experiment_id).first()
+    if experiment is None:
+        return None
+    update = bandit_update(experiment=experiment)
+    return update.pk if update else None
+
+
+@shared_task(name="analytics.bandit_updates", queue=Queue.ANALYTICS, soft_time_limit=60, time_limit=90)
+def update_bandits() -> int:
+    """Fan out (beat, every minute): enqueue :func:`update_bandit` for every running bandit;
+    each decides itself whether its slot is due. Returns how many were enqueued."""
+    ids = running_bandit_ids()
+    for experiment_id in ids:
+        update_bandit.delay(experiment_id)
     return len(ids)

@@ -23,6 +23,8 @@ from django.views.decorators.http import require_POST
 from muse_experiments.api.auth import SESSION_PERMISSIONS
 from muse_experiments.experiments.models import Experiment, ExperimentStatus, Layer
 
+from .bandit_tables import bandit_page
+from .bandits import bandit_results
 from .dashboards import (
     ANALYSES,
     ENGINES,
@@ -92,6 +94,10 @@ def results_page(request, key):
     experiment = get_object_or_404(Experiment, key=key)
     options, problems = results_options(query=request.GET, experiment=experiment)
     data = results_dashboard(experiment=experiment, options=options)
+    bandit = None
+    if experiment.type == "bandit" and experiment.phase:
+        bandit = bandit_page(bandit_results(experiment=experiment))
+        data = {**data, "tables": {**data["tables"], **bandit["tables"]}}
     exported = _export(request, data["tables"], f"{experiment.key}-phase{options.phase}")
     if exported:
         return exported
@@ -104,6 +110,7 @@ def results_page(request, key):
             **_common(),
             **data,
             "experiment": experiment,
+            "bandit": bandit,
             "options": options,
             "phases": list(range(1, (experiment.phase or 0) + 1)),
             "engines": ENGINES,

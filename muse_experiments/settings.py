@@ -261,6 +261,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("ROLLOUT_CHECK_INTERVAL_S", default=300.0),
         "options": {"queue": "analytics", "expires": 240},
     },
+    # bandits: each running bandit updates when its update interval is due (one update per slot)
+    "bandit-updates": {
+        "task": "analytics.bandit_updates",
+        "schedule": env.float("BANDIT_CHECK_INTERVAL_S", default=60.0),
+        "options": {"queue": "analytics", "expires": 120},
+    },
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

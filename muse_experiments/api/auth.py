@@ -186,6 +186,7 @@ SESSION_PERMISSIONS: dict[tuple[str, str], tuple[str, ...] | None] = {
     ("shadow-test-list", "POST"): ("muse_experiments.add_shadowtest",),
     ("shadow-test-start", "POST"): ("muse_experiments.change_shadowtest",),
     ("shadow-test-stop", "POST"): ("muse_experiments.change_shadowtest",),
+    ("experiment-list", "POST"): ("muse_experiments.add_experiment",),  # a draft, with its variants
     # scope ops: turning a switch on or off adds its row the first time, changes it after
     ("ops-kill-switches", "GET"): ("routing.view_killswitch",),
     ("ops-kill-switches", "POST"): ("routing.add_killswitch", "routing.change_killswitch"),

@@ -1,4 +1,4 @@
-"""API for experiments: list, detail, edit (optimistic concurrency) and the assignment preview."""
+"""API for experiments: list, create, detail, edit (optimistic concurrency) and the assignment preview."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from muse_experiments.api.auth import HasScope
 from muse_experiments.api.base import AttributesField, FiniteFloatField, StrictSerializer
 from muse_experiments.experiments.assignment.specs import REASONS
 
+from .bandit_config import MAX_FLOOR, MIN_FLOOR
 from .fields import UnitIdField
-from .models import Experiment
+from .models import Experiment, ExperimentType, UnitType
 from .selectors import assignment_preview, models_by_public_id
-from .services.edits import EditConflict, experiment_update
+from .services.edits import EditConflict, experiment_create, experiment_update
 from .services.variants import VariantInput
 
 
@@ -34,6 +35,8 @@ class ExperimentOutputSerializer(serializers.Serializer):
     key = serializers.CharField()
     name = serializers.CharField()
     status = serializers.CharField()
+    type = serializers.CharField(help_text='"ab" or "bandit".')
+    bandit = serializers.JSONField(help_text="Bandit settings (bandits only; {} otherwise).")
     unit_type = serializers.CharField()
     coverage = serializers.FloatField()
     phase = serializers.IntegerField()
@@ -44,16 +47,93 @@ class ExperimentOutputSerializer(serializers.Serializer):
     variants = VariantOutputSerializer(many=True)
 
 
-class ExperimentListApi(APIView):
-    """All experiments with their variants."""
+class BanditSettingsSerializer(StrictSerializer):
+    """A bandit's settings; omitted ones take their defaults (``bandit_config.DEFAULTS``)."""
 
-    permission_classes = [HasScope]
+    metric = serializers.CharField(max_length=100, required=False, help_text="The primary metric.")
+    update_every_minutes = serializers.IntegerField(min_value=1, max_value=10_080, required=False)
+    explore_minutes = serializers.IntegerField(min_value=0, max_value=43_200, required=False)
+    min_weight_per_arm = FiniteFloatField(min_value=MIN_FLOOR, max_value=MAX_FLOOR, required=False)
+    stop_when_probability_best = FiniteFloatField(min_value=0.5001, max_value=0.9999, required=False)
+
+
+def _with_bandit_metric(fields: dict) -> dict:
+    """A bandit's metric is the primary metric: ``bandit.metric`` sets it when not given."""
+    metric = (fields.get("bandit") or {}).get("metric")
+    if metric and "primary_metric" not in fields:
+        fields["primary_metric"] = metric
+    return fields
+
+
+class ExperimentListApi(APIView):
+    """All experiments with their variants (GET, scope ``analytics:read``); create a draft (POST,
+    scope ``experiments:write``), an A/B test or a bandit (``"type": "bandit"`` with its
+    ``"bandit"`` settings)."""
+
     required_scope = "analytics:read"
+
+    def get_permissions(self):
+        self.required_scope = "experiments:write" if self.request.method == "POST" else "analytics:read"
+        return [HasScope()]
 
     @extend_schema(responses=ExperimentOutputSerializer(many=True))
     def get(self, request):
         qs = Experiment.objects.prefetch_related("variants__endpoint")
         return Response(ExperimentOutputSerializer(qs, many=True).data)
+
+    class InputSerializer(StrictSerializer):
+        class VariantSerializer(StrictSerializer):
+            key = serializers.SlugField(max_length=100)
+            name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+            weight = FiniteFloatField(min_value=0.0, max_value=1.0, help_text="Share 0–1 (bandits: any).")
+            model = serializers.CharField(max_length=200, help_text="Model public id.")
+            is_control = serializers.BooleanField(required=False, default=False)
+            overrides = serializers.DictField(required=False, default=dict)
+
+        key = serializers.SlugField(max_length=100)
+        name = serializers.CharField(max_length=200)
+        type = serializers.ChoiceField(choices=ExperimentType.values, required=False, default="ab")
+        bandit = BanditSettingsSerializer(required=False)
+        unit_type = serializers.ChoiceField(choices=UnitType.values, required=False, default="session")
+        hypothesis = serializers.CharField(required=False, allow_blank=True, default="")
+        owner = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+        coverage = FiniteFloatField(required=False, min_value=0.0, max_value=1.0, default=1.0)
+        condition = serializers.DictField(required=False, default=dict)
+        primary_metric = serializers.CharField(max_length=100, required=False)
+        guardrail_metrics = serializers.ListField(
+            child=serializers.CharField(max_length=100), required=False, default=list
+        )
+        variants = VariantSerializer(many=True)
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={201: ExperimentOutputSerializer, 400: OpenApiResponse(description="Field errors")},
+    )
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = _with_bandit_metric(dict(data.validated_data))
+        rows = fields.pop("variants")
+        models = models_by_public_id(r["model"] for r in rows)
+        unknown = sorted({r["model"] for r in rows} - set(models))
+        if unknown:
+            raise serializers.ValidationError({"variants": [f"Unknown model(s): {', '.join(unknown)}."]})
+        variants = [
+            VariantInput(
+                key=r["key"],
+                name=r["name"],
+                weight=r["weight"],
+                endpoint=models[r["model"]],
+                is_control=r["is_control"],
+                overrides=r["overrides"],
+            )
+            for r in rows
+        ]
+        try:
+            experiment = experiment_create(actor=_actor(request.user), variants=variants, **fields)
+        except ValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        return Response(_detail(experiment), status=status.HTTP_201_CREATED)
 
 
 class VariantEditSerializer(StrictSerializer):
@@ -84,6 +164,8 @@ class ExperimentEditSerializer(StrictSerializer):
     condition = serializers.DictField(required=False)
     primary_metric = serializers.CharField(max_length=100, required=False)
     guardrail_metrics = serializers.ListField(child=serializers.CharField(max_length=100), required=False)
+    type = serializers.ChoiceField(choices=ExperimentType.values, required=False, help_text="Drafts only.")
+    bandit = BanditSettingsSerializer(required=False, help_text="The whole bandit settings object.")
     variants = VariantEditSerializer(
         many=True, required=False, help_text="Every variant, each kept or deleted."
     )
@@ -129,7 +211,7 @@ class ExperimentDetailApi(APIView):
         experiment = get_object_or_404(Experiment, key=key)
         data = ExperimentEditSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        fields = dict(data.validated_data)
+        fields = _with_bandit_metric(dict(data.validated_data))
         version = fields.pop("version")
         rows = fields.pop("variants", None)
         variants, removed = None, []

@@ -160,6 +160,8 @@ class ExperimentForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if "type" in self.fields:
+            self.fields["type"].required = False
         if self.instance.pk:
             self.fields["base_version"].required = True
             self.fields["base_version"].initial = self.instance.version
@@ -168,6 +170,14 @@ class ExperimentForm(forms.ModelForm):
                 if name in self.fields:
                     self.fields[name].disabled = True
                     self.fields[name].help_text = "Fixed once the experiment started."
+
+    def clean_type(self) -> str:
+        """Omitted (older forms, scripts): an A/B test."""
+        return self.cleaned_data.get("type") or "ab"
+
+    def clean_bandit(self) -> Any:
+        bandit = self.cleaned_data.get("bandit")
+        return {} if bandit in (None, "") else bandit
 
     def clean_condition(self) -> Any:
         condition = self.cleaned_data.get("condition")

@@ -26,6 +26,11 @@ class ExperimentStatus(models.TextChoices):
     ARCHIVED = "archived"
 
 
+class ExperimentType(models.TextChoices):
+    AB = "ab", "A/B test (fixed weights)"
+    BANDIT = "bandit", "Bandit (Thompson sampling moves the weights)"
+
+
 class UnitType(models.TextChoices):
     SESSION = "session", "Session id"
     USER = "user", "User id"
@@ -66,6 +71,18 @@ class Experiment(models.Model):
     hypothesis = models.TextField(blank=True)
     owner = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=10, choices=ExperimentStatus.choices, default=ExperimentStatus.DRAFT)
+    type = models.CharField(
+        max_length=10,
+        choices=ExperimentType.choices,
+        default=ExperimentType.AB,
+        help_text="A bandit recomputes the weights on schedule from the primary metric; fixed once started.",
+    )
+    bandit = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Bandit settings (type "bandit" only): {"metric", "update_every_minutes", '
+        '"explore_minutes", "min_weight_per_arm", "stop_when_probability_best"}.',
+    )
     unit_type = models.CharField(max_length=10, choices=UnitType.choices, default=UnitType.SESSION)
     seed = models.CharField(max_length=100, blank=True, help_text="Hash seed; blank means the key.")
     coverage = models.FloatField(
@@ -134,6 +151,7 @@ class PhaseReason(models.TextChoices):
     START = "start", "First start"
     CHANGE = "change", "Weights, coverage, layer slice or variants changed"
     RERANDOMISE = "rerandomise", "Re-randomised (new seed)"
+    BANDIT = "bandit", "Bandit update (weights recomputed)"
 
 
 class ExperimentPhase(models.Model):
@@ -159,6 +177,35 @@ class ExperimentPhase(models.Model):
 
     def __str__(self) -> str:
         return f"{self.experiment_id} phase {self.number}"
+
+
+class BanditUpdate(models.Model):
+    """One scheduled update of a bandit: the probability that each arm is best and the weights
+    decided (a weight change also opened a new :class:`ExperimentPhase`).
+
+    ``slot`` numbers the update intervals since the start (``floor(minutes since start /
+    update_every_minutes)``); one update per slot makes the schedule idempotent when it runs
+    twice or late. ``decision``: ``explore`` (equal weights), ``update``, ``unchanged`` or
+    ``winner`` (an arm reached the stopping probability; the experiment was stopped).
+    """
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="bandit_updates")
+    slot = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    phase = models.PositiveIntegerField(help_text="The phase in force after this update.")
+    decision = models.CharField(max_length=10)
+    weights = models.JSONField(help_text="{variant key: weight} after the update.")
+    probability_best = models.JSONField(help_text="{variant key: P(best)}.")
+    units = models.JSONField(default=dict, help_text="{variant key: units analysed}.")
+    winner = models.CharField(max_length=100, blank=True)
+    message = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["experiment", "slot"]
+        constraints = [models.UniqueConstraint(fields=["experiment", "slot"], name="unique_bandit_slot")]
+
+    def __str__(self) -> str:
+        return f"{self.experiment_id} bandit slot {self.slot}: {self.decision}"
 
 
 class ForcedAssignment(models.Model):

@@ -108,8 +108,18 @@ class ForcedAssignmentInline(ExperimentPartInline):
 @admin.register(Experiment)
 class ExperimentAdmin(AuditHistoryAdmin, admin.ModelAdmin):
     form = ExperimentForm
-    list_display = ("key", "name", "status", "unit_type", "coverage_percent", "phase", "layer", "started_at")
-    list_filter = ("status", "unit_type", "layer")
+    list_display = (
+        "key",
+        "name",
+        "type",
+        "status",
+        "unit_type",
+        "coverage_percent",
+        "phase",
+        "layer",
+        "started_at",
+    )
+    list_filter = ("status", "type", "unit_type", "layer")
     search_fields = ("key", "name", "owner")
     readonly_fields = (
         "status",
@@ -119,6 +129,7 @@ class ExperimentAdmin(AuditHistoryAdmin, admin.ModelAdmin):
         "created_at",
         "updated_at",
         "phase_history",
+        "bandit_history",
         "audit_history",
     )
     actions = ["start", "pause", "stop", "archive", "rerandomise"]
@@ -145,16 +156,26 @@ class ExperimentAdmin(AuditHistoryAdmin, admin.ModelAdmin):
             "Allocation",
             {"fields": ("coverage", "layer", "layer_start", "layer_end", "condition")},
         )
+        bandit = (
+            "Bandit",
+            {
+                "fields": ("type", "bandit"),
+                "description": "A bandit moves the weights itself (Thompson sampling on the primary "
+                'metric). Settings: {"metric", "update_every_minutes", "explore_minutes", '
+                '"min_weight_per_arm" (0.01–0.2), "stop_when_probability_best" (e.g. 0.95)}; '
+                "omitted ones take their defaults.",
+            },
+        )
         if obj is None:
-            return [main, allocation]
+            return [main, allocation, bandit]
         state = (
             "State",
             {"fields": ("status", "phase", "started_at", "stopped_at", "created_at", "updated_at")},
         )
-        history = ("History", {"fields": ("phase_history", "audit_history")})
+        history = ("History", {"fields": ("phase_history", "bandit_history", "audit_history")})
         if obj.status in LIVE_STATUSES:
             allocation[1]["fields"] = (*allocation[1]["fields"], "confirm_new_phase")
-        return [main, allocation, state, history]
+        return [main, allocation, bandit, state, history]
 
     def get_inlines(self, request, obj):
         return [VariantInline, ForcedAssignmentInline] if obj else [VariantInline]
@@ -235,6 +256,32 @@ class ExperimentAdmin(AuditHistoryAdmin, admin.ModelAdmin):
         return format_html(
             "<table><thead><tr><th>#</th><th>why</th><th>seed</th><th>coverage</th><th>weights</th>"
             "<th>started</th><th>ended</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    @admin.display(description="Bandit updates")
+    def bandit_history(self, obj: Experiment) -> str:
+        updates = obj.bandit_updates.order_by("-slot")[:200]
+        if not updates:
+            return "No bandit update." if obj.type == "bandit" else "Not a bandit."
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    u.at.strftime("%Y-%m-%d %H:%M:%S"),
+                    u.decision + (f" ({u.winner})" if u.winner else ""),
+                    u.phase,
+                    ", ".join(f"{k} {p:.3f}" for k, p in u.probability_best.items()),
+                    ", ".join(f"{k} {percent(w)}" for k, w in u.weights.items()),
+                    ", ".join(f"{k} {n}" for k, n in u.units.items()),
+                )
+                for u in updates
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>when (UTC)</th><th>decision</th><th>phase</th><th>P(best)</th>"
+            "<th>weights</th><th>units</th></tr></thead><tbody>{}</tbody></table>",
             rows,
         )
 

@@ -24,6 +24,7 @@ from .rules import (
     PHASE_FIELDS,
     add_error,
     as_condition,
+    bandit_normalised,
     full_clean,
     validate_experiment_fields,
 )
@@ -43,6 +44,8 @@ def experiment_create(
     owner: str = "",
     condition: Mapping[str, Any] | None = None,
     primary_metric: str = "task_success",
+    type: str = "ab",
+    bandit: Mapping[str, Any] | None = None,
     guardrail_metrics: Iterable[str] = (),
     seed: str = "",
     layer: Layer | None = None,
@@ -50,6 +53,9 @@ def experiment_create(
     layer_end: float = 1.0,
 ) -> Experiment:
     """Create a draft experiment with its variants (weights are shares 0–1).
+
+    ``type`` is ``"ab"`` or ``"bandit"``; a bandit's ``bandit`` settings are checked and completed
+    with defaults (:mod:`..bandit_config`); its weights become equal at the first start.
 
     Raises ValidationError (field errors) on any invalid field, variant set or layer overlap.
     """
@@ -67,8 +73,11 @@ def experiment_create(
         "layer": layer,
         "layer_start": layer_start,
         "layer_end": layer_end,
+        "type": type,
+        "bandit": dict(bandit or {}),
     }
     validate_experiment_fields(values)
+    values = bandit_normalised(values)
     validate_variants(variants)
     experiment = Experiment(**values)
     full_clean(experiment)
@@ -153,7 +162,7 @@ def experiment_change_plan(
     variant. Raises ValidationError (``variants``) for that.
     """
     before = {name: getattr(experiment, name) for name in EDITABLE_FIELDS}
-    after = {**before, **fields}
+    after = bandit_normalised({**before, **fields})
     if "condition" in fields:
         after["condition"] = as_condition(fields["condition"])
     if "guardrail_metrics" in fields:
@@ -249,6 +258,12 @@ def experiment_update(
     after["guardrail_metrics"] = list(after["guardrail_metrics"] or [])
 
     errors: dict[str, list[str]] = {}
+    if experiment.type == "bandit" and experiment.status in LIVE_STATUSES and variants is not None:
+        current = {v.key: v.weight for v in experiment.variants.all()}
+        if any(abs(current.get(v.key, -1.0) - float(v.weight)) > 1e-9 for v in variants):
+            add_error(
+                errors, "weight", "A running bandit sets its own weights; edit its bandit settings instead."
+            )
     if experiment.status != ExperimentStatus.DRAFT:
         for name in changed:
             if name in DRAFT_ONLY_FIELDS:
@@ -268,6 +283,7 @@ def experiment_update(
     if not plan.changes:
         return experiment
 
+    after = bandit_normalised(after)
     for name in changed:
         setattr(experiment, name, after[name])
     experiment.version += 1

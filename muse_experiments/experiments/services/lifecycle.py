@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from muse_experiments.infra import config_version
 
-from ..models import Experiment, ExperimentPhase, ExperimentStatus, PhaseReason
+from ..bandit_config import equal_weights, floor_errors
+from ..models import Experiment, ExperimentPhase, ExperimentStatus, ExperimentType, PhaseReason, Variant
 from .audit import audit_record
 from .edits import experiment_lock
 from .rules import EDITABLE_FIELDS, LIVE_STATUSES, full_clean, validate_experiment_fields
@@ -50,9 +51,10 @@ def _transition(
 
 @transaction.atomic
 def experiment_start(*, experiment: Experiment, actor: str) -> Experiment:
-    """draft/paused → running. The first start opens phase 1 with the experiment's seed.
+    """draft/paused → running. The first start opens phase 1 with the experiment's seed (a
+    bandit's first start sets equal weights, recorded in the audit entry).
 
-    Raises ValidationError when the transition is illegal, the variant set is invalid, a
+    Raises ValidationError when a bandit's weight floor times its arms exceeds 100 %, the transition is illegal, the variant set is invalid, a
     variant's model (or its provider) is disabled, or the layer slice overlaps another experiment.
     """
     experiment, before = _transition(experiment=experiment, to=ExperimentStatus.RUNNING)
@@ -74,6 +76,16 @@ def experiment_start(*, experiment: Experiment, actor: str) -> Experiment:
         {name: getattr(experiment, name) for name in EDITABLE_FIELDS}, exclude_id=experiment.pk
     )
     changes: dict[str, Any] = {"status": [before, experiment.status]}
+    if experiment.type == ExperimentType.BANDIT and experiment.phase == 0:
+        messages = floor_errors(experiment.bandit, len(variants))
+        if messages:
+            raise ValidationError({"bandit": messages})
+        equal = equal_weights([v.key for v in variants])
+        before_weights = {v.key: v.weight for v in variants}
+        if equal != before_weights:
+            for v in variants:
+                Variant.objects.filter(pk=v.pk).update(weight=equal[v.key])
+            changes["weights"] = [before_weights, equal]
     if experiment.phase == 0:
         experiment.started_at = timezone.now()
         phase_open(experiment=experiment, seed=experiment.hash_seed, reason=PhaseReason.START)

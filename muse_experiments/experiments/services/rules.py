@@ -12,13 +12,14 @@ from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 
 from ..audit_text import percent
-from ..models import Experiment, ExperimentStatus, Layer
+from ..bandit_config import bandit_config_clean
+from ..models import Experiment, ExperimentStatus, ExperimentType, Layer
 from ..validation import condition_errors, is_finite_number
 
 LIVE_STATUSES = frozenset({ExperimentStatus.RUNNING, ExperimentStatus.PAUSED})
 ENDED_STATUSES = frozenset({ExperimentStatus.STOPPED, ExperimentStatus.ARCHIVED})
 # Fields fixed once the experiment has started (they decide who is hashed and how).
-DRAFT_ONLY_FIELDS = ("key", "unit_type", "seed")
+DRAFT_ONLY_FIELDS = ("key", "unit_type", "seed", "type")
 # Fields that may still change once the experiment has stopped (descriptions, analysis metrics).
 DESCRIPTIVE_FIELDS = ("name", "hypothesis", "owner", "primary_metric", "guardrail_metrics")
 EDITABLE_FIELDS = (
@@ -35,6 +36,8 @@ EDITABLE_FIELDS = (
     "condition",
     "primary_metric",
     "guardrail_metrics",
+    "type",
+    "bandit",
 )
 PHASE_FIELDS = ("coverage", "layer", "layer_start", "layer_end")
 
@@ -68,8 +71,20 @@ def layer_overlap_errors(
 def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | None = None) -> None:
     """Cross-field rules beyond model validators: finite coverage in [0, 1], a layer slice with
     ``0 <= start < end <= 1`` disjoint from the layer's other non-archived experiments, a valid
-    targeting condition, guardrail metrics as a list of names. Raises ValidationError by field."""
+    targeting condition, guardrail metrics as a list of names, and for bandits valid settings
+    (:mod:`..bandit_config`) on the primary metric. Raises ValidationError by field."""
     errors: dict[str, list[str]] = {}
+    kind = values.get("type", ExperimentType.AB)
+    if kind not in ExperimentType.values:
+        add_error(errors, "type", f"Type must be one of {', '.join(ExperimentType.values)}.")
+    elif kind == ExperimentType.BANDIT:
+        _, bandit_errors = bandit_config_clean(
+            values.get("bandit"), primary_metric=values.get("primary_metric", "")
+        )
+        for message in bandit_errors.get("bandit", []):
+            add_error(errors, "bandit", message)
+    elif values.get("bandit"):
+        add_error(errors, "bandit", 'Bandit settings apply to experiments of type "bandit" only.')
     coverage = values.get("coverage", 1.0)
     if not is_finite_number(coverage) or not 0 <= coverage <= 1:
         add_error(errors, "coverage", "Coverage must be a finite number between 0 and 100 %.")
@@ -97,6 +112,17 @@ def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | N
                     add_error(errors, "guardrail_metrics", _unknown_metric(name, known))
     if errors:
         raise ValidationError(errors)
+
+
+def bandit_normalised(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with the bandit settings completed by their defaults when the type is bandit and
+    the settings are valid (else unchanged, for validation to report)."""
+    out = dict(values)
+    if out.get("type") == ExperimentType.BANDIT:
+        config, errors = bandit_config_clean(out.get("bandit"), primary_metric=out.get("primary_metric", ""))
+        if not errors:
+            out["bandit"] = config
+    return out
 
 
 def metric_names() -> frozenset[str] | None:

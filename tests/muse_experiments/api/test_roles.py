@@ -473,7 +473,7 @@ def _api_routes() -> list[tuple[str, type]]:
 def test_the_session_table_decides_every_api_route_and_method():
     methods = ("get", "post", "put", "patch", "delete")
     operations = {(name, m.upper()) for name, view in _api_routes() for m in methods if hasattr(view, m)}
-    assert len(operations) == 31  # 20 + five rollout and six shadow-test operations
+    assert len(operations) == 32  # 20 + POST experiments, five rollout and six shadow-test operations
     assert operations == set(SESSION_PERMISSIONS)
 
 

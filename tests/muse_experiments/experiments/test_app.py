@@ -19,6 +19,7 @@ MIGRATIONS = [
     "0007_roles",
     "0008_rollouts",
     "0009_shadow_tests",
+    "0010_bandit",
 ]
 
 
@@ -29,6 +30,7 @@ def test_the_app_keeps_its_label_and_tables():
     assert tables == [
         "muse_experiments_apikey",
         "muse_experiments_auditentry",
+        "muse_experiments_banditupdate",
         "muse_experiments_experiment",
         "muse_experiments_experimentphase",
         "muse_experiments_exposure",

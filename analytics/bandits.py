@@ -1,0 +1,285 @@
+"""Bandit experiments: the scheduled Thompson-sampling update and the bandit results.
+
+A *period* is a phase of the current seed run (a bandit update that changes the weights opens
+one). A unit belongs to the period of its first exposure (its exposure there is not ``sticky``)
+with all its outcomes since, calls of later phases included (``queries.aggregate`` with
+``first_exposures_only`` and ``calls_through_phase``): within a period units were hashed with the
+period's fixed weights, so each period is a randomised comparison, and the lift is the
+period-stratified one of :func:`analytics.stats.bandit.stratified_lift` (GrowthBook weights
+periods the same way). The SRM check compares each period's new units with its weights.
+
+One SQL statement per period: an update of an experiment with P periods runs P statements.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from muse_experiments.experiments.bandit_config import is_exploring
+from muse_experiments.experiments.models import BanditUpdate, Experiment, ExperimentPhase, ExperimentType
+from muse_experiments.experiments.selectors import sticky_scope
+from muse_experiments.experiments.services.bandit import bandit_slot_due, bandit_update_record
+
+from .analysis import MetricSpec, statistic_for
+from .builtin_metrics import seed_builtin_metrics
+from .models import MetricDefinition
+from .queries import aggregate
+from .selectors import analysis_settings_for, metric_plan
+from .stats import MeanStatistic, ProportionStatistic, json_safe
+from .stats.bandit import bandit_decide, period_srm, rounded_weights, stratified_lift
+from .stats.statistics import CovariateStatistic
+
+log = logging.getLogger(__name__)
+
+
+class BanditDataError(ValueError):
+    """The primary metric cannot drive a bandit (undefined, or a ratio)."""
+
+
+@dataclass(frozen=True)
+class Period:
+    """One period: its phase, weights in force and per-arm statistics of its new units."""
+
+    phase: int
+    started_at: datetime
+    ended_at: datetime | None
+    weights: dict[str, float]
+    stats: dict[str, ProportionStatistic | MeanStatistic]
+
+    @property
+    def units(self) -> int:
+        return sum(s.n for s in self.stats.values())
+
+
+def _arm_statistic(metric: MetricSpec, stats) -> ProportionStatistic | MeanStatistic:
+    stat = statistic_for(metric, stats)
+    if isinstance(stat, CovariateStatistic):  # the bandit uses the unadjusted outcome
+        stat = stat.y
+    if metric.metric_type == "proportion" and isinstance(stat, MeanStatistic):
+        stat = ProportionStatistic(n=stat.n, sum=min(max(stat.sum, 0.0), stat.n))
+    return stat
+
+
+def _primary_metric(experiment: Experiment):
+    seed_builtin_metrics(MetricDefinition)
+    name = experiment.bandit.get("metric") or experiment.primary_metric
+    plan = metric_plan(names=[(name, "primary")])
+    spec = plan.specs[0]
+    if spec.undefined:
+        raise BanditDataError(f"no metric named {name!r}: define it in the admin")
+    if spec.metric_type == "ratio":
+        raise BanditDataError(f"metric {name!r} is a ratio; a bandit needs a proportion or a mean")
+    return spec, plan
+
+
+def bandit_periods(*, experiment: Experiment) -> list[Period]:
+    """The periods of the current seed run, oldest first, with each arm's primary-metric
+    statistic over the units first exposed in the period (intent-to-treat; QA-forced units out).
+
+    Raises:
+        BanditDataError: the primary metric is undefined or a ratio.
+    """
+    spec, plan = _primary_metric(experiment)
+    settings = analysis_settings_for(experiment=experiment)
+    variants = list(experiment.variants.select_related("endpoint").order_by("position", "id"))
+    first, current = sticky_scope(experiment)
+    phases = ExperimentPhase.objects.filter(experiment=experiment, number__gte=first, number__lte=current)
+    out = []
+    for phase in phases.order_by("number"):
+        aggregates = aggregate(
+            experiment_id=experiment.id,
+            phase=phase.number,
+            unit_type=experiment.unit_type,
+            variant_endpoints={v.key: v.endpoint.public_id for v in variants},
+            components=plan.components,
+            cross_products=plan.cross_products,
+            include_multiple=settings.include_multiple_exposures,
+            first_exposures_only=True,
+            calls_through_phase=current,
+        )
+        population = aggregates.population(
+            include_multiple=settings.include_multiple_exposures, served_only=False
+        )
+        out.append(
+            Period(
+                phase=phase.number,
+                started_at=phase.started_at,
+                ended_at=phase.ended_at,
+                weights={v.key: float(phase.weights.get(v.key, 0.0)) for v in variants},
+                stats={v.key: _arm_statistic(spec, population.get(v.key)) for v in variants},
+            )
+        )
+    return out
+
+
+def _pooled(periods: list[Period], key: str, proportion: bool):
+    n = sum(p.stats[key].n for p in periods)
+    total = sum(p.stats[key].sum for p in periods)
+    if proportion:
+        return ProportionStatistic(n=n, sum=total)
+    squares = sum(p.stats[key].sum_squares for p in periods)  # type: ignore[union-attr]
+    return MeanStatistic(n, total, squares)
+
+
+def bandit_update(*, experiment: Experiment, now: datetime | None = None) -> BanditUpdate | None:
+    """The scheduled update of one bandit: when its current slot has no update yet, P(best) of
+    every arm from all its units so far, the new weights (equal while exploring, Thompson weights
+    with the floor after) and the winner once P(best) reaches the threshold; written through
+    :func:`muse_experiments.experiments.services.bandit.bandit_update_record`.
+
+    Safe to run twice or late: one update per slot (a late run makes the update of the slot it
+    runs in; missed slots are not replayed, the data since is all used). The Monte Carlo seed is
+    ``experiment id × 100003 + slot``, so a re-run decides the same. Returns the update, or None
+    when nothing was due or the metric cannot drive a bandit (logged).
+    """
+    now = now or timezone.now()
+    slot = bandit_slot_due(experiment=experiment, now=now)
+    if slot is None:
+        return None
+    config = experiment.bandit
+    try:
+        spec, _ = _primary_metric(experiment)
+        periods = bandit_periods(experiment=experiment)
+    except BanditDataError as exc:
+        log.warning("bandit %s: no update: %s", experiment.key, exc)
+        return None
+    keys = list(periods[-1].weights) if periods else [v.key for v in experiment.variants.all()]
+    proportion = spec.metric_type == "proportion"
+    arms = [_pooled(periods, k, proportion) for k in keys]
+    exploring = is_exploring(
+        started_at=experiment.started_at, now=now, explore_minutes=config["explore_minutes"]
+    )
+    decision = bandit_decide(
+        arms,
+        exploring=exploring,
+        min_weight=config["min_weight_per_arm"],
+        stop_when_probability_best=config["stop_when_probability_best"],
+        seed=experiment.id * 100_003 + slot,
+        higher_is_better=spec.higher_is_better,
+    )
+    weights = dict(zip(keys, rounded_weights(decision.weights), strict=True))
+    p_best = dict(zip(keys, decision.probability_best, strict=True))
+    winner = keys[decision.winner] if decision.winner is not None else ""
+    current = periods[-1].weights if periods else {}
+    label = (
+        "winner" if winner else "explore" if exploring else "update" if weights != current else "unchanged"
+    )
+    message = (
+        f"{winner} is the best arm with probability {p_best[winner]:.3f} ≥ "
+        f"{config['stop_when_probability_best']}: declared the winner, experiment stopped"
+        if winner
+        else ""
+    )
+    return bandit_update_record(
+        experiment=experiment,
+        slot=slot,
+        now=now,
+        decision=label,
+        weights=current if winner and current else weights,
+        probability_best=p_best,
+        units={k: a.n for k, a in zip(keys, arms, strict=True)},
+        winner=winner,
+        message=message,
+    )
+
+
+def running_bandit_ids() -> list[int]:
+    """Ids of running bandit experiments (what the schedule visits)."""
+    return list(
+        Experiment.objects.filter(type=ExperimentType.BANDIT, status="running")
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+
+
+def bandit_results(*, experiment: Experiment, alpha: float | None = None) -> dict[str, Any]:
+    """What the bandit results page shows: ``{"metric", "periods": [{phase, started_at, ended_at,
+    weights, units: {arm: n}, means: {arm: mean}, srm}], "updates": [{slot, at, decision, phase,
+    weights, probability_best, units, winner}], "lifts": [{variant, control_mean, treatment_mean,
+    absolute_lift, absolute_ci, relative_lift, relative_ci, p_value, periods_used, units}],
+    "winner", "status", "reason"}`` (JSON-safe). ``status`` is ``ok``, or ``unsupported_metric``
+    with a ``reason``; ``alpha`` defaults to the experiment's analysis settings.
+    """
+    alpha = alpha if alpha is not None else analysis_settings_for(experiment=experiment).alpha
+    updates = [
+        {
+            "slot": u.slot,
+            "at": u.at.isoformat(),
+            "decision": u.decision,
+            "phase": u.phase,
+            "weights": u.weights,
+            "probability_best": u.probability_best,
+            "units": u.units,
+            "winner": u.winner,
+            "message": u.message,
+        }
+        for u in BanditUpdate.objects.filter(experiment=experiment).order_by("slot")
+    ]
+    winner = next((u["winner"] for u in reversed(updates) if u["winner"]), "")
+    out: dict[str, Any] = {
+        "metric": experiment.bandit.get("metric", experiment.primary_metric),
+        "updates": updates,
+        "winner": winner,
+        "periods": [],
+        "lifts": [],
+        "status": "ok",
+        "reason": None,
+        "alpha": alpha,
+    }
+    try:
+        periods = bandit_periods(experiment=experiment)
+    except BanditDataError as exc:
+        out.update(status="unsupported_metric", reason=str(exc))
+        return json_safe(out)
+    keys = list(periods[0].weights) if periods else []
+    srms = period_srm(
+        [[p.stats[k].n for k in keys] for p in periods], [[p.weights[k] for k in keys] for p in periods]
+    )
+    for p, srm in zip(periods, srms, strict=True):
+        out["periods"].append(
+            {
+                "phase": p.phase,
+                "started_at": p.started_at.isoformat(),
+                "ended_at": p.ended_at.isoformat() if p.ended_at else None,
+                "weights": p.weights,
+                "units": {k: p.stats[k].n for k in keys},
+                "means": {k: (p.stats[k].mean if p.stats[k].n else None) for k in keys},
+                "srm": srm.to_dict() if any(p.weights.values()) else None,
+            }
+        )
+    control = next((v.key for v in experiment.variants.all() if v.is_control), keys[0] if keys else None)
+    units = [p.units for p in periods]
+    for key in keys:
+        if key == control:
+            continue
+        lift = stratified_lift(
+            [p.stats[control] for p in periods],
+            [p.stats[key] for p in periods],
+            units,
+            alpha=alpha,
+        )
+        out["lifts"].append(
+            {"variant": key, **(_lift_dict(lift) if lift else {"status": "insufficient_data"})}
+        )
+    return json_safe(out)
+
+
+def _lift_dict(lift) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "control_mean": lift.control_mean,
+        "treatment_mean": lift.treatment_mean,
+        "absolute_lift": lift.absolute_lift,
+        "absolute_ci": list(lift.absolute_ci),
+        "std_error": lift.std_error,
+        "relative_lift": lift.relative_lift,
+        "relative_ci": list(lift.relative_ci) if lift.relative_ci else None,
+        "p_value": lift.p_value,
+        "periods_used": lift.periods_used,
+        "units": lift.units,
+    }

@@ -1,0 +1,174 @@
+"""The bandit update and results on real rows (analytics/bandits.py): periods of first exposure,
+sticky units left in their first period, the schedule's idempotence, the stratified lift."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from analytics.bandits import bandit_periods, bandit_results, bandit_update, running_bandit_ids
+from analytics.tasks import update_bandit
+from muse_experiments.experiments.models import BanditUpdate, Experiment, ExperimentPhase
+from routing.catalogue import avocado_id
+from tests.analytics.conftest import Raw
+from tests.factories import make_experiment, seed_catalogue
+
+SETTINGS = {
+    "metric": "task_success",
+    "update_every_minutes": 10,
+    "explore_minutes": 0,
+    "min_weight_per_arm": 0.05,
+    "stop_when_probability_best": 0.99,
+}
+
+
+def _bandit(**settings) -> Experiment:
+    seed_catalogue()
+    return make_experiment(
+        key="bandit",
+        arms=[("control", avocado_id(14), 0.5), ("b", avocado_id(15), 0.5)],
+        type="bandit",
+        bandit={**SETTINGS, **settings},
+    )
+
+
+def _units(raw: Raw, prefix: str, variant: str, n: int, successes: int) -> None:
+    for i in range(n):
+        unit = f"{prefix}-{variant}-{i}"
+        raw.expose(unit, variant)
+        if i < successes:
+            raw.event(unit, "task_success", 1.0)
+
+
+@pytest.mark.django_db
+def test_an_update_moves_weights_to_the_better_arm_once_per_slot():
+    experiment = _bandit()
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 60, 25)
+    _units(raw, "p1", "b", 60, 30)
+    now = experiment.started_at + timedelta(minutes=25)
+    update = bandit_update(experiment=experiment, now=now)
+    assert update is not None and update.slot == 2 and update.decision == "update" and update.winner == ""
+    assert update.units == {"control": 60, "b": 60}
+    p_b = update.probability_best["b"]
+    assert 0.6 < p_b < 0.99
+    # GrowthBook's additive floor on the 1e-4 grid
+    assert update.weights["b"] == pytest.approx(0.05 + 0.9 * p_b, abs=1e-4)
+    assert bandit_update(experiment=experiment, now=now) is None  # run twice: nothing more
+    assert bandit_update(experiment=experiment, now=now + timedelta(minutes=4)) is None  # same slot, late
+    experiment.refresh_from_db()
+    phases = ExperimentPhase.objects.filter(experiment=experiment).order_by("number")
+    assert [p.reason for p in phases] == ["start", "bandit"] and experiment.phase == 2
+
+
+@pytest.mark.django_db
+def test_sticky_units_stay_in_their_first_period_with_all_their_outcomes():
+    experiment = _bandit()
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 40, 15)
+    _units(raw, "p1", "b", 40, 20)
+    bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10))
+    experiment.refresh_from_db()
+    raw.phase = experiment.phase  # period 2: returning units are sticky, new ones assigned
+    for i in range(10):
+        raw.expose(f"p1-control-{20 + i}", "control", reason="sticky")
+    _units(raw, "p2", "control", 5, 1)
+    _units(raw, "p2", "b", 45, 20)
+    periods = bandit_periods(experiment=experiment)
+    assert [p.phase for p in periods] == [1, 2]
+    assert {k: s.n for k, s in periods[0].stats.items()} == {"control": 40, "b": 40}
+    assert {k: s.n for k, s in periods[1].stats.items()} == {"control": 5, "b": 45}
+    assert periods[0].stats["b"].sum == 20 and periods[1].stats["b"].sum == 20
+    results = bandit_results(experiment=experiment)
+    assert [p["units"] for p in results["periods"]] == [{"control": 40, "b": 40}, {"control": 5, "b": 45}]
+    assert results["periods"][1]["weights"] == periods[1].weights
+    assert results["periods"][1]["srm"]["status"] in ("ok", "mismatch")
+    (lift,) = results["lifts"]
+    # period weights 80/130 and 50/130; differences 0.50 − 0.375 and 20/45 − 1/5
+    expected = (80 / 130) * (0.5 - 0.375) + (50 / 130) * (20 / 45 - 0.2)
+    assert lift["variant"] == "b" and lift["absolute_lift"] == pytest.approx(expected)
+    assert lift["absolute_ci"][0] < expected < lift["absolute_ci"][1]
+    assert [u["slot"] for u in results["updates"]] == [1]
+
+
+@pytest.mark.django_db
+def test_exploration_keeps_equal_weights_and_the_fan_out_visits_running_bandits():
+    experiment = _bandit(explore_minutes=60)
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 50, 5)
+    _units(raw, "p1", "b", 50, 40)
+    update = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=30))
+    assert update.decision == "explore" and update.weights == {"control": 0.5, "b": 0.5}
+    assert update.winner == "" and update.probability_best["b"] > 0.99
+    experiment.refresh_from_db()
+    assert experiment.phase == 1  # equal weights again: no new phase
+    assert running_bandit_ids() == [experiment.id]
+    assert update_bandit(experiment.id) is not None  # the task, now: slot 0 had no update yet
+    assert update_bandit(experiment.id) is None  # and it ran once
+    assert BanditUpdate.objects.filter(experiment=experiment).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_clear_winner_after_exploration_stops_the_bandit():
+    experiment = _bandit(stop_when_probability_best=0.95)
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 100, 10)
+    _units(raw, "p1", "b", 100, 60)
+    update = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=11))
+    assert update.decision == "winner" and update.winner == "b"
+    experiment.refresh_from_db()
+    assert experiment.status == "stopped"
+    assert bandit_results(experiment=experiment)["winner"] == "b"
+    assert running_bandit_ids() == []
+
+
+@pytest.mark.django_db
+def test_the_results_page_shows_weights_over_time_probability_best_and_the_stratified_lift(client):
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    experiment = _bandit()
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 60, 25)
+    _units(raw, "p1", "b", 60, 30)
+    bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10))
+    user = get_user_model().objects.create_user("analyst", "a@example.com", "pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="Analyst"))
+    client.force_login(user)
+    response = client.get("/results/bandit/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    for text in (
+        "Weights over time",
+        "Probability best, per update",
+        "Lift against control, stratified by period",
+        "P(b best)",
+        'id="data-bandit-weights"',
+    ):
+        assert text in page, text
+    exported = client.get("/results/bandit/", {"export": "json", "table": "bandit_weights"})
+    assert exported.status_code == 200
+    rows = exported.json()["rows"] if isinstance(exported.json(), dict) else exported.json()
+    assert [r["phase"] for r in rows] == [1, 2]
+    assert rows[0]["w_control"] == 0.5 and rows[0]["n_b"] == 60
+
+
+@pytest.mark.django_db
+def test_a_bandit_phase_snapshot_analyses_the_units_new_to_that_phase():
+    from analytics.services import results_compute
+
+    experiment = _bandit()
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 40, 15)
+    _units(raw, "p1", "b", 40, 20)
+    bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10))
+    experiment.refresh_from_db()
+    raw.phase = experiment.phase
+    for i in range(30):  # returners assigned under the old 50/50 weights
+        raw.expose(f"p1-control-{i}", "control", reason="sticky")
+    _units(raw, "p2", "control", 4, 1)
+    _units(raw, "p2", "b", 56, 25)
+    snapshot = results_compute(experiment=experiment, apply_guardrails=False)
+    units = {v["key"]: v["units"] for v in snapshot.results["variants"]}
+    assert snapshot.phase == 2 and units == {"control": 4, "b": 56}

@@ -1,0 +1,202 @@
+"""Bandit experiments in the experiments app: REST create/edit with their settings, the first
+start's equal weights, and the update service (new phase, audit, idempotent slot, winner stops)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from muse_experiments.experiments.bandit_config import bandit_config_clean, equal_weights, update_slot
+from muse_experiments.experiments.models import AuditEntry, BanditUpdate, Experiment, ExperimentPhase
+from muse_experiments.experiments.selectors import sticky_scope
+from muse_experiments.experiments.services.bandit import bandit_slot_due, bandit_update_record
+from muse_experiments.experiments.services.lifecycle import experiment_start
+from tests.factories import api_key
+from tests.muse_experiments.conftest import V2, V14, V15
+
+URL = "/api/v1/experiments"
+ARMS = [
+    {"key": "control", "weight": 0.5, "model": V14, "is_control": True},
+    {"key": "b", "weight": 0.3, "model": V15},
+    {"key": "c", "weight": 0.2, "model": V2},
+]
+SETTINGS = {
+    "metric": "task_success",
+    "update_every_minutes": 30,
+    "explore_minutes": 60,
+    "min_weight_per_arm": 0.05,
+    "stop_when_probability_best": 0.95,
+}
+
+
+def writer() -> APIClient:
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(['analytics:read', 'experiments:write'])}")
+    return c
+
+
+def create(c: APIClient, key: str = "bandit", **extra):
+    body = {"key": key, "name": key, "type": "bandit", "bandit": SETTINGS, "variants": ARMS, **extra}
+    return c.post(URL, body, format="json")
+
+
+@pytest.mark.django_db
+def test_a_bandit_is_created_through_rest_with_its_settings(catalogue):
+    response = create(writer())
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["type"] == "bandit" and body["bandit"] == SETTINGS
+    assert body["primary_metric"] == "task_success" and body["status"] == "draft"
+    assert AuditEntry.objects.get(action="create").changes["type"] == [None, "bandit"]
+
+
+@pytest.mark.django_db
+def test_omitted_bandit_settings_take_their_defaults(catalogue):
+    response = create(writer(), bandit={"update_every_minutes": 5})
+    assert response.status_code == 201, response.json()
+    assert response.json()["bandit"] == {
+        "metric": "task_success",
+        "update_every_minutes": 5,
+        "explore_minutes": 60,
+        "min_weight_per_arm": 0.01,
+        "stop_when_probability_best": 0.95,
+    }
+    plain = writer().post(URL, {"key": "ab", "name": "ab", "variants": ARMS}, format="json")
+    assert plain.status_code == 201 and plain.json()["type"] == "ab" and plain.json()["bandit"] == {}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("bandit", "field"),
+    [
+        ({"min_weight_per_arm": 0.5}, "min_weight_per_arm"),
+        ({"min_weight_per_arm": 0.001}, "min_weight_per_arm"),
+        ({"update_every_minutes": 0}, "update_every_minutes"),
+        ({"explore_minutes": -1}, "explore_minutes"),
+        ({"stop_when_probability_best": 1.5}, "stop_when_probability_best"),
+        ({"stop_when_probability_best": "high"}, "stop_when_probability_best"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_bad_bandit_settings_are_400_with_field_errors(catalogue, bandit, field):
+    response = create(writer(), bandit=bandit)
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["error"]["fields"]["bandit"]
+    assert not Experiment.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_bandit_metric_other_than_the_primary_metric_is_refused(catalogue):
+    response = create(writer(), primary_metric="task_success", bandit={**SETTINGS, "metric": "latency_ms"})
+    assert response.status_code == 400
+    assert "primary metric" in str(response.json()["error"]["fields"]["bandit"])
+    ab = writer().post(URL, {"key": "ab", "name": "ab", "variants": ARMS, "bandit": SETTINGS}, format="json")
+    assert ab.status_code == 400 and "bandit" in ab.json()["error"]["fields"]
+
+
+def test_the_settings_check_names_each_bad_field():
+    config, errors = bandit_config_clean(
+        {"min_weight_per_arm": 0.3, "explore_minutes": 1.5}, primary_metric="m"
+    )
+    assert config["metric"] == "m"
+    assert [m.split(":")[0] for m in errors["bandit"]] == ["explore_minutes", "min_weight_per_arm"]
+    assert bandit_config_clean(None, primary_metric="m")[1] == {}
+
+
+@pytest.mark.django_db
+def test_the_first_start_sets_equal_weights_and_a_patch_may_change_settings_not_weights(catalogue):
+    c = writer()
+    assert create(c).status_code == 201
+    experiment = experiment_start(experiment=Experiment.objects.get(key="bandit"), actor="test")
+    weights = {v.key: v.weight for v in experiment.variants.all()}
+    assert weights == equal_weights(["control", "b", "c"]) == {"control": 0.3334, "b": 0.3333, "c": 0.3333}
+    assert ExperimentPhase.objects.get(experiment=experiment, number=1).weights == weights
+    start = AuditEntry.objects.get(action="start")
+    assert start.changes["weights"][1] == weights
+    version = c.get(f"{URL}/bandit").json()["version"]
+    moved = [{**a, "weight": w} for a, w in zip(ARMS, (0.5, 0.25, 0.25), strict=True)]
+    response = c.patch(f"{URL}/bandit", {"version": version, "variants": moved}, format="json")
+    assert response.status_code == 400 and "weight" in response.json()["error"]["fields"]
+    response = c.patch(
+        f"{URL}/bandit",
+        {"version": version, "bandit": {**SETTINGS, "update_every_minutes": 10}},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["bandit"]["update_every_minutes"] == 10
+    response = c.patch(f"{URL}/bandit", {"version": version + 1, "type": "ab"}, format="json")
+    assert response.status_code == 400 and "type" in response.json()["error"]["fields"]
+
+
+@pytest.mark.django_db
+def test_a_floor_too_high_for_the_number_of_arms_cannot_start(catalogue):
+    arms = [*ARMS, {"key": "d", "weight": 0.0, "model": V14}, {"key": "e", "weight": 0.0, "model": V15}]
+    arms += [{"key": "f", "weight": 0.0, "model": V2}]
+    assert create(writer(), variants=arms, bandit={**SETTINGS, "min_weight_per_arm": 0.2}).status_code == 201
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        experiment_start(experiment=Experiment.objects.get(key="bandit"), actor="test")
+    assert "min_weight_per_arm" in str(caught.value.message_dict["bandit"])
+
+
+def _running_bandit() -> Experiment:
+    assert create(writer()).status_code == 201
+    return experiment_start(experiment=Experiment.objects.get(key="bandit"), actor="test")
+
+
+@pytest.mark.django_db
+def test_an_update_opens_a_phase_with_the_same_seed_once_per_slot(catalogue):
+    experiment = _running_bandit()
+    now = experiment.started_at + timedelta(minutes=95)
+    slot = bandit_slot_due(experiment=experiment, now=now)
+    assert slot == update_slot(started_at=experiment.started_at, now=now, every_minutes=30) == 3
+    weights = {"control": 0.05, "b": 0.25, "c": 0.7}
+    kwargs = {
+        "slot": slot,
+        "now": now,
+        "decision": "update",
+        "weights": weights,
+        "probability_best": {"control": 0.0, "b": 0.2, "c": 0.8},
+        "units": {"control": 100, "b": 100, "c": 100},
+    }
+    update = bandit_update_record(experiment=experiment, **kwargs)
+    assert update is not None and update.phase == 2
+    assert bandit_update_record(experiment=experiment, **kwargs) is None  # the same slot again
+    experiment.refresh_from_db()
+    assert experiment.phase == 2 and BanditUpdate.objects.count() == 1
+    phases = list(ExperimentPhase.objects.filter(experiment=experiment).order_by("number"))
+    assert [p.reason for p in phases] == ["start", "bandit"] and phases[1].weights == weights
+    assert phases[0].seed == phases[1].seed and phases[0].ended_at is not None
+    assert sticky_scope(Experiment.objects.prefetch_related("phases").get(pk=experiment.pk)) == (1, 2)
+    audit = AuditEntry.objects.get(action="bandit_update")
+    assert audit.actor == "bandit" and audit.changes["phase"] == [1, 2]
+    assert audit.changes["weights"][1] == weights
+    assert bandit_slot_due(experiment=experiment, now=now) is None
+    assert bandit_slot_due(experiment=experiment, now=now + timedelta(minutes=30)) == 4
+
+
+@pytest.mark.django_db
+def test_a_winner_is_recorded_and_stops_the_experiment(catalogue):
+    experiment = _running_bandit()
+    now = timezone.now()
+    same = {v.key: v.weight for v in experiment.variants.all()}
+    update = bandit_update_record(
+        experiment=experiment,
+        slot=5,
+        now=now,
+        decision="winner",
+        weights=same,
+        probability_best={"control": 0.0, "b": 0.03, "c": 0.97},
+        units={"control": 1000, "b": 1000, "c": 1000},
+        winner="c",
+        message="c is best",
+    )
+    experiment.refresh_from_db()
+    assert update.winner == "c" and experiment.status == "stopped" and experiment.phase == 1
+    assert AuditEntry.objects.filter(action="bandit_winner", actor="bandit").count() == 1
+    assert AuditEntry.objects.filter(action="stop", actor="bandit").count() == 1
+    assert bandit_slot_due(experiment=experiment, now=now) is None
