@@ -69,10 +69,13 @@ def results_options(*, query: Mapping[str, str], experiment: Experiment) -> tupl
         if not query.get(name):
             return None
         try:
-            return date.fromisoformat(query[name])
+            value = date.fromisoformat(query[name])
         except ValueError:
+            value = None
+        if value is None or value >= date.max:  # a day whose end (the next midnight) exists
             errors.append(f"{name} must be a date like 2026-12-01.")
             return None
+        return value
 
     target = 0.05
     if query.get("target"):

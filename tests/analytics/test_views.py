@@ -102,6 +102,10 @@ def test_switches_change_what_the_metric_table_shows(staff, ana):
     assert '"labels": []' in future  # the date range empties the time series
     bad = staff.get("/results/ana/", {"engine": "magic", "phase": "9", "from": "yesterday"}).content.decode()
     assert "Unknown engine" in bad and "No phase" in bad and "must be a date" in bad
+    last_day = staff.get("/results/ana/", {"to": "9999-12-31"})  # its end is past date.max
+    assert last_day.status_code == 200 and "must be a date" in last_day.content.decode()
+    export = staff.get("/results/ana/", {"to": "9999-12-31", "export": "csv", "table": "metrics"})
+    assert export.status_code == 200
 
 
 def test_every_table_exports_csv_and_json_with_raw_values(staff, ana):
