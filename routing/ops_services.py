@@ -20,6 +20,7 @@ from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra import config_version
 
 from .credentials import credential_binding_validate
+from .killswitch import build_kill_state
 from .models import KillScope, KillSwitch, ModelEndpoint, Provider
 from .selectors import catalogue, endpoint_public_id
 
@@ -96,8 +97,9 @@ def kill_switch_validate(
     ``<experiment key>/<variant key>`` naming an existing variant. Turning on (``active``) a kill
     of an experiment's *control* variant sends its units to the platform default endpoint (which
     may be another experiment's treatment): it is refused unless ``control_traffic_to`` names that
-    endpoint (public id or version label), as the operator's confirmation. Raises ValidationError
-    keyed by ``scope`` / ``target`` / ``control_traffic_to``.
+    endpoint (public id or version label), as the operator's confirmation, and refused while that
+    endpoint is itself killed. Raises ValidationError keyed by ``scope`` / ``target`` /
+    ``control_traffic_to``.
     """
     target = (target or "").strip()
     if scope not in KillScope.values:
@@ -140,6 +142,20 @@ def _confirm_control_kill(target: str, control_traffic_to: str) -> None:
                 "control_traffic_to": (
                     f"{variant_key!r} is the control of {experiment_key!r}: killing it sends its units to "
                     f"the platform default {default}. To confirm, give control_traffic_to={default!r}."
+                )
+            }
+        )
+    endpoint = ModelEndpoint.objects.select_related("provider").filter(public_id=default).first()
+    if endpoint is not None and build_kill_state().endpoint_killed(
+        public_id=endpoint.public_id,
+        provider_key=endpoint.provider.key,
+        is_external=endpoint.provider.is_external,
+    ):
+        raise ValidationError(
+            {
+                "control_traffic_to": (
+                    f"The platform default {default} is itself killed: the units of {experiment_key!r}'s "
+                    "control would fail. Lift that kill or change the platform default first."
                 )
             }
         )

@@ -163,6 +163,22 @@ def test_killing_a_control_variant_is_refused_unless_confirmed_naming_where_its_
     kill("variant", target, active=False, reason="over")  # turning it off needs no confirmation
 
 
+def test_a_control_kill_is_refused_while_the_platform_default_is_itself_killed(catalogue, upstreams):
+    experiment = make_experiment(arms=[("control", CONTROL, 1.0), ("treatment", avocado_id(2), 0.0)])
+    kill("endpoint", DEFAULT)
+    with pytest.raises(ValidationError) as exc:
+        kill_switch_set(
+            scope="variant",
+            target=f"{experiment.key}/control",
+            active=True,
+            reason="x",
+            actor="a",
+            control_traffic_to=DEFAULT,
+        )
+    assert "is itself killed" in exc.value.message_dict["control_traffic_to"][0]
+    assert KillSwitch.objects.filter(scope="variant").count() == 0
+
+
 def test_the_environment_override_turns_external_providers_off_without_any_row(
     catalogue, upstreams, settings
 ):
