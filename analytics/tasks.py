@@ -91,6 +91,7 @@ def check_rollouts() -> int:
     ids = rollouts_to_check()
     for rollout_id in ids:
         check_rollout.delay(rollout_id)
+    return len(ids)
 
 
 @shared_task(name="analytics.bandit_update", queue=Queue.ANALYTICS, soft_time_limit=120, time_limit=150)
