@@ -292,10 +292,23 @@ def test_decompression_bombs_stay_bounded_and_are_refused(compress):
 
 
 def test_canonical_matching_stays_linear():
-    """Many keys and long spelled keys/types: one pass over them."""
-    wide = {f"encrypted_{i}_content_x": "v" for i in range(50_000)}
-    long_key = {"\u200b".join("encrypted_content") * 20_000: "v", "type": " thinking" * 100_000}
-    start = time.perf_counter()
-    assert find_encrypted_reasoning(wide) == []
-    assert find_encrypted_reasoning(long_key) == []
-    assert time.perf_counter() - start < 5
+    """Many keys and long spelled keys/types: one pass over them. Four times the input takes well
+    under the 16 times a quadratic scan would (best of three runs of each size, so a loaded
+    machine's pauses do not decide it)."""
+
+    def inputs(n: int) -> tuple[dict, dict]:
+        wide = {f"encrypted_{i}_content_x": "v" for i in range(n)}
+        long_key = {"\u200b".join("encrypted_content") * (n // 2): "v", "type": " thinking" * (2 * n)}
+        return wide, long_key
+
+    def best_of_three(n: int) -> float:
+        wide, long_key = inputs(n)
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            assert find_encrypted_reasoning(wide) == []
+            assert find_encrypted_reasoning(long_key) == []
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    assert best_of_three(40_000) / best_of_three(10_000) < 8
