@@ -204,25 +204,25 @@ def test_the_same_session_id_under_another_key_is_a_separate_session(redis_store
     keeps its own states apart; the keyless source sees neither."""
     ep = endpoint()
     for n in (1, 2):
-        reasoning_save(session=owned("shared"), state=state(ep, n), endpoint_id=ep.public_id)
-    assert reasoning_load(session=owned("shared", KEY_B), endpoint=ep) == ()
-    assert session_end(session=owned("shared", KEY_B)) == 0
-    reasoning_save(session=owned("shared", KEY_B), state=None)  # B's turn without reasoning
-    reasoning_save(session=owned("shared", KEY_B), state=state(ep, 3), endpoint_id=ep.public_id)
+        reasoning_save(session=owned("one-session"), state=state(ep, n), endpoint_id=ep.public_id)
+    assert reasoning_load(session=owned("one-session", KEY_B), endpoint=ep) == ()
+    assert session_end(session=owned("one-session", KEY_B)) == 0
+    reasoning_save(session=owned("one-session", KEY_B), state=None)  # B's turn without reasoning
+    reasoning_save(session=owned("one-session", KEY_B), state=state(ep, 3), endpoint_id=ep.public_id)
 
     def blobs(owner: str) -> list[str]:
         return [
             s.items[0]["encrypted_content"]
-            for s in reasoning_load(session=owned("shared", owner), endpoint=ep)
+            for s in reasoning_load(session=owned("one-session", owner), endpoint=ep)
         ]
 
     assert blobs(KEY_A) == [f"{BLOB}1", f"{BLOB}2"]
     assert blobs(KEY_B) == [f"{BLOB}3"]
     assert blobs(KEYLESS_OWNER) == []
-    assert session_end(session=owned("shared", KEYLESS_OWNER)) == 0
-    assert session_end(session=owned("shared")) == 2
+    assert session_end(session=owned("one-session", KEYLESS_OWNER)) == 0
+    assert session_end(session=owned("one-session")) == 2
     assert blobs(KEY_B) == [f"{BLOB}3"]  # A's end leaves B's session alone
-    assert session_end(session=owned("shared", KEY_B)) == 1
+    assert session_end(session=owned("one-session", KEY_B)) == 1
 
 
 def test_owners_are_the_api_key_or_the_keyless_source_and_both_parts_are_required():
