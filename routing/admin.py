@@ -19,11 +19,10 @@ from muse_experiments.experiments.admin.history import AuditHistoryAdmin
 from muse_experiments.experiments.selectors import model_labels
 from muse_experiments.infra.admin_base import ReadOnlyAdmin
 from muse_experiments.infra.natural_sort import natural_key, natural_order
-
-from . import admin_killswitch  # noqa: F401 - importing registers the kill switch admin
-from .credentials import credential_binding_validate
-from .models import Attempt, CallRecord, CompletionJob, ModelEndpoint, Provider
-from .ops_services import PROVIDER_ENDPOINT_PERMISSION, catalogue_entry_save
+from routing import admin_killswitch  # noqa: F401 - importing registers the kill switch admin
+from routing.credentials import credential_binding_validate
+from routing.models import Attempt, CallRecord, CompletionJob, ModelEndpoint, Provider
+from routing.ops_services import PROVIDER_ENDPOINT_PERMISSION, catalogue_entry_save
 
 
 class AuditedCatalogueAdmin(AuditHistoryAdmin, admin.ModelAdmin):

@@ -19,21 +19,20 @@ from decimal import Decimal
 from typing import Any
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import claims, roundtrip
-from .circuit import OPEN, PROBE, breaker
-from .concurrency import Slot, limiter
-from .cooling import cooling_check
-from .credentials import CredentialUnavailable, credential_for
-from .events import cancel_watcher
-from .killswitch import KillInForce, kill_state
-from .models import RoutingReason
-from .planning import Candidate, candidate_kill_reason
-from .providers.base import ProviderStream, estimate_input_tokens
-from .providers.errors import AuthFailed, ProviderError, StreamFailed
-from .providers.pricing import compute_cost_usd
-from .providers.registry import client_for
-from .providers.types import (
+from routing import claims, roundtrip
+from routing.circuit import OPEN, PROBE, breaker
+from routing.concurrency import Slot, limiter
+from routing.cooling import cooling_check
+from routing.credentials import CredentialUnavailable, credential_for
+from routing.events import cancel_watcher
+from routing.killswitch import KillInForce, kill_state
+from routing.models import RoutingReason
+from routing.planning import Candidate, candidate_kill_reason
+from routing.providers.base import ProviderStream, estimate_input_tokens
+from routing.providers.errors import AuthFailed, ProviderError, StreamFailed
+from routing.providers.pricing import compute_cost_usd
+from routing.providers.registry import client_for
+from routing.providers.types import (
     CompletionRequest,
     CompletionResult,
     EndpointConfig,
@@ -41,8 +40,8 @@ from .providers.types import (
     StreamEvent,
     Usage,
 )
-from .reasoning_store import OwnedSession, reasoning_load, reasoning_save
-from .selectors import EndpointInfo
+from routing.reasoning_store import OwnedSession, reasoning_load, reasoning_save
+from routing.selectors import EndpointInfo
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import roundtrip
+from routing import roundtrip
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ import uuid
 from django.conf import settings
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import roundtrip
+from routing import roundtrip
 
 log = logging.getLogger(__name__)
 KEY_PREFIX = "muse:conc:"

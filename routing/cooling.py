@@ -19,8 +19,7 @@ import logging
 import time
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import roundtrip
+from routing import roundtrip
 
 log = logging.getLogger(__name__)
 

@@ -43,19 +43,18 @@ from rest_framework.exceptions import AuthenticationFailed
 from muse_experiments.infra.broker import direct_publisher
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
-
-from . import claims
-from .events import job_cancel_request
-from .handoff import apply_final, wait_final
-from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from .services import (
+from routing import claims
+from routing.events import job_cancel_request
+from routing.handoff import apply_final, wait_final
+from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
+from routing.services import (
     completion_job_create,
     completion_job_fail,
     completion_job_hand_out,
     completion_job_new,
     job_row,
 )
-from .tasks import run_completion
+from routing.tasks import run_completion
 
 log = logging.getLogger(__name__)
 

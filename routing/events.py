@@ -21,9 +21,8 @@ from typing import Any
 from django.conf import settings
 
 from muse_experiments.infra.redis_client import redis_client
-
-from .models import FINISHED_STATUSES, CompletionJob, JobStatus
-from .providers.transport import UpstreamCall, upstream_call
+from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
+from routing.providers.transport import UpstreamCall, upstream_call
 
 log = logging.getLogger(__name__)
 

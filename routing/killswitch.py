@@ -42,8 +42,7 @@ from django.conf import settings
 from django.db import transaction
 
 from muse_experiments.infra.config_version import VersionedSnapshot
-
-from .models import KillScope, KillSwitch, RoutingReason
+from routing.models import KillScope, KillSwitch, RoutingReason
 
 log = logging.getLogger(__name__)
 

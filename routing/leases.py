@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import close_old_connections
 
-from . import claims
-from .services import completion_jobs_renew_leases, worker_identity
+from routing import claims
+from routing.services import completion_jobs_renew_leases, worker_identity
 
 log = logging.getLogger(__name__)
 

@@ -80,10 +80,10 @@ class RoutingStateCollector:
     """Scrape-time gauges for circuit breakers, kill switches and the oldest waiting jobs."""
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        from .circuit import breaker
-        from .killswitch import kill_state
-        from .models import CompletionJob, JobStatus
-        from .selectors import catalogue
+        from routing.circuit import breaker
+        from routing.killswitch import kill_state
+        from routing.models import CompletionJob, JobStatus
+        from routing.selectors import catalogue
 
         circuit = GaugeMetricFamily(
             "muse_circuit_state", "1 for each endpoint's current circuit state.", labels=["endpoint", "state"]

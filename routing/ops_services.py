@@ -18,11 +18,10 @@ from django.utils import timezone
 from muse_experiments.experiments.models import AuditEntry
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra import config_version
-
-from .credentials import credential_binding_validate
-from .killswitch import build_kill_state
-from .models import KillScope, KillSwitch, ModelEndpoint, Provider
-from .selectors import catalogue, endpoint_public_id
+from routing.credentials import credential_binding_validate
+from routing.killswitch import build_kill_state
+from routing.models import KillScope, KillSwitch, ModelEndpoint, Provider
+from routing.selectors import catalogue, endpoint_public_id
 
 REASON_MAX = 500
 

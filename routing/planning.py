@@ -20,13 +20,12 @@ from typing import Any
 from muse_experiments.experiments.assignment.engine import route
 from muse_experiments.experiments.assignment.specs import Decision
 from muse_experiments.experiments.selectors import assignment_snapshot, assignment_state, sticky_variants
-
-from .killswitch import KillState, kill_state
-from .models import CompletionJob, RoutingReason
-from .providers.contracts import OutputFormat, ToolChoice, contract_needs
-from .providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec
-from .reasoning_store import OwnedSession, session_owner
-from .selectors import Catalogue, EndpointInfo, catalogue
+from routing.killswitch import KillState, kill_state
+from routing.models import CompletionJob, RoutingReason
+from routing.providers.contracts import OutputFormat, ToolChoice, contract_needs
+from routing.providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec
+from routing.reasoning_store import OwnedSession, session_owner
+from routing.selectors import Catalogue, EndpointInfo, catalogue
 
 #: Aliases a drop-in client may send as ``model``: the experiments decide the endpoint.
 ROUTING_ALIASES = frozenset({"muse-default"})

@@ -28,13 +28,13 @@ from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
-from . import claims
-from .metrics import observe_outcome
-from .models import CompletionJob, JobStatus
-from .planning import job_plan
-from .records import call_payload, records_write
-from .services import WORKER_LOST, completion_jobs_reap_expired
-from .serving import AttemptLog, ServeOutcome
+from routing import claims
+from routing.metrics import observe_outcome
+from routing.models import CompletionJob, JobStatus
+from routing.planning import job_plan
+from routing.records import call_payload, records_write
+from routing.services import WORKER_LOST, completion_jobs_reap_expired
+from routing.serving import AttemptLog, ServeOutcome
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,12 @@ from muse_experiments.experiments.selectors import assignment_snapshot
 from muse_experiments.experiments.services.exposures import ExposureInput, exposures_record_many
 from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
-
-from .killswitch import kill_state
-from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
-from .planning import Candidate
-from .services import WORKER_LOST, completion_jobs_insert, job_from_row, job_row
-from .serving import ServeOutcome
-from .transcripts.services import TurnInput, transcript_record_turns
+from routing.killswitch import kill_state
+from routing.models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
+from routing.planning import Candidate
+from routing.services import WORKER_LOST, completion_jobs_insert, job_from_row, job_row
+from routing.serving import ServeOutcome
+from routing.transcripts.services import TurnInput, transcript_record_turns
 
 log = logging.getLogger(__name__)
 

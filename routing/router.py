@@ -56,13 +56,13 @@ only ``CompletionResult.to_public_dict()`` is stored.
 
 from __future__ import annotations
 
-from .attempts import answer_first
-from .models import CompletionJob
-from .planning import build_request, job_plan, state_session
-from .recording import record_call
-from .services import completion_job_claim
-from .serving import serve
-from .shadow.sampling import shadow_offer
+from routing.attempts import answer_first
+from routing.models import CompletionJob
+from routing.planning import build_request, job_plan, state_session
+from routing.recording import record_call
+from routing.services import completion_job_claim
+from routing.serving import serve
+from routing.shadow.sampling import shadow_offer
 
 
 def execute_job(*, job_id: str, row: dict | None = None) -> str:

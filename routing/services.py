@@ -21,13 +21,12 @@ from rest_framework import exceptions
 
 from muse_experiments.infra import config_version
 from muse_experiments.infra.storage_text import storable
-
-from . import claims
-from .catalogue import EndpointSeed, ProviderSeed
-from .credentials import credential_binding_validate
-from .events import publish_failure
-from .handoff import publish_final
-from .models import CompletionJob, JobStatus, ModelEndpoint, Provider
+from routing import claims
+from routing.catalogue import EndpointSeed, ProviderSeed
+from routing.credentials import credential_binding_validate
+from routing.events import publish_failure
+from routing.handoff import publish_final
+from routing.models import CompletionJob, JobStatus, ModelEndpoint, Provider
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .attempts import (
+from routing.attempts import (
     AttemptCancelled,
     AttemptKilled,
     EndpointRefused,
@@ -26,15 +26,15 @@ from .attempts import (
     kill_for,
     usage_cost_usd,
 )
-from .cooling import cool
-from .credentials import CredentialUnavailable
-from .models import RoutingReason
-from .planning import Candidate
-from .providers.errors import AuthFailed, ClientRequestError, ProviderError
-from .providers.types import CompletionRequest, CompletionResult, Usage, add_usage
-from .reasoning_store import OwnedSession
-from .retry import RetryPolicy
-from .selectors import EndpointInfo
+from routing.cooling import cool
+from routing.credentials import CredentialUnavailable
+from routing.models import RoutingReason
+from routing.planning import Candidate
+from routing.providers.errors import AuthFailed, ClientRequestError, ProviderError
+from routing.providers.types import CompletionRequest, CompletionResult, Usage, add_usage
+from routing.reasoning_store import OwnedSession
+from routing.retry import RetryPolicy
+from routing.selectors import EndpointInfo
 
 
 @dataclass

@@ -42,14 +42,14 @@ from typing import Any
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from .events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event
-from .handoff import publish_final
-from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from .planning import build_request, job_plan, state_session
-from .recording import record_call
-from .services import completion_job_claim, completion_job_fail
-from .serving import ServeOutcome, serve_stream
-from .shadow.sampling import shadow_offer
+from routing.events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event
+from routing.handoff import publish_final
+from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
+from routing.planning import build_request, job_plan, state_session
+from routing.recording import record_call
+from routing.services import completion_job_claim, completion_job_fail
+from routing.serving import ServeOutcome, serve_stream
+from routing.shadow.sampling import shadow_offer
 
 log = logging.getLogger(__name__)
 

@@ -29,14 +29,13 @@ from django.utils import timezone
 
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.runtime import tune_gc
-
-from .leases import keeper
-from .models import CompletionJob, JobStatus
-from .reaper import reap_lost_work
-from .router import execute_job
-from .services import completion_job_fail
-from .streaming import publish_job_events
-from .writebehind import drain, drainer
+from routing.leases import keeper
+from routing.models import CompletionJob, JobStatus
+from routing.reaper import reap_lost_work
+from routing.router import execute_job
+from routing.services import completion_job_fail
+from routing.streaming import publish_job_events
+from routing.writebehind import drain, drainer
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,9 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from muse_experiments.infra.redis_client import redis_client
-
-from .claims import queue_done, queue_forget_row
-from .handoff import queue_final
-from .records import records_write
+from routing.claims import queue_done, queue_forget_row
+from routing.handoff import queue_final
+from routing.records import records_write
 
 log = logging.getLogger(__name__)
 

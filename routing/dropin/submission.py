@@ -23,13 +23,13 @@ from typing import Any
 from django.conf import settings
 
 from muse_experiments.api.auth import ApiClient
+from routing.attempts import EndpointRefused
+from routing.dispatch import caller_gone_check, submit_completion, wait_for_job
+from routing.killswitch import kill_state
+from routing.models import CompletionJob, JobStatus
+from routing.planning import ROUTING_ALIASES, unhonoured_contract
+from routing.selectors import catalogue
 
-from ..attempts import EndpointRefused
-from ..dispatch import caller_gone_check, submit_completion, wait_for_job
-from ..killswitch import kill_state
-from ..models import CompletionJob, JobStatus
-from ..planning import ROUTING_ALIASES, unhonoured_contract
-from ..selectors import catalogue
 from .errors import DropinError, require
 from .identity import header_text, identity
 from .shapes import DropinCall

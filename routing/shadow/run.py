@@ -31,12 +31,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from muse_experiments.experiments.models import ShadowPair, ShadowStatus, ShadowTest
+from routing.attempts import EndpointRefused, attempt, usage_cost_usd
+from routing.credentials import CredentialUnavailable
+from routing.planning import Candidate, stored_request
+from routing.selectors import EndpointInfo, catalogue
 
-from ..attempts import EndpointRefused, attempt, usage_cost_usd
-from ..credentials import CredentialUnavailable
-from ..planning import Candidate, stored_request
 from ..providers.errors import ProviderError
-from ..selectors import EndpointInfo, catalogue
 from ..transcripts.selectors import user_opted_out
 from .budget import budget_admit, budget_settle, dropped_count
 from .judge import judge_request, parse_verdict
