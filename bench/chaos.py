@@ -318,7 +318,7 @@ def platform_env(redis: PrivateRedis, pg: PrivatePostgres, broker_url: str, var:
         "AVOCADO_API_KEY": UPSTREAM_KEYS["native"],
         "AZURE_OPENAI_API_KEY": UPSTREAM_KEYS["azure"],
         "ANTHROPIC_API_KEY": UPSTREAM_KEYS["anthropic"],
-        # the keys may go to both simulated upstreams (routing.credentials)
+        # the keys may go to both simulated upstreams (routing.guards.credentials)
         "SIMULATED_UPSTREAMS": f"127.0.0.1:{PORTS['upstream_internal']},127.0.0.1:{PORTS['upstream_external']}",
     }
 

@@ -26,7 +26,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 class _Env(environ.FileAwareEnv):
     """FileAwareEnv (every variable may instead name a file holding it: SECRET_KEY_FILE,
     DATABASE_URL_FILE …) that remembers the names it was asked for: SETTINGS_ENV_VARS below, which
-    a provider credential may never be (routing.credentials)."""
+    a provider credential may never be (routing.guards.credentials)."""
 
     def __init__(self, **scheme):
         super().__init__(**scheme)
@@ -362,7 +362,7 @@ CONFIG_REFRESH_INTERVAL_S = env.float("CONFIG_REFRESH_INTERVAL_S", default=0.5)
 # when Redis is unreachable (muse_experiments.infra.config_version).
 CONFIG_VERSION_MODEL = "muse_experiments.PlatformConfig"
 
-# --- Routing resilience (routing/retry.py, circuit.py, killswitch.py) -------------------------
+# --- Routing resilience (routing/pipeline/retry.py, routing/guards/) -------------------------
 # Retries per endpoint after the first attempt, for retryable failures (429, 5xx, 529, timeouts,
 # resets, malformed responses). Backoff: full jitter, uniform(0, min(cap, base * 2**retry)) ms.
 ROUTING_MAX_RETRIES = env.int("ROUTING_MAX_RETRIES", default=2)
@@ -381,9 +381,9 @@ ROUTING_CONCURRENCY_LEASE_S = env.float("ROUTING_CONCURRENCY_LEASE_S", default=3
 MUSE_KILL_EXTERNAL = env.bool("MUSE_KILL_EXTERNAL", default=False)
 # How the experiments app (which may not import routing) reads the kill switch of an experiment or
 # variant: a function (experiment key, variant key) -> {"scope", "target", "reason", "since"} | None.
-MUSE_ENROLMENT_KILL_LOOKUP = "routing.killswitch.enrolment_kill_info"
+MUSE_ENROLMENT_KILL_LOOKUP = "routing.guards.killswitch.enrolment_kill_info"
 
-# --- Provider credentials bound to their hosts (routing/credentials.py) ----------------------
+# --- Provider credentials bound to their hosts (routing/guards/credentials.py) ----------------------
 # Which environment variables a provider may name as its credential, and the hosts each may be
 # sent to: "host" (port 443), "host:port", or "*.domain" (exactly one label in front), always
 # over https. A catalogue row outside it is a form error, and the router refuses to send the
@@ -462,5 +462,5 @@ LOGGING = {
 }
 
 #: Every environment variable the settings read (some only in some configurations, so
-#: routing.credentials also keeps a fixed list): never a provider credential.
+#: routing.guards.credentials also keeps a fixed list): never a provider credential.
 SETTINGS_ENV_VARS = frozenset(env.names_read)

@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api.auth import ApiClient, HasScope
 from muse_experiments.api.base import StrictSerializer
-from routing.killswitch import kill_state
+from routing.guards.killswitch import kill_state
 from routing.models import KillScope
 from routing.ops_services import REASON_MAX, kill_switch_set
 from routing.selectors import kill_switch_list

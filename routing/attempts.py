@@ -19,13 +19,14 @@ from decimal import Decimal
 from typing import Any
 
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims, roundtrip
-from routing.circuit import OPEN, PROBE, breaker
-from routing.concurrency import Slot, limiter
-from routing.cooling import cooling_check
-from routing.credentials import CredentialUnavailable, credential_for
+from routing import claims
 from routing.events import cancel_watcher
-from routing.killswitch import KillInForce, kill_state
+from routing.guards import roundtrip
+from routing.guards.circuit import OPEN, PROBE, breaker
+from routing.guards.concurrency import Slot, limiter
+from routing.guards.cooling import cooling_check
+from routing.guards.credentials import CredentialUnavailable, credential_for
+from routing.guards.killswitch import KillInForce, kill_state
 from routing.models import RoutingReason
 from routing.planning import Candidate, candidate_kill_reason
 from routing.providers.base import ProviderStream, estimate_input_tokens
@@ -225,14 +226,14 @@ def kill_for(candidate: Candidate) -> KillInForce | None:
 def _guard(candidate: Candidate, request: CompletionRequest, job_id: str = "") -> _Permit:
     """Every check that must pass immediately before an upstream call: the endpoint can honour the
     request's output contracts (:meth:`~routing.providers.types.CompletionRequest.needs`), enabled,
-    kill switch, cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
+    kill switch, cooling (:mod:`routing.guards.cooling`), concurrency slot, circuit breaker, credential.
     With ``job_id``, the attempt is noted as started in the same round trip
     (:func:`routing.claims.queue_attempt_note`; the note is dropped if a check refuses), so that
     a worker dying during the call leaves it to be recorded ``lost`` (:mod:`routing.reaper`).
 
     Raises EndpointRefused (nothing was called) or a
-    :class:`~routing.credentials.CredentialUnavailable` (missing, or not allowed to go to the
-    endpoint's host: :func:`~routing.credentials.credential_for`; nothing was sent).
+    :class:`~routing.guards.credentials.CredentialUnavailable` (missing, or not allowed to go to the
+    endpoint's host: :func:`~routing.guards.credentials.credential_for`; nothing was sent).
     """
     info = candidate.endpoint
     for contract, capability in request.needs().items():
@@ -243,7 +244,7 @@ def _guard(candidate: Candidate, request: CompletionRequest, job_id: str = "") -
     kill = kill_for(candidate)
     if kill is not None:
         raise EndpointRefused(info.public_id, "killed", kill.reason, kill)
-    # the three shared stores in one Redis round trip (routing.roundtrip); what one of them refuses
+    # the three shared stores in one Redis round trip (routing.guards.roundtrip); what one of them refuses
     # is given back to the others (a slot, a half-open probe) before the refusal is raised
     pipe = roundtrip.pipeline(redis_client())
     checks = [
@@ -312,7 +313,7 @@ def attempt(
     (:meth:`Candidate.request_for`).
 
     Returns the :class:`CompletionResult` (latency in ms, cost in USD). Raises
-    :class:`EndpointRefused` (not called), :class:`~routing.credentials.CredentialUnavailable`
+    :class:`EndpointRefused` (not called), :class:`~routing.guards.credentials.CredentialUnavailable`
     (missing, or bound to other hosts: not called), or a
     :class:`~routing.providers.errors.ProviderError` (called and failed; ``retryable`` and
     ``retry_after_s`` drive the caller's retry). The outcome is reported to the circuit breaker and

@@ -80,8 +80,8 @@ class RoutingStateCollector:
     """Scrape-time gauges for circuit breakers, kill switches and the oldest waiting jobs."""
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        from routing.circuit import breaker
-        from routing.killswitch import kill_state
+        from routing.guards.circuit import breaker
+        from routing.guards.killswitch import kill_state
         from routing.models import CompletionJob, JobStatus
         from routing.selectors import catalogue
 

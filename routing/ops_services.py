@@ -18,8 +18,8 @@ from django.utils import timezone
 from muse_experiments.experiments.models import AuditEntry
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra import config_version
-from routing.credentials import credential_binding_validate
-from routing.killswitch import build_kill_state
+from routing.guards.credentials import credential_binding_validate
+from routing.guards.killswitch import build_kill_state
 from routing.models import KillScope, KillSwitch, ModelEndpoint, Provider
 from routing.selectors import catalogue, endpoint_public_id
 
@@ -52,7 +52,7 @@ def catalogue_entry_save(
     """Save an admin-edited provider or endpoint, audit it, and bump the configuration version.
 
     A provider's base URL and credential variable must be in the credential binding
-    (:func:`routing.credentials.credential_binding_validate`), whether they changed or not.
+    (:func:`routing.guards.credentials.credential_binding_validate`), whether they changed or not.
     Adding a provider or changing either field needs ``may_change_endpoint`` (the actor holds
     :data:`PROVIDER_ENDPOINT_PERMISSION`); the stored row is read under a lock to tell.
 

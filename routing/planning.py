@@ -20,7 +20,7 @@ from typing import Any
 from muse_experiments.experiments.assignment.engine import route
 from muse_experiments.experiments.assignment.specs import Decision
 from muse_experiments.experiments.selectors import assignment_snapshot, assignment_state, sticky_variants
-from routing.killswitch import KillState, kill_state
+from routing.guards.killswitch import KillState, kill_state
 from routing.models import CompletionJob, RoutingReason
 from routing.providers.contracts import OutputFormat, ToolChoice, contract_needs
 from routing.providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec

@@ -29,7 +29,7 @@ from muse_experiments.experiments.selectors import assignment_snapshot
 from muse_experiments.experiments.services.exposures import ExposureInput, exposures_record_many
 from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
-from routing.killswitch import kill_state
+from routing.guards.killswitch import kill_state
 from routing.models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
 from routing.planning import Candidate
 from routing.services import WORKER_LOST, completion_jobs_insert, job_from_row, job_row

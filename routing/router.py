@@ -28,14 +28,14 @@ that made routing leave the *first* candidate):
   kill of the unit's experiment or assigned variant gives that reason even when the control is the
   first candidate, and the unit is not enrolled (no exposure, no sticky write);
 * ``cooling`` — the endpoint answered with a ``retry-after`` beyond the retry policy's cap, or is
-  still cooling from one (:mod:`routing.cooling`): no retry, no call until then;
+  still cooling from one (:mod:`routing.guards.cooling`): no retry, no call until then;
 * ``circuit_open`` — the endpoint's circuit breaker is open (or half-open with its probe in
   flight), or the endpoint is at ``max_concurrency`` (Attempt outcome ``concurrency_limited``):
   in both cases the endpoint is protected and was not called;
 * ``error_fallback`` — retries exhausted on retryable errors (429, 5xx, 529, timeout, reset,
   malformed body, in-stream error before content), an authentication failure, a missing
   credential, or a credential the binding does not let go to the endpoint's host
-  (``credential_not_allowed``, :func:`routing.credentials.credential_for`: nothing is sent) --
+  (``credential_not_allowed``, :func:`routing.guards.credentials.credential_for`: nothing is sent) --
   endpoint problems, not retried on the same endpoint.
 
 A 4xx caused by the request itself (``ClientRequestError`` other than 401/403) is not retried

@@ -14,8 +14,8 @@ from django.db.models import Q
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra.config_version import VersionedSnapshot
 from routing import claims
+from routing.guards.killswitch import KillInForce
 from routing.handoff import apply_final, final_state
-from routing.killswitch import KillInForce
 from routing.models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
 from routing.providers.contracts import JSON_MODE, STRUCTURED_OUTPUT, TOOLS
 from routing.services import job_from_row

@@ -23,8 +23,8 @@ from muse_experiments.infra import config_version
 from muse_experiments.infra.storage_text import storable
 from routing import claims
 from routing.catalogue import EndpointSeed, ProviderSeed
-from routing.credentials import credential_binding_validate
 from routing.events import publish_failure
+from routing.guards.credentials import credential_binding_validate
 from routing.handoff import publish_final
 from routing.models import CompletionJob, JobStatus, ModelEndpoint, Provider
 
@@ -38,7 +38,7 @@ def catalogue_seed(
     """Create or update providers and endpoints by key/public id. Returns ``(n_providers, n_endpoints)``.
 
     Every provider's credential variable and base URL must be in the credential binding
-    (:func:`routing.credentials.credential_binding_validate`): otherwise ValidationError, keyed
+    (:func:`routing.guards.credentials.credential_binding_validate`): otherwise ValidationError, keyed
     ``<provider key>.<field>``, and nothing is written.
     """
     errors: dict[str, Any] = {}

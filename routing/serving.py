@@ -26,8 +26,8 @@ from routing.attempts import (
     kill_for,
     usage_cost_usd,
 )
-from routing.cooling import cool
-from routing.credentials import CredentialUnavailable
+from routing.guards.cooling import cool
+from routing.guards.credentials import CredentialUnavailable
 from routing.models import RoutingReason
 from routing.planning import Candidate
 from routing.providers.errors import AuthFailed, ClientRequestError, ProviderError

@@ -158,7 +158,7 @@ CREDENTIAL_ENV = {
 
 def allow_simulated_upstream(url: str) -> str:
     """Let provider credentials go to the simulated upstream at ``url``, as ``SIMULATED_UPSTREAMS``
-    does (routing.credentials): its ``host:port`` joins the setting in this process (the list
+    does (routing.guards.credentials): its ``host:port`` joins the setting in this process (the list
     itself, so it holds whatever a test's ``settings`` fixture overrides) and in the environment
     that worker subprocesses inherit. Returns the entry (see :func:`forget_simulated_upstream`)."""
     from django.conf import settings

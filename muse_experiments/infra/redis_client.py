@@ -16,9 +16,9 @@ not be lost falls back to the database.
 =================================  ==================================================================
 where                              when Redis is unreachable
 =================================  ==================================================================
-circuit breaker (routing.circuit)  every call allowed; Redis skipped for 5 s
-concurrency (routing.concurrency)  the slot granted (no limit); Redis skipped for 5 s
-cooling (routing.cooling)          the endpoint counts as not cooling
+circuit breaker (routing.guards.circuit)  every call allowed; Redis skipped for 5 s
+concurrency (routing.guards.concurrency)  the slot granted (no limit); Redis skipped for 5 s
+cooling (routing.guards.cooling)          the endpoint counts as not cooling
 config version (config_version)    read from the database row
 sticky cache (sticky)              exposures read from the database; Redis skipped for 5 s
 job claim (routing.claims)         the job is claimed through its database row

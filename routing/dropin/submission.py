@@ -25,7 +25,7 @@ from django.conf import settings
 from muse_experiments.api.auth import ApiClient
 from routing.attempts import EndpointRefused
 from routing.dispatch import caller_gone_check, submit_completion, wait_for_job
-from routing.killswitch import kill_state
+from routing.guards.killswitch import kill_state
 from routing.models import CompletionJob, JobStatus
 from routing.planning import ROUTING_ALIASES, unhonoured_contract
 from routing.selectors import catalogue

@@ -32,7 +32,7 @@ from django.db import IntegrityError, transaction
 
 from muse_experiments.experiments.models import ShadowPair, ShadowStatus, ShadowTest
 from routing.attempts import EndpointRefused, attempt, usage_cost_usd
-from routing.credentials import CredentialUnavailable
+from routing.guards.credentials import CredentialUnavailable
 from routing.planning import Candidate, stored_request
 from routing.selectors import EndpointInfo, catalogue
 

@@ -116,10 +116,10 @@ def test_the_claims_drainer_guards_streams_and_hand_off_work_on_redis_6_2(redis6
     """XAUTOCLAIM replies with 2 elements on 6.2 (3 from Redis 7 on), which the drainer read as
     3; the Lua scripts, ``SET … PXAT``, streams and a float ``BLPOP`` timeout need 6.2."""
     from routing import claims, writebehind
-    from routing.circuit import OPEN, breaker
-    from routing.concurrency import limiter
-    from routing.cooling import cool, cooling_until
     from routing.events import RedisEventLog, relay_events
+    from routing.guards.circuit import OPEN, breaker
+    from routing.guards.concurrency import limiter
+    from routing.guards.cooling import cool, cooling_until
     from routing.handoff import publish_final, wait_final
 
     assert redis62.info("server")["redis_version"].startswith("6.2.")

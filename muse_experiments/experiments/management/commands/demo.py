@@ -151,7 +151,7 @@ class Command(BaseCommand):
         scenarios = logs / "demo-scenarios.json"
         scenarios.write_text(json.dumps(self._scenarios()))
         upstream = f"http://127.0.0.1:{upstream_port}"
-        # the provider keys may go to the simulated upstreams (routing.credentials): in the web and
+        # the provider keys may go to the simulated upstreams (routing.guards.credentials): in the web and
         # worker processes, and in this one, which seeds the catalogue pointing there
         env["SIMULATED_UPSTREAMS"] = f"127.0.0.1:{upstream_port}"
         settings.SIMULATED_UPSTREAMS = [env["SIMULATED_UPSTREAMS"]]

@@ -19,7 +19,7 @@ import logging
 import time
 
 from muse_experiments.infra.redis_client import redis_client
-from routing import roundtrip
+from routing.guards import roundtrip
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def cooling_until(endpoint_id: str) -> float | None:
 
 
 def cooling_check(pipe, endpoint_id: str) -> roundtrip.Pending[float | None]:
-    """:func:`cooling_until` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open:
+    """:func:`cooling_until` as a check queued on ``pipe`` (:mod:`routing.guards.roundtrip`). Fails open:
     a Redis error reads as not cooling."""
     pipe.get(KEY_PREFIX + endpoint_id)
 
