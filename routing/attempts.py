@@ -19,8 +19,6 @@ from decimal import Decimal
 from typing import Any
 
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims
-from routing.events import cancel_watcher
 from routing.guards import roundtrip
 from routing.guards.circuit import OPEN, PROBE, breaker
 from routing.guards.concurrency import Slot, limiter
@@ -28,6 +26,7 @@ from routing.guards.cooling import cooling_check
 from routing.guards.credentials import CredentialUnavailable, credential_for
 from routing.guards.killswitch import KillInForce, kill_state
 from routing.models import RoutingReason
+from routing.pipeline.cancel import cancel_watcher
 from routing.planning import Candidate, candidate_kill_reason
 from routing.providers.base import ProviderStream, estimate_input_tokens
 from routing.providers.errors import AuthFailed, ProviderError, StreamFailed
@@ -43,6 +42,7 @@ from routing.providers.types import (
 )
 from routing.reasoning_store import OwnedSession, reasoning_load, reasoning_save
 from routing.selectors import EndpointInfo
+from routing.state import claims
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class AttemptKilled(EndpointRefused):
 
 class AttemptCancelled(Exception):
     """The job's caller went away during a non-streamed attempt and its upstream connection was
-    shut down (:data:`routing.events.cancel_watcher`). ``usage``: what the attempt may have cost,
+    shut down (:data:`routing.pipeline.cancel.cancel_watcher`). ``usage``: what the attempt may have cost,
     in tokens: the request's input, estimated (``vendor["estimated"] = 1``), once it had been sent;
     None if nothing reached the upstream."""
 
@@ -228,7 +228,7 @@ def _guard(candidate: Candidate, request: CompletionRequest, job_id: str = "") -
     request's output contracts (:meth:`~routing.providers.types.CompletionRequest.needs`), enabled,
     kill switch, cooling (:mod:`routing.guards.cooling`), concurrency slot, circuit breaker, credential.
     With ``job_id``, the attempt is noted as started in the same round trip
-    (:func:`routing.claims.queue_attempt_note`; the note is dropped if a check refuses), so that
+    (:func:`routing.state.claims.queue_attempt_note`; the note is dropped if a check refuses), so that
     a worker dying during the call leaves it to be recorded ``lost`` (:mod:`routing.reaper`).
 
     Raises EndpointRefused (nothing was called) or a
@@ -325,7 +325,7 @@ def attempt(
     any other owner's session of the same id, is never forwarded) and the new state is kept
     server-side for the next turn.
 
-    With ``job_id`` (and Redis) the call is watched (:data:`routing.events.cancel_watcher`): once the
+    With ``job_id`` (and Redis) the call is watched (:data:`routing.pipeline.cancel.cancel_watcher`): once the
     job's cancel flag is set its upstream connection is shut down and :class:`AttemptCancelled` is
     raised; once a kill switch covers the candidate (:func:`kill_for`) the same happens and
     :class:`AttemptKilled` is raised (the caller falls back). Either way the slot is freed without

@@ -1,6 +1,6 @@
 """Hand a completion job to a Celery worker and wait (bounded) for it to finish.
 
-The web process waits on the job's hand-off list (:mod:`routing.handoff`: one ``BLPOP``) and
+The web process waits on the job's hand-off list (:mod:`routing.state.handoff`: one ``BLPOP``) and
 answers from the final state the worker published, without reloading the job from the database;
 it re-reads the job row once a second as a safety net (a job failed by another path).
 
@@ -11,7 +11,7 @@ waiting request writes it itself (``queued``) before handing the id out unanswer
 worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
 
 Every job is findable from its publish on: :func:`_send` writes its record with the message
-(:func:`routing.claims.queue_published`, ``queued``, the row included), which
+(:func:`routing.state.claims.queue_published`, ``queued``, the row included), which
 ``GET /api/v1/completions/{id}`` reads until the row is written, whether or not anyone still
 waits for the job.
 
@@ -43,9 +43,6 @@ from rest_framework.exceptions import AuthenticationFailed
 from muse_experiments.infra.broker import direct_publisher
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims
-from routing.events import job_cancel_request
-from routing.handoff import apply_final, wait_final
 from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from routing.services import (
     completion_job_create,
@@ -54,7 +51,10 @@ from routing.services import (
     completion_job_new,
     job_row,
 )
+from routing.state import claims
+from routing.state.handoff import apply_final, wait_final
 from routing.tasks import run_completion
+from routing.web.relay import job_cancel_request
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def publish_completion(
 
     ``row``: a deferred job's row (:func:`routing.services.job_row`), which the worker writes as
     it claims the job. No Celery result is stored: the final state travels through
-    :mod:`routing.handoff`.
+    :mod:`routing.state.handoff`.
     """
     kwargs: dict[str, Any] = {"stream": stream} if stream is not None else {}
     if row is not None:
@@ -96,11 +96,11 @@ def publish_completion(
 
 def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     """``run_completion`` for ``job_id`` on the completions queue (task id = job id), with the
-    job's record (:func:`routing.claims.queue_published`: from now on the job is findable, and
+    job's record (:func:`routing.state.claims.queue_published`: from now on the job is findable, and
     published again if the worker that takes the message dies before claiming it), in the same
     ``MULTI`` as the message where the broker is this Redis, else just after it.
 
-    No Celery result is stored (the answer travels through :mod:`routing.handoff`): the message
+    No Celery result is stored (the answer travels through :mod:`routing.state.handoff`): the message
     is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
     headers and signals), and pushed onto the queue's Redis list by
     :class:`muse_experiments.infra.broker.DirectPublisher` in kombu's wire format, with Celery's
@@ -151,7 +151,7 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
 
 
 def _record_published(record: Callable[[Any], None]) -> None:
-    """Write a published job's record (:func:`routing.claims.queue_published`) on its own, where
+    """Write a published job's record (:func:`routing.state.claims.queue_published`) on its own, where
     the broker is not this Redis. Best effort: without it the job is still known to the request
     waiting for it, and a claim that took it already is left as it is."""
     try:
@@ -237,13 +237,13 @@ def wait_for_job(
     row if the hand-off channel broke, e.g. Redis restarted). With ``caller_gone`` (see
     :func:`caller_gone_check`), the caller's connection is checked every :data:`CALLER_CHECK_S`
     seconds of the wait, without a database read: once it has gone (its HTTP client gave up) the
-    job's cancel flag is set (:func:`routing.events.job_cancel_request`: the worker closes the
+    job's cancel flag is set (:func:`routing.web.relay.job_cancel_request`: the worker closes the
     upstream call and records the job ``cancelled``) and the wait ends.
     """
     started = time.monotonic()
     deadline = started + timeout_s
     next_recheck = started + RECHECK_S
-    unwritten = job._state.adding  # a deferred job: its row comes with its records (routing.claims)
+    unwritten = job._state.adding  # a deferred job: its row comes with its records (routing.state.claims)
     channel = True
     while True:
         remaining = max(deadline - time.monotonic(), 0.0)

@@ -1,13 +1,13 @@
 """The reaper: nothing a dead worker held stays unknown.
 
-A worker's death (its heartbeat expired, :func:`routing.claims.beat`, or its lease lapsed) leaves
+A worker's death (its heartbeat expired, :func:`routing.state.claims.beat`, or its lease lapsed) leaves
 three kinds of work behind, and :func:`reap_lost_work` settles each, idempotently (any number of
 reapers may run it, any number of times):
 
 1. jobs it was running: failed ``worker_lost`` (:func:`routing.services.completion_jobs_reap_expired`),
    never re-run — their attempt may have reached the provider, which must not be called twice;
 2. the attempts those jobs had started (noted before each upstream call,
-   :func:`routing.claims.queue_attempt_note`): recorded as a failed call whose attempts are
+   :func:`routing.state.claims.queue_attempt_note`): recorded as a failed call whose attempts are
    ``lost`` with their cost unknown (:func:`lost_attempts_record`), so a billed call is never
    silently absent; they count in ``cost_unknown`` of the call rollups and in
    ``muse_attempts_cost_unknown_total``;
@@ -28,13 +28,13 @@ from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
-from routing import claims
 from routing.metrics import observe_outcome
 from routing.models import CompletionJob, JobStatus
 from routing.planning import job_plan
 from routing.records import call_payload, records_write
 from routing.services import WORKER_LOST, completion_jobs_reap_expired
 from routing.serving import AttemptLog, ServeOutcome
+from routing.state import claims
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def reap_lost_work(*, death: bool, publish: Publish, heartbeats: bool = True) ->
 
 
 def lost_attempts_record(*, limit: int = 500) -> int:
-    """Record the attempts of jobs failed ``worker_lost`` (:data:`routing.claims.LOST_JOBS`): one
+    """Record the attempts of jobs failed ``worker_lost`` (:data:`routing.state.claims.LOST_JOBS`): one
     failed call record (error kind ``worker_lost``) whose attempts are ``lost``, cost unknown,
     latency up to when the job was found lost. A job with no noted attempt died before calling
     upstream: nothing to record. Returns how many calls were recorded. Idempotent (the write
@@ -120,7 +120,7 @@ def _lost_attempt(note: Mapping[str, Any], finished: datetime) -> AttemptLog:
 
 
 def republish_unclaimed(*, death: bool, publish: Publish) -> int:
-    """Publish again the jobs published and not claimed (:func:`routing.claims.unclaimed`): all of
+    """Publish again the jobs published and not claimed (:func:`routing.state.claims.unclaimed`): all of
     them after a worker's death, else those that waited ``COMPLETION_REQUEUE_AFTER_S``. Returns
     how many. Raises ``redis.RedisError``."""
     now_ms = int(timezone.now().timestamp() * 1000)

@@ -15,12 +15,12 @@ import logging
 from django.conf import settings
 
 from muse_experiments.experiments.assignment.specs import Decision
-from routing.handoff import apply_final, publish_final
 from routing.metrics import observe_outcome
 from routing.models import CompletionJob
 from routing.planning import Candidate
 from routing.records import call_payload, job_final_state, records_write
 from routing.serving import ServeOutcome
+from routing.state.handoff import apply_final, publish_final
 from routing.writebehind import buffer_call
 
 log = logging.getLogger(__name__)

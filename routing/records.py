@@ -128,7 +128,7 @@ def call_payload(
     """Everything :func:`records_write` needs for one call, as JSON-able values.
 
     ``final`` is :func:`job_final_state`. Keys: ``job`` (id, final state), ``row`` (the job's row
-    when it was claimed without one, :mod:`routing.claims`; else None), ``exposure`` (or None
+    when it was claimed without one, :mod:`routing.state.claims`; else None), ``exposure`` (or None
     outside experiments), ``call`` (the CallRecord's fields), ``attempts`` and ``turn`` (or None
     for a failed call).
     """
@@ -203,7 +203,7 @@ def call_payload(
 
 
 def _claimed_row(job: CompletionJob, turn: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The row of a job claimed without one (:mod:`routing.claims`), else None: :func:`job_row`
+    """The row of a job claimed without one (:mod:`routing.state.claims`), else None: :func:`job_row`
     and its claim. The ``request`` is left out when the turn carries it (the same conversation,
     carried once)."""
     if not job._state.adding:
@@ -236,7 +236,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     payload) are skipped, except that the answer of a job whose call was recorded lost (error
     kind :data:`LOST_KIND`: its worker's heartbeat lapsed while it still worked) replaces it, and so are repeats within the batch and payloads whose job no longer
     exists (logged). For each new call: the job's row if it was claimed without one
-    (:mod:`routing.claims`; ``row`` in the payload), the exposure
+    (:mod:`routing.state.claims`; ``row`` in the payload), the exposure
     (first variant wins, :func:`muse_experiments.experiments.services.exposures.exposures_record_many`), the call record
     and its attempts, the job's final state (unless another path already finished the job, except
     a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn. Every

@@ -4,7 +4,7 @@
 each importable on its own:
 
 1. claim the job (:func:`routing.services.completion_job_claim`; with Redis, a job whose row
-   came in the task message is claimed in Redis, :mod:`routing.claims`, and its row written
+   came in the task message is claimed in Redis, :mod:`routing.state.claims`, and its row written
    with its records; a redelivered task for a finished or claimed job does nothing). Such a
    job is planned (step 2) while the claim's reply is on its way, and the plan dropped if the
    claim is lost: planning changes nothing;
@@ -71,8 +71,8 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
     ``row``: the job's row when it is not written yet (:func:`routing.services.completion_job_new`).
 
     Each upstream call is non-streamed; with Redis, a caller that goes away (the job's cancel flag,
-    :func:`routing.events.job_cancel_request`) has it cut off within ~0.2 s and the job ends
-    ``cancelled`` / ``client_disconnected`` (:data:`routing.events.cancel_watcher`)."""
+    :func:`routing.web.relay.job_cancel_request`) has it cut off within ~0.2 s and the job ends
+    ``cancelled`` / ``client_disconnected`` (:data:`routing.pipeline.cancel.cancel_watcher`)."""
 
     planned: list = []  # the plan of a deferred job, made while its claim's reply is on its way
     job = completion_job_claim(

@@ -13,12 +13,12 @@ from django.db.models import Q
 
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra.config_version import VersionedSnapshot
-from routing import claims
 from routing.guards.killswitch import KillInForce
-from routing.handoff import apply_final, final_state
 from routing.models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
 from routing.providers.contracts import JSON_MODE, STRUCTURED_OUTPUT, TOOLS
 from routing.services import job_from_row
+from routing.state import claims
+from routing.state.handoff import apply_final, final_state
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def experiment_kills_in_force(*, experiment_key: str) -> list[KillInForce]:
 
 def completion_job_current(job: CompletionJob) -> CompletionJob:
     """``job`` with its final state, including one a worker published to Redis but the records
-    drainer has not written yet (:mod:`routing.handoff`); the job row as stored otherwise."""
+    drainer has not written yet (:mod:`routing.state.handoff`); the job row as stored otherwise."""
     unfinished = job.status in (JobStatus.QUEUED, JobStatus.RUNNING) or (
         job.status == JobStatus.FAILED and job.error.startswith("worker_lost")
     )
@@ -176,7 +176,7 @@ def completion_job_current(job: CompletionJob) -> CompletionJob:
 
 
 def completion_job_unwritten(job_id, *, api_key_id: int | None = None) -> CompletionJob | None:
-    """A job published or claimed in Redis whose row is not written yet (:func:`routing.claims.unwritten`),
+    """A job published or claimed in Redis whose row is not written yet (:func:`routing.state.claims.unwritten`),
     ``queued`` or ``running`` and unsaved, for ``GET /api/v1/completions/{id}`` (which adds its final state if
     published: :func:`routing.selectors.completion_job_current`); None if there is none, if
     ``api_key_id`` is given and the job is another key's, or if Redis is unavailable (the caller

@@ -21,12 +21,12 @@ from rest_framework import exceptions
 
 from muse_experiments.infra import config_version
 from muse_experiments.infra.storage_text import storable
-from routing import claims
 from routing.catalogue import EndpointSeed, ProviderSeed
-from routing.events import publish_failure
 from routing.guards.credentials import credential_binding_validate
-from routing.handoff import publish_final
 from routing.models import CompletionJob, JobStatus, ModelEndpoint, Provider
+from routing.state import claims
+from routing.state.events import publish_failure
+from routing.state.handoff import publish_final
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def _insert_new(job: CompletionJob) -> bool:
 
 
 def completion_jobs_insert(jobs: Sequence[CompletionJob]) -> int:
-    """Write the rows of jobs claimed without one (:mod:`routing.claims`), in one statement,
+    """Write the rows of jobs claimed without one (:mod:`routing.state.claims`), in one statement,
     skipping those already written. Returns how many it wrote. Meant for a caller's transaction
     (the write-behind drainer's): a job whose API key was deleted meanwhile is written without it
     (checked first: PostgreSQL checks the foreign key only at the commit)."""
@@ -269,7 +269,7 @@ def completion_job_materialize(job: CompletionJob) -> bool:
 
 def completion_job_hand_out(job: CompletionJob) -> bool:
     """Write a deferred job's row before its id is handed out or its task published again: as its
-    Redis claim says (``running``, :func:`routing.claims.running`) if a worker took it, else
+    Redis claim says (``running``, :func:`routing.state.claims.running`) if a worker took it, else
     ``queued``. Returns True if this call wrote it unclaimed (the caller may publish it again)."""
     taken = None
     try:
@@ -356,7 +356,7 @@ def completion_job_claim(
     ``INSERT … ON CONFLICT DO NOTHING``; if the row exists (a redelivery, or the waiting request
     wrote it), the cases above apply.
 
-    Every delivery first goes through :func:`routing.claims.claim` (one script, one round trip);
+    Every delivery first goes through :func:`routing.state.claims.claim` (one script, one round trip);
     if Redis fails, the row is the claim, as above. A deferred job is claimed there alone: the returned job is *not written*
     (``_state.adding``), and its row reaches the database with the call's records
     (:func:`routing.records.records_write`). A job claimed there whose lease ran out is failed
@@ -426,8 +426,8 @@ def completion_job_claim(
 def _claim_in_redis(
     job_id, *, worker: str, row: Mapping[str, Any] | None, meanwhile: Callable[[], None] | None = None
 ) -> tuple[str, dict | None, BaseException | None]:
-    """:func:`routing.claims.claim` (running ``meanwhile()`` between sending it and reading its
-    reply); if Redis fails, :data:`routing.claims.DB` (claim through the row).
+    """:func:`routing.state.claims.claim` (running ``meanwhile()`` between sending it and reading its
+    reply); if Redis fails, :data:`routing.state.claims.DB` (claim through the row).
     Returns ``(state, lost row, what meanwhile raised)``."""
     failure = None
     try:
@@ -476,7 +476,7 @@ def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
 
 def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
     """Extend the leases of running jobs this worker holds by ``COMPLETION_LEASE_S`` from now:
-    their rows, and their claims in Redis (:func:`routing.claims.renew`). Returns how many rows it
+    their rows, and their claims in Redis (:func:`routing.state.claims.renew`). Returns how many rows it
     extended. Raises what the database or Redis raised."""
     job_ids = list(job_ids)
     claims.renew(job_ids, worker=worker)
@@ -488,13 +488,13 @@ def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
 def completion_jobs_reap_expired(*, now=None, heartbeats: bool = True) -> int:
     """Fail running jobs whose worker died: their lease expired, or (with ``heartbeats``: the
     caller has beaten steadily, :meth:`routing.leases.LeaseKeeper.steady`) their worker's
-    heartbeat did (:func:`routing.claims.beat`). Returns how many were failed.
+    heartbeat did (:func:`routing.state.claims.beat`). Returns how many were failed.
 
     The maintenance task and every worker's lease keeper run this (the keeper within a second of
     a worker's heartbeat expiring), so no job stays ``running`` forever even when its task message
     is never redelivered. It also fails the deferred jobs claimed in Redis whose lease ran out or
-    whose worker died (:func:`routing.claims.reap`). Each failed job's id is left for
-    :func:`routing.reaper.lost_attempts_record` (:data:`routing.claims.LOST_JOBS`).
+    whose worker died (:func:`routing.state.claims.reap`). Each failed job's id is left for
+    :func:`routing.reaper.lost_attempts_record` (:data:`routing.state.claims.LOST_JOBS`).
     """
     lost = _reap_redis_claims(heartbeats)
     now = now or timezone.now()
@@ -526,7 +526,7 @@ def _dead_workers(running) -> list[str]:
 
 
 def _note_lost(jobs) -> None:
-    """Leave lost jobs' attempts to the reaper (:data:`routing.claims.LOST_JOBS`); best effort."""
+    """Leave lost jobs' attempts to the reaper (:data:`routing.state.claims.LOST_JOBS`); best effort."""
     try:
         claims.mark_lost(str(j.id) for j in jobs)
     except Exception as exc:  # noqa: BLE001 - the job is failed; only its attempt records wait

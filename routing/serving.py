@@ -299,7 +299,7 @@ def serve_stream(
     filled in and returned, so a caller whose consumer went away (``GeneratorExit``) still holds
     what happened. ``job_id`` notes each attempt before it calls upstream
     (:func:`routing.attempts.attempt_stream`). ``cancelled`` is checked between upstream events: once it says True (the
-    caller went away; :class:`routing.events.CancelWatch`), or when this generator is closed, the
+    caller went away; :class:`routing.pipeline.cancel.CancelWatch`), or when this generator is closed, the
     upstream stream is closed at once (which frees its concurrency slot), the attempt is logged
     ``client_disconnected`` with the tokens it had cost, and ``outcome.cancelled`` is set.
 

@@ -5,10 +5,10 @@ Flow:
 1. the web process creates the job (``stream=True``) and enqueues the task as for any job;
 2. the worker runs :func:`stream_job_events` and appends every event to the job's Redis Stream
    ``muse:job:<id>:events`` (``XADD``; the key expires ``COMPLETION_STREAM_TTL_S`` after the
-   first event) through :class:`routing.events.RedisEventLog`;
+   first event) through :class:`routing.state.events.RedisEventLog`;
 3. the web process reads the stream from the beginning (``XREAD BLOCK`` from id ``0``), so a
    subscriber that arrives late misses nothing, and relays each event as it arrives
-   (:func:`routing.events.relay_events`). Nothing holds the whole answer: each event is written to the socket
+   (:func:`routing.web.relay.relay_events`). Nothing holds the whole answer: each event is written to the socket
    as soon as the worker has it.
 
 Events (dicts; the SSE ``event`` name is ``type``):
@@ -42,14 +42,16 @@ from typing import Any
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from routing.events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event
-from routing.handoff import publish_final
 from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
+from routing.pipeline.cancel import CancelWatch
 from routing.planning import build_request, job_plan, state_session
 from routing.recording import record_call
 from routing.services import completion_job_claim, completion_job_fail
 from routing.serving import ServeOutcome, serve_stream
 from routing.shadow.sampling import shadow_offer
+from routing.state.events import RedisEventLog, terminal_event
+from routing.state.handoff import publish_final
+from routing.web.relay import job_cancel_request, relay_events
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,7 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
 
     Safe to call twice: a job another worker holds yields nothing; a finished job yields only its
     terminal event. If the caller goes away — the relay sets the job's cancel flag
-    (:func:`routing.events.job_cancel_request`, checked between upstream chunks), or the consumer
+    (:func:`routing.web.relay.job_cancel_request`, checked between upstream chunks), or the consumer
     closes this generator — the upstream stream is closed at once, freeing its
     concurrency slot, and the call is recorded ``cancelled`` / ``client_disconnected`` with the
     tokens received so far, costed.
@@ -103,7 +105,7 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
 
 def job_lost(job_id: str) -> dict[str, Any]:
     """The ``error`` event of a task whose job row does not exist, its final state handed to any
-    waiting request at once (:func:`routing.handoff.publish_final`), so the caller gets a failure
+    waiting request at once (:func:`routing.state.handoff.publish_final`), so the caller gets a failure
     now rather than a timeout. It happens only when a PostgreSQL crash forgot the row of a job
     created without the WAL flush (:func:`routing.services.relax_commit_durability`)."""
     log.error("completion job %s does not exist; its task is dropped", job_id)

@@ -78,7 +78,7 @@ def run_completion(
                 return "missing"
         if stream:
             return publish_job_events(job_id=job_id)
-        # one non-streamed upstream call per attempt; a cancel cuts it off (routing.events)
+        # one non-streamed upstream call per attempt; a cancel cuts it off (routing.state.events)
         return execute_job(job_id=job_id)
 
 

@@ -4,8 +4,8 @@ The worker that served a call does ONE Redis transaction (``MULTI``):
 
 1. ``XADD muse:records`` — the call's records (:func:`routing.records.call_payload`);
 2. ``SET muse:job:<id>:final`` + ``RPUSH muse:job:<id>:done`` — the job's final state, which wakes
-   the web request waiting for it (:mod:`routing.handoff`);
-3. the job's claim marked ``done`` (:mod:`routing.claims`): a redelivered task does nothing.
+   the web request waiting for it (:mod:`routing.state.handoff`);
+3. the job's claim marked ``done`` (:mod:`routing.state.claims`): a redelivered task does nothing.
 
 Both or neither: once a caller can see the answer, the records are in Redis. A drainer
 (:func:`drain`; the Procfile's ``drainer`` process, :func:`drain_forever`, else a thread in each
@@ -44,9 +44,9 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from muse_experiments.infra.redis_client import redis_client
-from routing.claims import queue_done, queue_forget_row
-from routing.handoff import queue_final
 from routing.records import records_write
+from routing.state.claims import queue_done, queue_forget_row
+from routing.state.handoff import queue_final
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     pipe.xack(STREAM, GROUP, *ids)
     pipe.xdel(STREAM, *ids)
     for payload in payloads:
-        if payload.get("row"):  # written now: the claim need not keep it (routing.claims)
+        if payload.get("row"):  # written now: the claim need not keep it (routing.state.claims)
             queue_forget_row(pipe, payload["job"]["id"])
     pipe.execute()
     lag_s = time.time() - min(float(fields[b"t"]) for _, fields in entries)

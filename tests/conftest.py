@@ -72,7 +72,7 @@ def redis_store(redis_url, settings):
 
 @pytest.fixture(autouse=True)
 def no_claims_of_other_tests() -> None:
-    """Each test starts with no job claim in Redis's lease set (``routing.claims.LEASES``), no job
+    """Each test starts with no job claim in Redis's lease set (``routing.state.claims.LEASES``), no job
     published unclaimed or lost, and no worker heartbeat on record: another test's would otherwise
     be reaped (or published again) into this test's database. (Nothing to do for the
     Django-free tests run with ``-p no:django``.)"""
@@ -81,7 +81,7 @@ def no_claims_of_other_tests() -> None:
     if not settings.configured:
         return
     from muse_experiments.infra.redis_client import redis_client
-    from routing.claims import LEASES, LOST_JOBS, QUEUED_JOBS, WORKERS
+    from routing.state.claims import LEASES, LOST_JOBS, QUEUED_JOBS, WORKERS
 
     redis_client().delete(LEASES, QUEUED_JOBS, LOST_JOBS, WORKERS)
 

@@ -53,7 +53,7 @@ class QoS(kombu_redis.QoS):
     removes it at the acknowledgement (``MULTI``: ``ZREM`` + ``HDEL``), so that the message can be
     delivered again (after the visibility timeout, 1 h here) if its worker dies. For a completion
     task the job's own claim already is that record, written by the task a millisecond after it
-    starts (a Redis hash with a lease, :mod:`routing.claims`; or the job's row): a worker that dies
+    starts (a Redis hash with a lease, :mod:`routing.state.claims`; or the job's row): a worker that dies
     mid-call leaves a ``worker_lost`` job and an unclaimed one is published again by
     :func:`routing.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
     first on the event loop the moment the task was handed to its pool thread, so the thread waited

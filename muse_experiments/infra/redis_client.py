@@ -21,7 +21,7 @@ concurrency (routing.guards.concurrency)  the slot granted (no limit); Redis ski
 cooling (routing.guards.cooling)          the endpoint counts as not cooling
 config version (config_version)    read from the database row
 sticky cache (sticky)              exposures read from the database; Redis skipped for 5 s
-job claim (routing.claims)         the job is claimed through its database row
+job claim (routing.state.claims)         the job is claimed through its database row
 claim read (routing.services)      a deferred job's row is written ``queued`` (its claim decides
                                    later); ``GET /api/v1/completions/{id}`` of an unwritten job: 404
 reaper (routing.services)          Redis claims are reaped on the next tick; rows as usual
@@ -31,9 +31,9 @@ job record at publish (routing.    not written: the job is known to its waiting 
 dispatch)                          writes its row before handing its id out
 attempt note (routing.attempts)    not written: a call dying with its worker leaves no attempt
 call records (routing.recording)   written to the database at once instead of buffered
-final state (routing.handoff)      not handed over: the waiting request re-reads the job row
+final state (routing.state.handoff)      not handed over: the waiting request re-reads the job row
 wait for a job (routing.dispatch)  the waiting request polls the job row
-cancel flag (routing.events)       set on the job row, where a stream's runner reads it; the cancel
+cancel flag (routing.state.events)       set on the job row, where a stream's runner reads it; the cancel
                                    watcher cuts no non-streamed call off until Redis answers
 reasoning (routing.reasoning_      load: none (the call goes out without it); save: dropped;
 store)                             session end: 503

@@ -11,8 +11,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims, dispatch
-from routing.handoff import final_state
+from routing import dispatch
 from routing.models import CompletionJob, JobStatus
 from routing.services import (
     WORKER_LOST,
@@ -20,6 +19,8 @@ from routing.services import (
     completion_jobs_reap_expired,
     completion_jobs_renew_leases,
 )
+from routing.state import claims
+from routing.state.handoff import final_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -93,8 +93,8 @@ def test_a_task_whose_job_row_is_gone_fails_its_waiting_caller_at_once(redis_url
     import uuid
 
     from routing.dispatch import wait_for_job
-    from routing.handoff import final_state
     from routing.models import JOB_LOST
+    from routing.state.handoff import final_state
     from routing.streaming import stream_job_events
 
     ghost = str(uuid.uuid4())

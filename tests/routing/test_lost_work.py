@@ -23,7 +23,7 @@ from analytics.rollups import call_rollup_refresh
 from muse_experiments.api.auth import api_key_create
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims, dispatch, reaper, tasks
+from routing import dispatch, reaper, tasks
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.planning import build_request, job_plan
 from routing.recording import record_call
@@ -36,6 +36,7 @@ from routing.services import (
     completion_job_materialize,
 )
 from routing.serving import serve
+from routing.state import claims
 from tests.factories import make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]

@@ -115,12 +115,14 @@ def redis62(tmp_path, monkeypatch, settings):
 def test_the_claims_drainer_guards_streams_and_hand_off_work_on_redis_6_2(redis62, settings, monkeypatch):
     """XAUTOCLAIM replies with 2 elements on 6.2 (3 from Redis 7 on), which the drainer read as
     3; the Lua scripts, ``SET … PXAT``, streams and a float ``BLPOP`` timeout need 6.2."""
-    from routing import claims, writebehind
-    from routing.events import RedisEventLog, relay_events
+    from routing import writebehind
     from routing.guards.circuit import OPEN, breaker
     from routing.guards.concurrency import limiter
     from routing.guards.cooling import cool, cooling_until
-    from routing.handoff import publish_final, wait_final
+    from routing.state import claims
+    from routing.state.events import RedisEventLog
+    from routing.state.handoff import publish_final, wait_final
+    from routing.web.relay import relay_events
 
     assert redis62.info("server")["redis_version"].startswith("6.2.")
 
