@@ -744,8 +744,8 @@ def database_checks(
     write-behind drain, polled up to ``drain_s``)."""
     from django.db import connections
 
+    from routing.jobs import WORKER_LOST
     from routing.models import CallRecord, CompletionJob, JobStatus
-    from routing.services import WORKER_LOST
 
     by_marker = Counter()
     for c in calls:

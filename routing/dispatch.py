@@ -6,7 +6,7 @@ it re-reads the job row once a second as a safety net (a job failed by another p
 
 A caller that waits on this request, without an idempotency key and without streaming, costs no
 database round trip before the publish: the message carries the job's row
-(:func:`routing.services.job_row`) and the worker writes it as it claims the job. The
+(:func:`routing.jobs.job_row`) and the worker writes it as it claims the job. The
 waiting request writes it itself (``queued``) before handing the id out unanswered, and when no
 worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
 
@@ -43,14 +43,14 @@ from rest_framework.exceptions import AuthenticationFailed
 from muse_experiments.infra.broker import direct_publisher
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
-from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from routing.services import (
+from routing.jobs import (
     completion_job_create,
     completion_job_fail,
     completion_job_hand_out,
     completion_job_new,
     job_row,
 )
+from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from routing.state import claims
 from routing.state.handoff import apply_final, wait_final
 from routing.tasks import run_completion
@@ -80,7 +80,7 @@ def publish_completion(
 ) -> None:
     """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise.
 
-    ``row``: a deferred job's row (:func:`routing.services.job_row`), which the worker writes as
+    ``row``: a deferred job's row (:func:`routing.jobs.job_row`), which the worker writes as
     it claims the job. No Celery result is stored: the final state travels through
     :mod:`routing.state.handoff`.
     """
@@ -183,7 +183,7 @@ def submit_completion(
     """Create the job (or find it by idempotency key) and hand it to a worker. Returns ``(job, created)``.
 
     ``durable=False`` for callers that wait for the answer on this request
-    (:func:`routing.services.completion_job_create`).
+    (:func:`routing.jobs.completion_job_create`).
     """
     try:
         job, created = _create_and_enqueue(

@@ -3,7 +3,7 @@
 In each worker process (:class:`LeaseKeeper`), one daemon thread sets the process's heartbeat
 (:func:`routing.state.claims.beat`, a Redis key with a TTL of ``WORKER_HEARTBEAT_TTL_S``) every fifth
 of that TTL and does nothing else; another renews the leases of every job the process holds
-(``COMPLETION_LEASE_S``, taken by ``routing.services.completion_job_claim``) every third of the
+(``COMPLETION_LEASE_S``, taken by ``routing.jobs.completion_job_claim``) every third of the
 lease, and reaps. If the worker dies
 (SIGKILL, OOM, machine lost), its heartbeat expires within ``WORKER_HEARTBEAT_TTL_S``; the next
 worker to beat (having beaten steadily itself for a TTL, so that a Redis outage is not taken
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import close_old_connections
 
-from routing.services import completion_jobs_renew_leases, worker_identity
+from routing.jobs import completion_jobs_renew_leases, worker_identity
 from routing.state import claims
 
 log = logging.getLogger(__name__)

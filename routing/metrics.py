@@ -18,7 +18,7 @@ Read at scrape time (:class:`RoutingStateCollector`): ``muse_circuit_state{endpo
 (1 for the endpoint's current state), ``muse_kill_switch_active{scope, target}``,
 ``muse_kill_state_unreadable`` and ``muse_job_oldest_age_seconds{status}`` (age of the oldest
 queued / running completion job *row*: a waiting caller's job has no row until a worker claims it,
-:func:`routing.services.completion_job_new`, so a broker backlog shows in
+:func:`routing.jobs.completion_job_new`, so a broker backlog shows in
 ``muse_queue_depth`` and ``muse_job_queue_wait_seconds`` instead).
 """
 

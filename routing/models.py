@@ -195,7 +195,7 @@ class CompletionJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Streaming and delivery bookkeeping (see routing.services.completion_job_claim and routing.tasks).
+    # Streaming and delivery bookkeeping (see routing.jobs.completion_job_claim and routing.tasks).
     stream = models.BooleanField(default=False, help_text="Deltas are published to the job's Redis stream.")
     cancel_requested = models.BooleanField(
         default=False,
@@ -394,7 +394,7 @@ KILL_SCOPE_NAMES = {
 
 
 class KillSwitch(models.Model):
-    """An operator's off switch. Written only through :func:`routing.services.kill_switch_set`
+    """An operator's off switch. Written only through :func:`routing.jobs.kill_switch_set`
     (audited, bumps the configuration version); read through :func:`routing.guards.killswitch.kill_state`.
 
     ``target`` is empty for ``all_external``; otherwise a provider key, an endpoint public id, an

@@ -4,7 +4,7 @@ A worker's death (its heartbeat expired, :func:`routing.state.claims.beat`, or i
 three kinds of work behind, and :func:`reap_lost_work` settles each, idempotently (any number of
 reapers may run it, any number of times):
 
-1. jobs it was running: failed ``worker_lost`` (:func:`routing.services.completion_jobs_reap_expired`),
+1. jobs it was running: failed ``worker_lost`` (:func:`routing.jobs.completion_jobs_reap_expired`),
    never re-run — their attempt may have reached the provider, which must not be called twice;
 2. the attempts those jobs had started (noted before each upstream call,
    :func:`routing.state.claims.queue_attempt_note`): recorded as a failed call whose attempts are
@@ -28,11 +28,11 @@ from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
+from routing.jobs import WORKER_LOST, completion_jobs_reap_expired
 from routing.metrics import observe_outcome
 from routing.models import CompletionJob, JobStatus
 from routing.planning import job_plan
 from routing.records import call_payload, records_write
-from routing.services import WORKER_LOST, completion_jobs_reap_expired
 from routing.serving import AttemptLog, ServeOutcome
 from routing.state import claims
 

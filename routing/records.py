@@ -12,27 +12,23 @@ Only ``CompletionResult.to_public_dict()`` enters a payload: encrypted reasoning
 
 from __future__ import annotations
 
-import json
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Q
+from django.db import transaction
 from django.utils import timezone
 
 from muse_experiments.experiments.assignment.specs import Decision
 from muse_experiments.experiments.selectors import assignment_snapshot
 from muse_experiments.experiments.services.exposures import ExposureInput, exposures_record_many
-from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
 from routing.guards.killswitch import kill_state
+from routing.jobs import completion_jobs_finish, completion_jobs_insert, job_from_row, job_row
 from routing.models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
 from routing.planning import Candidate
-from routing.services import WORKER_LOST, completion_jobs_insert, job_from_row, job_row
 from routing.serving import ServeOutcome
 from routing.transcripts.services import TurnInput, transcript_record_turns
 
@@ -280,7 +276,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
             for call, p in zip(calls, new, strict=True)
             for i, a in enumerate(p["attempts"], start=1)
         )
-        _finish_jobs(new)
+        completion_jobs_finish([p["job"] for p in new])
         transcript_record_turns(
             turns=[TurnInput(job_id=p["job"]["id"], **p["turn"]) for p in new if p["turn"] is not None]
         )
@@ -293,49 +289,3 @@ LOST_KIND = "worker_lost"
 
 def _is_lost(payload: Mapping[str, Any]) -> bool:
     return payload["call"].get("error_kind") == LOST_KIND
-
-
-def _finish_jobs(payloads: Sequence[Mapping[str, Any]]) -> None:
-    """Store each job's final state unless it already finished (a ``worker_lost`` verdict excepted).
-
-    One ``UPDATE`` for the batch (:func:`muse_experiments.infra.bulk_sql.update_from_values`; Django's
-    ``bulk_update`` builds a CASE expression per row and field, which cost more CPU than the rest
-    of the drain); one per job where that is not supported.
-    """
-    states = [p["job"] for p in payloads]
-    if not bulk_sql.supported():
-        unfinished = Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(
-            status=JobStatus.FAILED, error=WORKER_LOST
-        )
-        for state in states:
-            CompletionJob.objects.filter(unfinished, pk=state["id"]).update(
-                status=state["status"],
-                result=state["result"],
-                error=state["error"],
-                finished_at=datetime.fromisoformat(state["finished_at"]),
-            )
-        return
-    pk, ops = CompletionJob._meta.pk, connection.ops
-    bulk_sql.update_from_values(
-        CompletionJob._meta.db_table,
-        columns=[
-            ("id", "uuid"),
-            ("status", "text"),
-            ("result", "jsonb"),
-            ("error", "text"),
-            ("finished_at", "timestamptz"),
-        ],
-        rows=[
-            (
-                pk.get_db_prep_value(uuid.UUID(str(state["id"])), connection),
-                state["status"],
-                json.dumps(state["result"]) if state["result"] is not None else None,
-                state["error"],
-                ops.adapt_datetimefield_value(datetime.fromisoformat(state["finished_at"])),
-            )
-            for state in states
-        ],
-        assign="status = v.status, result = v.result, error = v.error, finished_at = v.finished_at",
-        where="x.id = v.id AND (x.status IN (%s, %s) OR (x.status = %s AND x.error = %s))",
-        where_params=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, WORKER_LOST],
-    )

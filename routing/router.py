@@ -3,11 +3,9 @@
 ``execute_job`` is what the Celery task runs. It reads as a line of steps, one module per step,
 each importable on its own:
 
-1. claim the job (:func:`routing.services.completion_job_claim`; with Redis, a job whose row
+1. claim the job (:func:`routing.jobs.completion_job_claim`; with Redis, a job whose row
    came in the task message is claimed in Redis, :mod:`routing.state.claims`, and its row written
-   with its records; a redelivered task for a finished or claimed job does nothing). Such a
-   job is planned (step 2) while the claim's reply is on its way, and the plan dropped if the
-   claim is lost: planning changes nothing;
+   with its records; a redelivered task for a finished or claimed job does nothing);
 2. plan (:mod:`routing.planning`): the pure assignment engine on the cached configuration snapshot, with the unit's
    durable sticky assignments (one indexed query);
 3. serve (:mod:`routing.serving`, each try one guarded call of :mod:`routing.attempts`): try
@@ -57,10 +55,10 @@ only ``CompletionResult.to_public_dict()`` is stored.
 from __future__ import annotations
 
 from routing.attempts import answer_first
+from routing.jobs import completion_job_claim
 from routing.models import CompletionJob
 from routing.planning import build_request, job_plan, state_session
 from routing.recording import record_call
-from routing.services import completion_job_claim
 from routing.serving import serve
 from routing.shadow.sampling import shadow_offer
 
@@ -68,23 +66,17 @@ from routing.shadow.sampling import shadow_offer
 def execute_job(*, job_id: str, row: dict | None = None) -> str:
     """Run one completion job end to end. Returns the job's final status; safe to call twice.
 
-    ``row``: the job's row when it is not written yet (:func:`routing.services.completion_job_new`).
+    ``row``: the job's row when it is not written yet (:func:`routing.jobs.completion_job_new`).
 
     Each upstream call is non-streamed; with Redis, a caller that goes away (the job's cancel flag,
     :func:`routing.web.relay.job_cancel_request`) has it cut off within ~0.2 s and the job ends
     ``cancelled`` / ``client_disconnected`` (:data:`routing.pipeline.cancel.cancel_watcher`)."""
 
-    planned: list = []  # the plan of a deferred job, made while its claim's reply is on its way
-    job = completion_job_claim(
-        job_id=job_id, row=row, meanwhile=lambda j: planned.append((j, *job_plan(j), build_request(j, {})))
-    )
+    job = completion_job_claim(job_id=job_id, row=row)
     if job is None:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
-    if planned and planned[0][0] is job:
-        _, decision, chain, reason, request = planned[0]
-    else:
-        decision, chain, reason = job_plan(job)
-        request = build_request(job, {})
+    decision, chain, reason = job_plan(job)
+    request = build_request(job, {})
     with answer_first():
         outcome = serve(request, chain, reason, session=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)

@@ -42,11 +42,11 @@ from typing import Any
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
+from routing.jobs import completion_job_claim, completion_job_fail
 from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from routing.pipeline.cancel import CancelWatch
 from routing.planning import build_request, job_plan, state_session
 from routing.recording import record_call
-from routing.services import completion_job_claim, completion_job_fail
 from routing.serving import ServeOutcome, serve_stream
 from routing.shadow.sampling import shadow_offer
 from routing.state.events import RedisEventLog, terminal_event
@@ -107,7 +107,7 @@ def job_lost(job_id: str) -> dict[str, Any]:
     """The ``error`` event of a task whose job row does not exist, its final state handed to any
     waiting request at once (:func:`routing.state.handoff.publish_final`), so the caller gets a failure
     now rather than a timeout. It happens only when a PostgreSQL crash forgot the row of a job
-    created without the WAL flush (:func:`routing.services.relax_commit_durability`)."""
+    created without the WAL flush (:func:`routing.jobs.relax_commit_durability`)."""
     log.error("completion job %s does not exist; its task is dropped", job_id)
     state = {"status": JobStatus.FAILED, "result": None, "error": JOB_LOST, "finished_at": timezone.now()}
     publish_final(job_id=job_id, state=state)

@@ -3,7 +3,7 @@
 Delivery guarantees (``acks_late`` + ``reject_on_worker_lost``): a task message is
 acknowledged only after the task returns, so a worker that dies mid-task leaves it unacknowledged
 and Redis redelivers it after the visibility timeout (``CELERY_VISIBILITY_TIMEOUT_S``). The job's
-lease (``routing.services.completion_job_claim``, kept alive by ``routing.leases``) decides what a
+lease (``routing.jobs.completion_job_claim``, kept alive by ``routing.leases``) decides what a
 redelivery does: a queued job runs; a job whose live worker still holds it is left alone; a job
 whose worker died mid-call is failed ``worker_lost`` — never re-run, so the provider is never
 called twice for the same attempt; the attempt is recorded ``lost``, its cost unknown. Jobs whose
@@ -29,11 +29,11 @@ from django.utils import timezone
 
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.runtime import tune_gc
+from routing.jobs import completion_job_fail
 from routing.leases import keeper
 from routing.models import CompletionJob, JobStatus
 from routing.reaper import reap_lost_work
 from routing.router import execute_job
-from routing.services import completion_job_fail
 from routing.streaming import publish_job_events
 from routing.writebehind import drain, drainer
 
@@ -66,7 +66,7 @@ def run_completion(
 
     ``stream`` comes with the message (:func:`routing.dispatch.enqueue_completion`); a message
     without it (:func:`requeue_lost_jobs`) reads it from the job row. ``pinned`` (sent by earlier
-    versions) is ignored. ``row``: a job not written yet (:func:`routing.services.completion_job_new`;
+    versions) is ignored. ``row``: a job not written yet (:func:`routing.jobs.completion_job_new`;
     non-streamed), written as it is claimed.
     """
     with keeper.hold(job_id):

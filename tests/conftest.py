@@ -393,7 +393,7 @@ def celery_worker_process(upstreams):
 
 def _purge_task_queues(*, unacknowledged: bool = False) -> None:
     """Drop task messages earlier tests published without a worker to run them. Their jobs' rows
-    were rolled back, but a waiting caller's message carries its row (routing.services.
+    were rolled back, but a waiting caller's message carries its row (routing.jobs.
     completion_job_new), so a worker would run them and keep this test's job waiting behind them.
 
     ``unacknowledged`` (only while no worker runs): also drop the messages workers that earlier

@@ -29,8 +29,8 @@ from muse_experiments.experiments.models import Exposure
 from muse_experiments.infra.redis_client import redis_client
 from routing import writebehind
 from routing.catalogue import avocado_id
+from routing.jobs import WORKER_LOST
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
-from routing.services import WORKER_LOST
 from routing.transcripts.models import TranscriptTurn
 from tests.conftest import (
     CREDENTIAL_ENV,

@@ -22,9 +22,9 @@ cooling (routing.guards.cooling)          the endpoint counts as not cooling
 config version (config_version)    read from the database row
 sticky cache (sticky)              exposures read from the database; Redis skipped for 5 s
 job claim (routing.state.claims)         the job is claimed through its database row
-claim read (routing.services)      a deferred job's row is written ``queued`` (its claim decides
+claim read (routing.jobs)      a deferred job's row is written ``queued`` (its claim decides
                                    later); ``GET /api/v1/completions/{id}`` of an unwritten job: 404
-reaper (routing.services)          Redis claims are reaped on the next tick; rows as usual
+reaper (routing.jobs)          Redis claims are reaped on the next tick; rows as usual
 worker heartbeat (routing.leases)  not set, dead workers not seen: leases and the requeue after
                                    ``COMPLETION_REQUEUE_AFTER_S`` are the bounds
 job record at publish (routing.    not written: the job is known to its waiting request, which

@@ -27,8 +27,8 @@ from rest_framework.views import APIView
 
 from muse_experiments.api.auth import ApiKeyAuthentication, HasScope
 from muse_experiments.api.base import RequestTooLarge
+from routing.jobs import IdempotencyConflict
 from routing.models import CompletionJob
-from routing.services import IdempotencyConflict
 from routing.streaming import sse_response
 
 from .anthropic_framing import message_frames, message_object

@@ -1,7 +1,7 @@
 """The kill switch as routing reads it: which endpoints, experiments and variants are off.
 
 Scopes (rows of :class:`routing.models.KillSwitch`, written by
-:func:`routing.services.kill_switch_set`):
+:func:`routing.jobs.kill_switch_set`):
 
 * ``all_external`` — every provider whose kind is not ``native``;
 * ``provider`` — one provider (target: provider key, e.g. ``azure``);

@@ -1,7 +1,7 @@
 """The intent record of a deferred job, in Redis: one round trip before the upstream call.
 
 A drop-in call whose caller waits for the answer is *deferred*: its row travels in the task
-message and is not in the database yet (:func:`routing.services.completion_job_new`). Its worker
+message and is not in the database yet (:func:`routing.jobs.completion_job_new`). Its worker
 must still record, before any upstream call, that this attempt is under way, so that a
 redelivered task never calls the provider a second time and a worker that dies mid-call leaves
 a ``worker_lost`` job behind. That record used to be the job's row, inserted ``running`` (one
@@ -25,7 +25,7 @@ other records through the write-behind drainer (:mod:`routing.writebehind`).
   ``MULTI`` as :func:`routing.writebehind.buffer_call`): a redelivery does nothing.
 * ``lost`` — the lease ran out, or the worker's heartbeat (:func:`beat`) expired, before the
   job finished: its worker died mid-call. The job is failed ``worker_lost``
-  (:func:`routing.services.completion_job_fail`), by the redelivery that found it (:func:`claim`)
+  (:func:`routing.jobs.completion_job_fail`), by the redelivery that found it (:func:`claim`)
   or by the reaper (:func:`reap`), and never run again; its id waits in :data:`LOST_JOBS` until the
   reaper has recorded the attempts that died with it (:func:`attempt_notes`).
 * ``db`` — the job is claimed through its database row (a task without a row: streams, durable
@@ -270,7 +270,7 @@ def reap(*, limit: int = 500, heartbeats: bool = True) -> list[tuple[str, dict |
     heartbeat expired (after :func:`heartbeat_ttl_ms` of grace from the claim, for a worker's
     first beat). Returns
     ``[(job id, row)]`` of the jobs to fail ``worker_lost`` (the caller writes them;
-    :func:`routing.services.completion_jobs_reap_expired`); their ids join :data:`LOST_JOBS`."""
+    :func:`routing.jobs.completion_jobs_reap_expired`); their ids join :data:`LOST_JOBS`."""
     client = redis_client()
     now = _now_ms()
     ids = [i.decode() for i in client.zrange(LEASES, 0, limit - 1)]

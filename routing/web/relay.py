@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from muse_experiments.infra.redis_client import redis_client
+from routing.jobs import completion_job_flag_cancel
 from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
 from routing.state.events import TERMINAL, cancel_key, stream_key, terminal_event
 
@@ -35,9 +36,7 @@ def job_cancel_request(*, job_id: str) -> None:
         return
     except Exception:  # noqa: BLE001 - fall back to the row: the flag must not be lost
         log.exception("could not set the cancel key of job %s; flagging the row", job_id)
-    CompletionJob.objects.filter(pk=job_id).exclude(status__in=FINISHED_STATUSES).update(
-        cancel_requested=True
-    )
+    completion_job_flag_cancel(job_id=job_id)
 
 
 def relay_events(

@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 from muse_experiments.api.auth import api_key_create, api_key_revoke, digest_key
 from muse_experiments.api.throttling import sliding_wait_s
 from muse_experiments.experiments.models import ApiKey
+from routing.jobs import completion_job_create
 from routing.models import CompletionJob
-from routing.services import completion_job_create
 
 pytestmark = pytest.mark.django_db
 

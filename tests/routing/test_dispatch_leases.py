@@ -7,14 +7,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from routing.models import CompletionJob, JobStatus
-from routing.services import (
+from routing.jobs import (
     WORKER_LOST,
     completion_job_claim,
     completion_job_create,
     completion_jobs_reap_expired,
     completion_jobs_renew_leases,
 )
+from routing.models import CompletionJob, JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +72,7 @@ def _synchronous_commit() -> str:
 def test_a_job_for_a_waiting_caller_commits_without_the_wal_flush_and_only_that_transaction(postgres):
     from django.db import transaction
 
-    from routing.services import relax_commit_durability
+    from routing.jobs import relax_commit_durability
 
     with transaction.atomic():
         relax_commit_durability()

@@ -8,9 +8,9 @@ import pytest
 
 from muse_experiments.experiments.models import Exposure, PlatformConfig
 from routing.catalogue import avocado_id
+from routing.jobs import completion_job_create
 from routing.models import CallRecord, CompletionJob, ModelEndpoint
 from routing.router import execute_job
-from routing.services import completion_job_create
 from tests.factories import make_experiment, seed_catalogue
 
 pytestmark = pytest.mark.django_db

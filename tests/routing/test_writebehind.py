@@ -17,11 +17,11 @@ from muse_experiments.experiments.models import ApiKey, Exposure
 from muse_experiments.infra.redis_client import redis_client
 from routing import writebehind
 from routing.catalogue import avocado_id
+from routing.jobs import completion_job_claim, completion_job_new, job_row, worker_identity
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.records import records_write
 from routing.router import execute_job
 from routing.selectors import completion_job_current
-from routing.services import completion_job_claim, completion_job_new, job_row, worker_identity
 from routing.state import claims
 from routing.state.handoff import final_state
 from routing.transcripts.models import TranscriptTurn

@@ -34,9 +34,9 @@ from muse_experiments.celery import app as celery_app
 from muse_experiments.experiments.models import Experiment, PlatformConfig
 from muse_experiments.infra.config_version import invalidate_all
 from routing import reasoning_store
+from routing.jobs import completion_job_create
 from routing.models import CompletionJob, KillSwitch, ModelEndpoint
 from routing.providers.types import ReasoningState
-from routing.services import completion_job_create
 from routing.transcripts.models import TrainingOptOut, TrainingRecord, Transcript, TranscriptTurn
 from routing.transcripts.services import training_opt_out
 from tests.factories import make_experiment

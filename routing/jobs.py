@@ -1,4 +1,17 @@
-"""Routing services: writes to the catalogue and to completion jobs."""
+"""Every write of a :class:`~routing.models.CompletionJob` row, and the row's message form.
+
+The one module that creates or updates job rows (``tests/test_architecture.py`` holds that line):
+
+* the web side's queued write (:func:`completion_job_create`, :func:`completion_job_materialize`,
+  :func:`completion_job_hand_out`) and a job failed before it ran (:func:`completion_job_fail`);
+* the worker's claim (:func:`completion_job_claim`), lease renewal
+  (:func:`completion_jobs_renew_leases`) and reaping (:func:`completion_jobs_reap_expired`);
+* the drainer's writes (:func:`completion_jobs_insert` for jobs claimed without a row,
+  :func:`completion_jobs_finish` for every final state);
+* the cancel flag set when Redis refused it (:func:`completion_job_flag_cancel`).
+
+A deferred job's row travels in its task message (:func:`job_row`, :func:`job_from_row`).
+"""
 
 from __future__ import annotations
 
@@ -8,82 +21,24 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from rest_framework import exceptions
 
-from muse_experiments.infra import config_version
+from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
-from routing.catalogue import EndpointSeed, ProviderSeed
-from routing.guards.credentials import credential_binding_validate
-from routing.models import CompletionJob, JobStatus, ModelEndpoint, Provider
+from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
 from routing.state import claims
 from routing.state.events import publish_failure
 from routing.state.handoff import publish_final
 
 log = logging.getLogger(__name__)
-
-
-@transaction.atomic
-def catalogue_seed(
-    *, providers: Sequence[ProviderSeed], endpoints: Sequence[EndpointSeed], actor: str
-) -> tuple[int, int]:
-    """Create or update providers and endpoints by key/public id. Returns ``(n_providers, n_endpoints)``.
-
-    Every provider's credential variable and base URL must be in the credential binding
-    (:func:`routing.guards.credentials.credential_binding_validate`): otherwise ValidationError, keyed
-    ``<provider key>.<field>``, and nothing is written.
-    """
-    errors: dict[str, Any] = {}
-    for p in providers:
-        try:
-            credential_binding_validate(credential_env=p.credential_env, base_url=p.base_url)
-        except ValidationError as exc:
-            errors.update({f"{p.key}.{name}": messages for name, messages in exc.message_dict.items()})
-    if errors:
-        raise ValidationError(errors)
-    by_key = {}
-    for p in providers:
-        obj, _ = Provider.objects.update_or_create(
-            key=p.key,
-            defaults={
-                "kind": p.kind,
-                "base_url": p.base_url,
-                "credential_env": p.credential_env,
-                "api_version": p.api_version,
-            },
-        )
-        obj.full_clean()
-        by_key[p.key] = obj
-    for e in endpoints:
-        if e.is_platform_default:
-            ModelEndpoint.objects.filter(is_platform_default=True).exclude(public_id=e.public_id).update(
-                is_platform_default=False
-            )
-        obj, _ = ModelEndpoint.objects.update_or_create(
-            public_id=e.public_id,
-            defaults={
-                "version_label": e.version_label,
-                "provider": by_key[e.provider],
-                "upstream_model": e.upstream_model,
-                "api_style": e.api_style,
-                "supports_reasoning": e.supports_reasoning,
-                "supports_structured_output": e.supports_structured_output,
-                "supports_json_mode": e.supports_json_mode,
-                **e.price_fields(),
-                "is_platform_default": e.is_platform_default,
-            },
-        )
-        obj.full_clean()
-    config_version.bump()
-    return len(providers), len(endpoints)
 
 
 def completion_job_create(
@@ -337,7 +292,6 @@ def completion_job_claim(
     job_id,
     worker: str | None = None,
     row: Mapping[str, Any] | None = None,
-    meanwhile: Callable[[CompletionJob], None] | None = None,
 ) -> CompletionJob | None:
     """Take a job for this worker, under a row lock. Returns the running job, or None to do nothing.
 
@@ -361,11 +315,6 @@ def completion_job_claim(
     (``_state.adding``), and its row reaches the database with the call's records
     (:func:`routing.records.records_write`). A job claimed there whose lease ran out is failed
     ``worker_lost`` here; every other job (state ``db``) is claimed through its row, as above.
-
-    ``meanwhile(job)`` (a deferred job only) runs on the job this claim returns if it
-    wins, while the script's reply is on its way: work that needs the job but changes nothing
-    (the routing plan, :func:`routing.router.execute_job`). If the claim is not won, its result
-    is dropped and its exception too; if it is, its exception propagates.
     """
     now = timezone.now()
     identity = (worker or worker_identity())[:200]
@@ -375,12 +324,8 @@ def completion_job_claim(
             job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
             lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
         )  # fmt: skip
-    state, lost_row, failure = _claim_in_redis(
-        job_id, worker=identity, row=row, meanwhile=(lambda: meanwhile(job)) if meanwhile and job else None
-    )  # fmt: skip
+    state, lost_row = _claim_in_redis(job_id, worker=identity, row=row)
     if state == claims.CLAIMED:
-        if failure is not None:
-            raise failure
         return job
     if state == claims.LOST and lost_row is not None:  # its worker died mid-call
         completion_job_fail(job_id=job_id, reason=WORKER_LOST, row=lost_row)
@@ -423,28 +368,14 @@ def completion_job_claim(
         return None
 
 
-def _claim_in_redis(
-    job_id, *, worker: str, row: Mapping[str, Any] | None, meanwhile: Callable[[], None] | None = None
-) -> tuple[str, dict | None, BaseException | None]:
-    """:func:`routing.state.claims.claim` (running ``meanwhile()`` between sending it and reading its
-    reply); if Redis fails, :data:`routing.state.claims.DB` (claim through the row).
-    Returns ``(state, lost row, what meanwhile raised)``."""
-    failure = None
+def _claim_in_redis(job_id, *, worker: str, row: Mapping[str, Any] | None) -> tuple[str, dict | None]:
+    """:func:`routing.state.claims.claim`; if Redis fails, :data:`routing.state.claims.DB` (claim
+    through the row). Returns ``(state, lost row)``."""
     try:
-        read = claims.claim_send(str(job_id), worker=worker, row=dict(row) if row is not None else None)
-        if meanwhile is not None:
-            try:
-                meanwhile()
-            except Exception as exc:  # noqa: BLE001 - raised by the caller once the claim is known
-                failure = exc
-            except BaseException:  # interrupted: still read the reply (the connection goes back)
-                with contextlib.suppress(Exception):
-                    read()
-                raise
-        return (*read(), failure)
+        return claims.claim(str(job_id), worker=worker, row=dict(row) if row is not None else None)
     except Exception as exc:  # noqa: BLE001 - Redis down: the database row is the claim
         log.warning("claiming job %s in Redis failed (%s); claiming its row", job_id, type(exc).__name__)
-        return claims.DB, None, None
+        return claims.DB, None
 
 
 def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
@@ -579,3 +510,60 @@ def completion_job_fail(*, job_id, reason: str, row: Mapping[str, Any] | None = 
         job.save(update_fields=["status", "error", "finished_at"])
         _announce_failure([job])
     return True
+
+
+def completion_jobs_finish(states: Sequence[Mapping[str, Any]]) -> None:
+    """Store each job's final state unless it already finished (a ``worker_lost`` verdict excepted).
+
+    ``states``: the ``job`` part of :func:`routing.pipeline.records.call_payload` s, ``{"id",
+    "status", "result", "error", "finished_at"}`` (``finished_at`` ISO 8601). Meant for the
+    caller's transaction (:func:`routing.pipeline.records.records_write`).
+
+    One ``UPDATE`` for the batch (:func:`muse_experiments.infra.bulk_sql.update_from_values`; Django's
+    ``bulk_update`` builds a CASE expression per row and field, which cost more CPU than the rest
+    of the drain); one per job where that is not supported.
+    """
+    if not bulk_sql.supported():
+        unfinished = Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(
+            status=JobStatus.FAILED, error=WORKER_LOST
+        )
+        for state in states:
+            CompletionJob.objects.filter(unfinished, pk=state["id"]).update(
+                status=state["status"],
+                result=state["result"],
+                error=state["error"],
+                finished_at=datetime.fromisoformat(state["finished_at"]),
+            )
+        return
+    pk, ops = CompletionJob._meta.pk, connection.ops
+    bulk_sql.update_from_values(
+        CompletionJob._meta.db_table,
+        columns=[
+            ("id", "uuid"),
+            ("status", "text"),
+            ("result", "jsonb"),
+            ("error", "text"),
+            ("finished_at", "timestamptz"),
+        ],
+        rows=[
+            (
+                pk.get_db_prep_value(uuid.UUID(str(state["id"])), connection),
+                state["status"],
+                json.dumps(state["result"]) if state["result"] is not None else None,
+                state["error"],
+                ops.adapt_datetimefield_value(datetime.fromisoformat(state["finished_at"])),
+            )
+            for state in states
+        ],
+        assign="status = v.status, result = v.result, error = v.error, finished_at = v.finished_at",
+        where="x.id = v.id AND (x.status IN (%s, %s) OR (x.status = %s AND x.error = %s))",
+        where_params=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, WORKER_LOST],
+    )
+
+
+def completion_job_flag_cancel(*, job_id) -> None:
+    """Set an unfinished job's ``cancel_requested`` flag: its caller went away and Redis refused
+    the cancel key (:func:`routing.web.relay.job_cancel_request`). Harmless on a finished job."""
+    CompletionJob.objects.filter(pk=job_id).exclude(status__in=FINISHED_STATUSES).update(
+        cancel_requested=True
+    )
