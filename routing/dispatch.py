@@ -276,7 +276,7 @@ def wait_for_job(
             try:
                 job.refresh_from_db()
             except CompletionJob.DoesNotExist:
-                if not unwritten:  # a database crash forgot it (routing.streaming.job_lost)
+                if not unwritten:  # a database crash forgot it (routing.pipeline.streaming.job_lost)
                     return apply_final(
                         job, {"status": JobStatus.FAILED, "error": JOB_LOST, "finished_at": None}
                     )

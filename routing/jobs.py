@@ -56,7 +56,7 @@ def completion_job_create(
     """Create a queued job, or return the existing one for the same idempotency key.
 
     ``request`` is ``{"messages": [...], "tools": [...]}`` plus, for a caller that pins a model,
-    ``"model": <endpoint public id>``. ``stream`` makes the worker publish deltas (routing.streaming).
+    ``"model": <endpoint public id>``. ``stream`` makes the worker publish deltas (routing.pipeline.streaming).
     Returns ``(job, created)``. The caller enqueues the worker task on commit when ``created``.
 
     ``durable=False`` is for a caller that waits for the answer on this request (drop-ins, native
@@ -313,7 +313,7 @@ def completion_job_claim(
     Every delivery first goes through :func:`routing.state.claims.claim` (one script, one round trip);
     if Redis fails, the row is the claim, as above. A deferred job is claimed there alone: the returned job is *not written*
     (``_state.adding``), and its row reaches the database with the call's records
-    (:func:`routing.records.records_write`). A job claimed there whose lease ran out is failed
+    (:func:`routing.pipeline.records.records_write`). A job claimed there whose lease ran out is failed
     ``worker_lost`` here; every other job (state ``db``) is claimed through its row, as above.
     """
     now = timezone.now()

@@ -60,7 +60,7 @@ COST_UNKNOWN = Counter(
 
 
 def observe_outcome(*, experiment: str | None, variant: str | None, assigned: str, outcome: Any) -> None:
-    """Count one routed call from its :class:`routing.router.ServeOutcome` (no I/O)."""
+    """Count one routed call from its :class:`routing.pipeline.router.ServeOutcome` (no I/O)."""
     served = outcome.served.public_id if outcome.served is not None else "none"
     status = "succeeded" if outcome.result is not None else "cancelled" if outcome.cancelled else "failed"
     ROUTED_CALLS.labels(served, experiment or "", variant or "", outcome.reason, status).inc()

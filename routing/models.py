@@ -172,7 +172,7 @@ class JobStatus(models.TextChoices):
 
 #: Statuses a job never leaves.
 FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-#: Error of a job whose row vanished after its task was queued (see routing.streaming.job_lost).
+#: Error of a job whose row vanished after its task was queued (see routing.pipeline.streaming.job_lost).
 JOB_LOST = "job_lost: the job's record was lost (database crash); it was not run"
 
 

@@ -31,9 +31,9 @@ from django.utils import timezone
 from routing.jobs import WORKER_LOST, completion_jobs_reap_expired
 from routing.metrics import observe_outcome
 from routing.models import CompletionJob, JobStatus
-from routing.planning import job_plan
-from routing.records import call_payload, records_write
-from routing.serving import AttemptLog, ServeOutcome
+from routing.pipeline.planning import job_plan
+from routing.pipeline.records import call_payload, records_write
+from routing.pipeline.serving import AttemptLog, ServeOutcome
 from routing.state import claims
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def lost_attempts_record(*, limit: int = 500) -> int:
 
 
 def lost_call_payload(job: CompletionJob, notes: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The :func:`routing.records.call_payload` of a call that died with its worker: planned again
+    """The :func:`routing.pipeline.records.call_payload` of a call that died with its worker: planned again
     (the plan is the job's, as the worker made it unless the configuration changed meanwhile),
     failed ``worker_lost``, with one ``lost`` attempt per note."""
     finished = job.finished_at or timezone.now()

@@ -32,9 +32,9 @@ from muse_experiments.infra.runtime import tune_gc
 from routing.jobs import completion_job_fail
 from routing.leases import keeper
 from routing.models import CompletionJob, JobStatus
+from routing.pipeline.router import execute_job
+from routing.pipeline.streaming import publish_job_events
 from routing.reaper import reap_lost_work
-from routing.router import execute_job
-from routing.streaming import publish_job_events
 from routing.writebehind import drain, drainer
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 The worker that served a call does ONE Redis transaction (``MULTI``):
 
-1. ``XADD muse:records`` — the call's records (:func:`routing.records.call_payload`);
+1. ``XADD muse:records`` — the call's records (:func:`routing.pipeline.records.call_payload`);
 2. ``SET muse:job:<id>:final`` + ``RPUSH muse:job:<id>:done`` — the job's final state, which wakes
    the web request waiting for it (:mod:`routing.state.handoff`);
 3. the job's claim marked ``done`` (:mod:`routing.state.claims`): a redelivered task does nothing.
@@ -10,7 +10,7 @@ The worker that served a call does ONE Redis transaction (``MULTI``):
 Both or neither: once a caller can see the answer, the records are in Redis. A drainer
 (:func:`drain`; the Procfile's ``drainer`` process, :func:`drain_forever`, else a thread in each
 worker started with ``RECORDS_DRAINER``) reads the stream through the consumer group
-``drain`` (``XREADGROUP``), writes each batch in one transaction (:func:`routing.records.records_write`)
+``drain`` (``XREADGROUP``), writes each batch in one transaction (:func:`routing.pipeline.records.records_write`)
 and only then acknowledges and deletes the entries. A drainer that dies mid-batch leaves its
 entries pending; any drainer claims entries pending longer than :data:`STALE_MS`
 (``XAUTOCLAIM``) and writes them again — the write is idempotent, so a replay changes nothing.
@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from muse_experiments.infra.redis_client import redis_client
-from routing.records import records_write
+from routing.pipeline.records import records_write
 from routing.state.claims import queue_done, queue_forget_row
 from routing.state.handoff import queue_final
 

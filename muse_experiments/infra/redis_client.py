@@ -29,8 +29,8 @@ worker heartbeat (routing.leases)  not set, dead workers not seen: leases and th
                                    ``COMPLETION_REQUEUE_AFTER_S`` are the bounds
 job record at publish (routing.    not written: the job is known to its waiting request, which
 dispatch)                          writes its row before handing its id out
-attempt note (routing.attempts)    not written: a call dying with its worker leaves no attempt
-call records (routing.recording)   written to the database at once instead of buffered
+attempt note (routing.pipeline.attempts)    not written: a call dying with its worker leaves no attempt
+call records (routing.pipeline.recording)   written to the database at once instead of buffered
 final state (routing.state.handoff)      not handed over: the waiting request re-reads the job row
 wait for a job (routing.dispatch)  the waiting request polls the job row
 cancel flag (routing.state.events)       set on the job row, where a stream's runner reads it; the cancel

@@ -29,7 +29,7 @@ from anthropic.types import (
 )
 
 from routing.models import CompletionJob
-from routing.streaming import sse
+from routing.web.relay import sse
 
 from .errors import anthropic_error
 from .streams import contiguous_tool_calls, usage_numbers

@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from routing.models import CompletionJob
-from routing.streaming import KEEPALIVE_FRAME, job_events
+from routing.web.relay import KEEPALIVE_FRAME, job_events
 
 
 def stream_frames(

@@ -29,7 +29,7 @@ from muse_experiments.api.auth import ApiKeyAuthentication, HasScope
 from muse_experiments.api.base import RequestTooLarge
 from routing.jobs import IdempotencyConflict
 from routing.models import CompletionJob
-from routing.streaming import sse_response
+from routing.web.relay import sse_response
 
 from .anthropic_framing import message_frames, message_object
 from .anthropic_shapes import parse_messages

@@ -1,7 +1,7 @@
 """Endpoints cooling down: an upstream asked us to stay away longer than the retry policy waits.
 
 When an attempt fails with a ``retry-after`` (or ``retry-after-ms``, or Anthropic's
-``anthropic-ratelimit-*-reset``) beyond :attr:`routing.retry.RetryPolicy.retry_after_cap_s`,
+``anthropic-ratelimit-*-reset``) beyond :attr:`routing.pipeline.retry.RetryPolicy.retry_after_cap_s`,
 retrying the same endpoint cannot succeed before the upstream's own deadline. Serving then falls
 back at once (reason ``cooling``) and calls :func:`cool`, so every call skips the endpoint until
 that deadline (the guard refuses it with outcome ``cooling``, nothing is sent upstream).

@@ -1,6 +1,6 @@
 """One Redis round trip for checks that belong to different modules.
 
-An attempt's guards (:func:`routing.attempts._guard`) ask three shared stores before every
+An attempt's guards (:func:`routing.pipeline.attempts._guard`) ask three shared stores before every
 upstream call: is the endpoint cooling (:mod:`routing.guards.cooling`), is a concurrency slot free
 (:mod:`routing.guards.concurrency`), does the circuit breaker let the call through
 (:mod:`routing.guards.circuit`). Each module *queues* its command on one non-transactional pipeline and

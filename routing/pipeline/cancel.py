@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class CancelWatch:
-    """``watch()`` -> True once the job's caller asked to stop (:func:`job_cancel_request`).
+    """``watch()`` -> True once the job's caller asked to stop (:func:`routing.web.relay.job_cancel_request`).
 
     Reads the flag at most every ``every_s`` seconds (default 0.2 s), so checking between every
     chunk of a fast stream costs one Redis ``EXISTS`` per interval (one indexed row read when
@@ -61,7 +61,7 @@ class CancelWatcher:
 
     :meth:`watching` registers a job's attempt (one
     :class:`~routing.providers.transport.UpstreamCall`) for the duration of the block. While any is
-    registered, one daemon thread reads the cancel flags (:func:`cancel_key`) of all of them in one
+    registered, one daemon thread reads the cancel flags (:func:`routing.state.events.cancel_key`) of all of them in one
     Redis round trip (``MGET``) every ``every_s`` seconds (default 0.15 s; a call that ends sooner
     costs no round trip) and cancels the calls of flagged jobs: their sockets are shut down and the
     blocked SDK calls fail at once (:mod:`routing.providers.transport`).
@@ -78,7 +78,7 @@ class CancelWatcher:
     @contextmanager
     def watching(self, job_id: str, killed: Callable[[], Any] | None = None) -> Iterator[UpstreamCall]:
         """Run the block's SDK calls as job ``job_id``'s cancellable upstream call. ``killed``
-        (no I/O; :func:`routing.attempts.kill_for`) is asked on every poll too: once it returns a
+        (no I/O; :func:`routing.pipeline.attempts.kill_for`) is asked on every poll too: once it returns a
         kill the call is cut off with ``call.kill`` set."""
         with upstream_call() as call:
             watched = bool(job_id)

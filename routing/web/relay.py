@@ -1,4 +1,5 @@
-"""Web side of a job's events: relay them from the job's Redis Stream, and ask the worker to stop.
+"""Web side of a job's events: relay them from the job's Redis Stream as Server-Sent Events, and
+ask the worker to stop when the caller goes away.
 
 The worker appends the events (:class:`routing.state.events.RedisEventLog`); the web process reads
 them from the first entry (``XREAD BLOCK`` from id ``0``), so a reader that arrives late misses
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
+from django.http import StreamingHttpResponse
 
 from muse_experiments.infra.redis_client import redis_client
 from routing.jobs import completion_job_flag_cancel
@@ -109,3 +111,32 @@ def relay_events(
                     else {"type": "error", "id": job_id, "status": "failed", "error": "job vanished"}
                 )
                 return
+
+
+def job_events(*, job_id: str, start_timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+    """The events a web request streams for a job: relayed from the job's Redis stream (the worker
+    produces them, :func:`routing.pipeline.streaming.publish_job_events`). If the request's consumer goes away, the job's
+    cancel flag is set (the worker closes the upstream call)."""
+    try:
+        yield from relay_events(job_id=job_id, start_timeout_s=start_timeout_s)
+    except GeneratorExit:  # the caller went away: tell the worker to close the upstream call
+        job_cancel_request(job_id=job_id)
+        raise
+
+
+def sse(event: str | None, data: Any) -> bytes:
+    """One Server-Sent Events frame: optional ``event:`` line, one ``data:`` line of JSON."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), default=str)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+KEEPALIVE_FRAME = b": keep-alive\n\n"
+
+
+def sse_response(frames: Iterator[bytes]) -> StreamingHttpResponse:
+    """A ``text/event-stream`` response that proxies must not buffer."""
+    response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

@@ -94,8 +94,8 @@ def test_a_task_whose_job_row_is_gone_fails_its_waiting_caller_at_once(redis_url
 
     from routing.dispatch import wait_for_job
     from routing.models import JOB_LOST
+    from routing.pipeline.streaming import stream_job_events
     from routing.state.handoff import final_state
-    from routing.streaming import stream_job_events
 
     ghost = str(uuid.uuid4())
     assert list(stream_job_events(job_id=ghost)) == [

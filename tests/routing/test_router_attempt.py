@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from muse_experiments.infra.config_version import invalidate_all
-from routing.attempts import EndpointRefused, _guard, answer_first, attempt, attempt_stream
 from routing.guards.circuit import PROBE, breaker
 from routing.guards.concurrency import limiter
 from routing.guards.cooling import cool
 from routing.ops_services import kill_switch_set
-from routing.planning import Candidate
+from routing.pipeline.attempts import EndpointRefused, _guard, answer_first, attempt, attempt_stream
+from routing.pipeline.planning import Candidate
 from routing.providers.errors import ProviderError, StreamFailed
 from routing.providers.types import CompletionRequest, Message
 from routing.selectors import catalogue

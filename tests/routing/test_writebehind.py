@@ -19,8 +19,8 @@ from routing import writebehind
 from routing.catalogue import avocado_id
 from routing.jobs import completion_job_claim, completion_job_new, job_row, worker_identity
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
-from routing.records import records_write
-from routing.router import execute_job
+from routing.pipeline.records import records_write
+from routing.pipeline.router import execute_job
 from routing.selectors import completion_job_current
 from routing.state import claims
 from routing.state.handoff import final_state
@@ -200,7 +200,7 @@ def deferred_job(api_key=None) -> tuple[CompletionJob, dict]:
 
 
 def test_a_deferred_job_is_planned_once_while_its_claim_is_on_its_way(upstreams, monkeypatch):
-    from routing import router
+    from routing.pipeline import router
 
     plans: list[str] = []
     real_plan = router.job_plan

@@ -234,7 +234,7 @@ def reason_for(decision: Decision, kills: KillState | None = None) -> str:
 
     A kill of the unit's experiment or assigned variant (``kills``, default :func:`kill_state`)
     says so instead (``experiment_killed`` / ``variant_killed``): the unit is not enrolled --
-    :func:`routing.recording.record_call` records no exposure (so no sticky assignment) for it.
+    :func:`routing.pipeline.recording.record_call` records no exposure (so no sticky assignment) for it.
     """
     kill = (kills if kills is not None else kill_state()).enrolment_kill(
         decision.experiment_key if decision.in_experiment else None, decision.variant_key
@@ -292,7 +292,7 @@ def unhonoured_contract(job: CompletionJob) -> str | None:
     (:func:`~routing.providers.types.contract_needs`). Named: the first contract no candidate
     honours, else (each is honoured by some candidate, never all by one) the first. The drop-ins
     answer 400 naming it before the job exists; when some candidate can, the attempts skip the
-    others (``unsupported_contract``, :func:`routing.attempts.attempt`)."""
+    others (``unsupported_contract``, :func:`routing.pipeline.attempts.attempt`)."""
     needs = contract_needs(*_contracts(job.request))
     if not needs:
         return None

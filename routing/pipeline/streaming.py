@@ -23,9 +23,9 @@ Events (dicts; the SSE ``event`` name is ``type``):
   public result (text, tool calls, served model, experiment, variant, usage, cost, reason);
 * ``{"type": "error", "id", "status": "failed", "error"}`` — last, when the call failed.
 
-Each upstream call is one guarded attempt (:func:`routing.attempts.attempt_stream`: kill switch,
+Each upstream call is one guarded attempt (:func:`routing.pipeline.attempts.attempt_stream`: kill switch,
 circuit breaker, concurrency limit, credential, session reasoning kept server-side), with the
-router's retry policy and fallback chain (:func:`routing.serving.serve_stream`) — but only before the first delta; once content has been
+router's retry policy and fallback chain (:func:`routing.pipeline.serving.serve_stream`) — but only before the first delta; once content has been
 sent, a failure ends the stream with ``error`` (a half-sent answer is never restarted elsewhere).
 
 Encrypted reasoning never appears in an event: provider stream events carry none, and ``done``
@@ -34,24 +34,21 @@ carries the stored public result.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from typing import Any
 
-from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from routing.jobs import completion_job_claim, completion_job_fail
 from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from routing.pipeline.cancel import CancelWatch
-from routing.planning import build_request, job_plan, state_session
-from routing.recording import record_call
-from routing.serving import ServeOutcome, serve_stream
+from routing.pipeline.planning import build_request, job_plan, state_session
+from routing.pipeline.recording import record_call
+from routing.pipeline.serving import ServeOutcome, serve_stream
 from routing.shadow.sampling import shadow_offer
 from routing.state.events import RedisEventLog, terminal_event
 from routing.state.handoff import publish_final
-from routing.web.relay import job_cancel_request, relay_events
 
 log = logging.getLogger(__name__)
 
@@ -122,32 +119,3 @@ def publish_job_events(*, job_id: str) -> str:
         events.publish(event)
         status = event.get("status", status)
     return status
-
-
-def job_events(*, job_id: str, start_timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
-    """The events a web request streams for a job: relayed from the job's Redis stream (the worker
-    produces them, :func:`publish_job_events`). If the request's consumer goes away, the job's
-    cancel flag is set (the worker closes the upstream call)."""
-    try:
-        yield from relay_events(job_id=job_id, start_timeout_s=start_timeout_s)
-    except GeneratorExit:  # the caller went away: tell the worker to close the upstream call
-        job_cancel_request(job_id=job_id)
-        raise
-
-
-def sse(event: str | None, data: Any) -> bytes:
-    """One Server-Sent Events frame: optional ``event:`` line, one ``data:`` line of JSON."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), default=str)
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {payload}\n\n".encode()
-
-
-KEEPALIVE_FRAME = b": keep-alive\n\n"
-
-
-def sse_response(frames: Iterator[bytes]) -> StreamingHttpResponse:
-    """A ``text/event-stream`` response that proxies must not buffer."""
-    response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response

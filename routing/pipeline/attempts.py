@@ -27,7 +27,7 @@ from routing.guards.credentials import CredentialUnavailable, credential_for
 from routing.guards.killswitch import KillInForce, kill_state
 from routing.models import RoutingReason
 from routing.pipeline.cancel import cancel_watcher
-from routing.planning import Candidate, candidate_kill_reason
+from routing.pipeline.planning import Candidate, candidate_kill_reason
 from routing.providers.base import ProviderStream, estimate_input_tokens
 from routing.providers.errors import AuthFailed, ProviderError, StreamFailed
 from routing.providers.pricing import compute_cost_usd
@@ -182,7 +182,7 @@ _answer = threading.local()
 def answer_first() -> Iterator[None]:
     """Within this block, a successful attempt's bookkeeping that its caller's answer need not
     wait for (its circuit-breaker report and the release of its concurrency slot,
-    :func:`after_answer`) runs when the block exits, once :func:`routing.router.execute_job` has
+    :func:`after_answer`) runs when the block exits, once :func:`routing.pipeline.router.execute_job` has
     handed the job's final state back: one Redis round trip less before every answer
     (``bench/bench_stages.py``; bench/README.md). A slot is held that much longer. Failures
     are still reported at once (the next attempt's guards must see them). Errors of the deferred
@@ -319,7 +319,7 @@ def attempt(
     ``retry_after_s`` drive the caller's retry). The outcome is reported to the circuit breaker and
     the slot released before returning.
 
-    With ``session`` (the caller's session under its owner: :func:`routing.planning.state_session`),
+    With ``session`` (the caller's session under its owner: :func:`routing.pipeline.planning.state_session`),
     encrypted reasoning from that session's earlier turns on *this* endpoint and credential is
     passed back (:func:`routing.reasoning_store.reasoning_load`; state from any other endpoint, and
     any other owner's session of the same id, is never forwarded) and the new state is kept

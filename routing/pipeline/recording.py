@@ -2,7 +2,7 @@
 
 The exposure (intent-to-treat: recorded even when a fallback served), the call record with every
 attempt, the job's public final state, and the session's transcript turn
-(:mod:`routing.records`). They are written behind (:mod:`routing.writebehind`): one Redis
+(:mod:`routing.pipeline.records`). They are written behind (:mod:`routing.writebehind`): one Redis
 transaction buffers them and hands the final state to the waiting request, and a drainer writes
 them to the database in bulk, normally within tens of milliseconds and within 5 s under load.
 Encrypted reasoning never reaches either: only ``CompletionResult.to_public_dict()`` is stored.
@@ -17,9 +17,9 @@ from django.conf import settings
 from muse_experiments.experiments.assignment.specs import Decision
 from routing.metrics import observe_outcome
 from routing.models import CompletionJob
-from routing.planning import Candidate
-from routing.records import call_payload, job_final_state, records_write
-from routing.serving import ServeOutcome
+from routing.pipeline.planning import Candidate
+from routing.pipeline.records import call_payload, job_final_state, records_write
+from routing.pipeline.serving import ServeOutcome
 from routing.state.handoff import apply_final, publish_final
 from routing.writebehind import buffer_call
 

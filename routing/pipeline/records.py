@@ -28,8 +28,8 @@ from muse_experiments.infra.storage_text import storable
 from routing.guards.killswitch import kill_state
 from routing.jobs import completion_jobs_finish, completion_jobs_insert, job_from_row, job_row
 from routing.models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
-from routing.planning import Candidate
-from routing.serving import ServeOutcome
+from routing.pipeline.planning import Candidate
+from routing.pipeline.serving import ServeOutcome
 from routing.transcripts.services import TurnInput, transcript_record_turns
 
 log = logging.getLogger(__name__)

@@ -6,15 +6,15 @@ each importable on its own:
 1. claim the job (:func:`routing.jobs.completion_job_claim`; with Redis, a job whose row
    came in the task message is claimed in Redis, :mod:`routing.state.claims`, and its row written
    with its records; a redelivered task for a finished or claimed job does nothing);
-2. plan (:mod:`routing.planning`): the pure assignment engine on the cached configuration snapshot, with the unit's
+2. plan (:mod:`routing.pipeline.planning`): the pure assignment engine on the cached configuration snapshot, with the unit's
    durable sticky assignments (one indexed query);
-3. serve (:mod:`routing.serving`, each try one guarded call of :mod:`routing.attempts`): try
+3. serve (:mod:`routing.pipeline.serving`, each try one guarded call of :mod:`routing.pipeline.attempts`): try
    the candidate chain — assigned variant, the experiment's control, the platform
    default — each candidate with its own variant's overrides. Per candidate, up to
    ``1 + ROUTING_MAX_RETRIES`` guarded attempts (:func:`attempt`) with exponential backoff and
-   full jitter (or the upstream's ``retry-after``, capped; :mod:`routing.retry`) for retryable
+   full jitter (or the upstream's ``retry-after``, capped; :mod:`routing.pipeline.retry`) for retryable
    failures; then the next candidate;
-4. record (:mod:`routing.recording`), in one transaction: the exposure (intent-to-treat: recorded even when a fallback
+4. record (:mod:`routing.pipeline.recording`), in one transaction: the exposure (intent-to-treat: recorded even when a fallback
    served), the call record with every attempt, and the job's public result.
 
 Fallback triggers and the ``reason`` a CallRecord gets when a later candidate serves (the cause
@@ -42,9 +42,9 @@ reason is the decision's (``assigned``, ``forced``, ``sticky``, ``holdout``, ``d
 no candidate could serve because each was killed fails ``model_unavailable`` (a pinned model
 under a kill: the drop-ins answer 503) with the kill's reason.
 
-Streaming (:mod:`routing.streaming`) runs the same steps with :func:`routing.serving.serve_stream`.
+Streaming (:mod:`routing.pipeline.streaming`) runs the same steps with :func:`routing.pipeline.serving.serve_stream`.
 A stream that has already sent content to the client is never restarted:
-:func:`routing.attempts.attempt_stream` yields a final ``error`` event whose
+:func:`routing.pipeline.attempts.attempt_stream` yields a final ``error`` event whose
 ``StreamFailed.after_content`` is True, and the caller must end the response there instead of
 trying the next candidate.
 
@@ -54,12 +54,12 @@ only ``CompletionResult.to_public_dict()`` is stored.
 
 from __future__ import annotations
 
-from routing.attempts import answer_first
 from routing.jobs import completion_job_claim
 from routing.models import CompletionJob
-from routing.planning import build_request, job_plan, state_session
-from routing.recording import record_call
-from routing.serving import serve
+from routing.pipeline.attempts import answer_first
+from routing.pipeline.planning import build_request, job_plan, state_session
+from routing.pipeline.recording import record_call
+from routing.pipeline.serving import serve
 from routing.shadow.sampling import shadow_offer
 
 
