@@ -105,10 +105,10 @@ def drain_records(batch: int, *, profile: bool) -> None:
     repeat writes the same rows; prints the best of 3 repeats (this process's CPU)."""
     from django.db import transaction
 
-    from routing import writebehind
     from routing.pipeline.records import records_write
+    from routing.worker import drainer
 
-    entries = writebehind.redis_client().xrange(writebehind.STREAM)
+    entries = drainer.redis_client().xrange(drainer.STREAM)
     payloads = [json.loads(fields[b"p"]) for _, fields in entries]
     batches = [payloads[i : i + batch] for i in range(0, len(payloads), batch)]
     profiler = cProfile.Profile() if profile else None

@@ -31,6 +31,7 @@ from muse_experiments.celery import app  # noqa: E402,F401 - the app the task is
 from muse_experiments.infra.queues import Queue  # noqa: E402
 from muse_experiments.infra.redis_client import redis_client  # noqa: E402
 from routing import dispatch  # noqa: E402
+from routing.worker.tasks import run_completion  # noqa: E402
 
 ROW = {
     "api_key_id": 1, "session_id": "bench-user-1", "user_id": "bench-user-1", "subagent": "",
@@ -43,7 +44,7 @@ KWARGS = {"stream": False, "pinned": True, "row": ROW}
 
 def apply_async() -> None:
     job_id = str(uuid.uuid4())
-    dispatch.run_completion.apply_async(
+    run_completion.apply_async(
         args=[job_id], kwargs=KWARGS, task_id=job_id, queue=Queue.COMPLETIONS, ignore_result=True,
         argsrepr=repr([job_id]), kwargsrepr=repr({**KWARGS, "row": "…"}),
     )  # fmt: skip

@@ -337,17 +337,17 @@ COMPLETION_REQUEUE_AFTER_S = env.float("COMPLETION_REQUEUE_AFTER_S", default=120
 COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)
 # A worker process's heartbeat (s): renewed every fifth of it; once it expires, the worker is
 # dead: its running jobs are failed "worker_lost" (their attempts recorded lost, cost unknown) and
-# the jobs published meanwhile are published again, by the next worker to beat (routing.leases).
+# the jobs published meanwhile are published again, by the next worker to beat (routing.worker.leases).
 WORKER_HEARTBEAT_TTL_S = env.float("WORKER_HEARTBEAT_TTL_S", default=5.0)
 # Write the records of each call (exposure, call record, attempts, transcript turn) behind the
-# answer: buffered in Redis, drained in bulk by a drainer (routing.writebehind). The test process
+# answer: buffered in Redis, drained in bulk by a drainer (routing.worker.drainer). The test process
 # writes them synchronously (no drainer runs in it, and each test's database transaction is rolled
 # back) unless a test turns this on; the worker processes tests start write behind.
 RECORDS_WRITE_BEHIND = env.bool("RECORDS_WRITE_BEHIND", default=not TESTING)
 # Whether each worker process runs a drainer thread (the Procfile turns it off: its drainer process,
 # manage.py drain_records, drains; beat's maintenance.drain_call_records is the safety net).
 RECORDS_DRAINER = env.bool("RECORDS_DRAINER", default=True)
-# Most buffered call records one drain writes in one transaction (routing.writebehind).
+# Most buffered call records one drain writes in one transaction (routing.worker.drainer).
 RECORDS_DRAIN_BATCH = env.int("RECORDS_DRAIN_BATCH", default=500)
 # How long (ms) a worker's drainer waits after a batch so the next one gathers the calls answered
 # meanwhile (fewer, larger transactions; adds at most this much to the records' lag).

@@ -20,7 +20,7 @@ beyond ``CELERY_TASK_PUBLISH_RETRY_POLICY``) is failed ``broker_unavailable`` at
 queued, and the caller gets a 503; a result channel lost while waiting (Redis restarted) falls
 back to reading the job row. A task message lost in the broker (Redis hands a message to a
 worker with BRPOP and records it as unacknowledged a moment later; a worker SIGKILLed in
-between takes it along) is published again by :mod:`routing.reaper` within seconds of that
+between takes it along) is published again by :mod:`routing.worker.reaper` within seconds of that
 worker's heartbeat expiring, and in any case once its job has waited
 ``COMPLETION_REQUEUE_AFTER_S`` unclaimed; the job's claim makes any second delivery a no-op.
 """
@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from kombu.transport import redis as kombu_redis
@@ -50,10 +51,10 @@ from routing.jobs import (
     completion_job_new,
     job_row,
 )
+from routing.messages import RUN_COMPLETION
 from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from routing.state import claims
 from routing.state.handoff import apply_final, wait_final
-from routing.tasks import run_completion
 from routing.web.relay import job_cancel_request
 
 log = logging.getLogger(__name__)
@@ -117,37 +118,46 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     # tools) never holds the conversation, and costs nothing to build
     argsrepr = repr([job_id])
     kwargsrepr = repr({k: "…" if k == "row" else v for k, v in kwargs.items()})
-    task = run_completion._get_current_object()  # the shared task's proxy, resolved once
-    app = task.app
+    app = current_app._get_current_object()  # the project's app (muse_experiments.celery)
+    name = RUN_COMPLETION.name  # by name: the web side never imports the worker's tasks
 
     def record(pipe) -> None:
         claims.queue_published(pipe, job_id, row=kwargs.get("row"), stream=bool(kwargs.get("stream")))
 
     if app.conf.task_always_eager:
         _record_published(record)
-        run_completion.apply_async(
+        _registered(app, name).apply_async(
             args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS,
             argsrepr=argsrepr, kwargsrepr=kwargsrepr,
         )  # fmt: skip
         return
     message = app.amqp.as_task_v2(
-        job_id, task.name, args=[job_id], kwargs=kwargs, ignore_result=True,
-        time_limit=task.time_limit, soft_time_limit=task.soft_time_limit,
+        job_id, name, args=[job_id], kwargs=kwargs, ignore_result=True,
+        time_limit=RUN_COMPLETION.time_limit, soft_time_limit=RUN_COMPLETION.soft_time_limit,
         argsrepr=argsrepr, kwargsrepr=kwargsrepr,
     )  # fmt: skip
     publisher = direct_publisher(app)
     if publisher is not None and publisher.client is redis_client():
-        publisher.push(message, name=task.name, queue=Queue.COMPLETIONS, along=record)
+        publisher.push(message, name=name, queue=Queue.COMPLETIONS, along=record)
         return
     if publisher is not None:
-        publisher.push(message, name=task.name, queue=Queue.COMPLETIONS)
+        publisher.push(message, name=name, queue=Queue.COMPLETIONS)
     else:
         with app.producer_or_acquire() as producer:
             app.amqp.send_task_message(
-                producer, task.name, message, queue=Queue.COMPLETIONS,
+                producer, name, message, queue=Queue.COMPLETIONS,
                 declare=[] if _redis_broker(producer) else None,
             )  # fmt: skip
     _record_published(record)
+
+
+def _registered(app, name: str):
+    """The task registered as ``name``, for eager mode (tests), where the web process runs it
+    itself. Its module is loaded the way a worker loads it (the app's autodiscovered task modules,
+    :mod:`muse_experiments.celery`), not imported here."""
+    if name not in app.tasks:
+        app.loader.import_default_modules()
+    return app.tasks[name]
 
 
 def _record_published(record: Callable[[Any], None]) -> None:
@@ -289,7 +299,7 @@ def wait_for_job(
 
 def _publish_again(job_id: str) -> None:
     """Publish a deferred job's task again (its row now written, unclaimed). A safety net: if the
-    broker refuses it, the job stays queued for :func:`routing.tasks.requeue_lost_jobs` (its first
+    broker refuses it, the job stays queued for :func:`routing.worker.tasks.requeue_lost_jobs` (its first
     message may only be waiting behind others) rather than being failed."""
     try:
         _send(job_id, {})

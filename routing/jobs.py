@@ -296,7 +296,7 @@ def completion_job_claim(
     """Take a job for this worker, under a row lock. Returns the running job, or None to do nothing.
 
     * ``queued`` → ``running``: ``deliveries`` + 1, a lease of ``settings.COMPLETION_LEASE_S``
-      seconds (renewed by :class:`routing.leases.LeaseKeeper` while the worker lives). Committing
+      seconds (renewed by :class:`routing.worker.leases.LeaseKeeper` while the worker lives). Committing
       this *before* any upstream call is the attempt's intent record.
     * ``running`` with a live lease (a redelivery while the first worker still works): None.
     * ``running`` with an expired lease (the first worker died mid-call): the attempt may or may
@@ -418,14 +418,14 @@ def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
 
 def completion_jobs_reap_expired(*, now=None, heartbeats: bool = True) -> int:
     """Fail running jobs whose worker died: their lease expired, or (with ``heartbeats``: the
-    caller has beaten steadily, :meth:`routing.leases.LeaseKeeper.steady`) their worker's
+    caller has beaten steadily, :meth:`routing.worker.leases.LeaseKeeper.steady`) their worker's
     heartbeat did (:func:`routing.state.claims.beat`). Returns how many were failed.
 
     The maintenance task and every worker's lease keeper run this (the keeper within a second of
     a worker's heartbeat expiring), so no job stays ``running`` forever even when its task message
     is never redelivered. It also fails the deferred jobs claimed in Redis whose lease ran out or
     whose worker died (:func:`routing.state.claims.reap`). Each failed job's id is left for
-    :func:`routing.reaper.lost_attempts_record` (:data:`routing.state.claims.LOST_JOBS`).
+    :func:`routing.worker.reaper.lost_attempts_record` (:data:`routing.state.claims.LOST_JOBS`).
     """
     lost = _reap_redis_claims(heartbeats)
     now = now or timezone.now()

@@ -12,7 +12,7 @@ increments, no I/O):
 * ``muse_fallbacks_total{from_endpoint, reason}`` — calls served by a later candidate than the
   assigned one;
 * ``muse_attempts_cost_unknown_total{endpoint}`` — attempts that died with their worker
-  (outcome ``lost``, :mod:`routing.reaper`): they may have been billed, for an unknown cost.
+  (outcome ``lost``, :mod:`routing.worker.reaper`): they may have been billed, for an unknown cost.
 
 Read at scrape time (:class:`RoutingStateCollector`): ``muse_circuit_state{endpoint, state}``
 (1 for the endpoint's current state), ``muse_kill_switch_active{scope, target}``,

@@ -195,7 +195,7 @@ class CompletionJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Streaming and delivery bookkeeping (see routing.jobs.completion_job_claim and routing.tasks).
+    # Streaming and delivery bookkeeping (see routing.jobs.completion_job_claim and routing.worker.tasks).
     stream = models.BooleanField(default=False, help_text="Deltas are published to the job's Redis stream.")
     cancel_requested = models.BooleanField(
         default=False,

@@ -205,7 +205,7 @@ def session_started(*, api_key_id: int | None, session_id: str) -> bool:
     (``None``: without a key, i.e. by a signed-in user). One query on the indexed session id.
 
     A job answered moments ago whose row the records drainer has not written yet
-    (:mod:`routing.writebehind`: a few hundred ms, seconds under load) is not seen."""
+    (:mod:`routing.worker.drainer`: a few hundred ms, seconds under load) is not seen."""
     jobs = CompletionJob.objects.filter(session_id=session_id)
     jobs = jobs.filter(api_key__isnull=True) if api_key_id is None else jobs.filter(api_key_id=api_key_id)
     return jobs.exists()

@@ -321,14 +321,14 @@ class _SharedWorker:
 
         from muse_experiments.infra.queues import Queue
         from muse_experiments.infra.redis_client import redis_client
-        from routing import writebehind
+        from routing.worker import drainer
 
         client = redis_client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             pipe = client.pipeline(transaction=False)
             pipe.llen(str(Queue.COMPLETIONS)).llen(str(Queue.ANALYTICS)).hlen(Channel.unacked_key)
-            if not any(pipe.execute()) and not writebehind.pending():
+            if not any(pipe.execute()) and not drainer.pending():
                 return True
             time.sleep(0.05)
         return False
@@ -413,14 +413,14 @@ def wait_for_records_written(timeout_s: float = 30.0) -> None:
     """Wait until a worker's drainer has written every buffered call record to the database.
 
     The records of a call reach the database after the answer (write-behind,
-    ``routing.writebehind``); tests that read them after a worker process answered wait here.
+    ``routing.worker.drainer``); tests that read them after a worker process answered wait here.
     """
     import time
 
-    from routing import writebehind
+    from routing.worker import drainer
 
     deadline = time.monotonic() + timeout_s
-    while writebehind.pending():
+    while drainer.pending():
         if time.monotonic() > deadline:
             raise AssertionError(f"call records still buffered after {timeout_s:g}s")
         time.sleep(0.05)

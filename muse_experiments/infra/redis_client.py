@@ -25,7 +25,7 @@ job claim (routing.state.claims)         the job is claimed through its database
 claim read (routing.jobs)      a deferred job's row is written ``queued`` (its claim decides
                                    later); ``GET /api/v1/completions/{id}`` of an unwritten job: 404
 reaper (routing.jobs)          Redis claims are reaped on the next tick; rows as usual
-worker heartbeat (routing.leases)  not set, dead workers not seen: leases and the requeue after
+worker heartbeat (routing.worker.leases)  not set, dead workers not seen: leases and the requeue after
                                    ``COMPLETION_REQUEUE_AFTER_S`` are the bounds
 job record at publish (routing.    not written: the job is known to its waiting request, which
 dispatch)                          writes its row before handing its id out

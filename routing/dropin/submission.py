@@ -107,7 +107,7 @@ def submit(request, call: DropinCall, *, pinned: str | None) -> CompletionJob:
     )
     subagent = header_text(request, "X-Muse-Subagent")
     idempotency_key = header_text(request, "Idempotency-Key")
-    # "cancellable": a caller that gives up has its upstream call closed at once (routing.tasks)
+    # "cancellable": a caller that gives up has its upstream call closed at once (routing.worker.tasks)
     body: dict[str, Any] = {"messages": call.messages, "tools": call.tools, "cancellable": True}
     if anonymous:
         # a unit of its own: no sticky lookup, no reasoning kept (routing.pipeline.planning.is_anonymous)

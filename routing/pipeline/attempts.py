@@ -229,7 +229,7 @@ def _guard(candidate: Candidate, request: CompletionRequest, job_id: str = "") -
     kill switch, cooling (:mod:`routing.guards.cooling`), concurrency slot, circuit breaker, credential.
     With ``job_id``, the attempt is noted as started in the same round trip
     (:func:`routing.state.claims.queue_attempt_note`; the note is dropped if a check refuses), so that
-    a worker dying during the call leaves it to be recorded ``lost`` (:mod:`routing.reaper`).
+    a worker dying during the call leaves it to be recorded ``lost`` (:mod:`routing.worker.reaper`).
 
     Raises EndpointRefused (nothing was called) or a
     :class:`~routing.guards.credentials.CredentialUnavailable` (missing, or not allowed to go to the

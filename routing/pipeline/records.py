@@ -5,7 +5,7 @@ outcome) into a plain dict: the job's final state (what the caller gets), the ex
 record with its attempts, and the transcript turn. :func:`records_write` writes a batch of such
 payloads in ONE transaction with a fixed number of queries; replaying a payload that was already
 written changes nothing (a job that has a call record is skipped), so a buffer can be drained at
-least once (:mod:`routing.writebehind`).
+least once (:mod:`routing.worker.drainer`).
 
 Only ``CompletionResult.to_public_dict()`` enters a payload: encrypted reasoning never does.
 """
@@ -246,7 +246,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     with transaction.atomic():
         done = dict(CallRecord.objects.filter(job_id__in=list(by_job)).values_list("job_id", "error_kind"))
         done = {str(j): kind for j, kind in done.items()}
-        # a call recorded lost (its worker was thought dead, routing.reaper) gives way to its answer
+        # a call recorded lost (its worker was thought dead, routing.worker.reaper) gives way to its answer
         superseded = [j for j, kind in done.items() if kind == LOST_KIND and not _is_lost(by_job[j])]
         if superseded:
             CallRecord.objects.filter(job_id__in=superseded).delete()
@@ -283,7 +283,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     return len(new)
 
 
-#: ``error_kind`` of a call whose attempts died with its worker (:mod:`routing.reaper`).
+#: ``error_kind`` of a call whose attempts died with its worker (:mod:`routing.worker.reaper`).
 LOST_KIND = "worker_lost"
 
 

@@ -48,7 +48,7 @@ class AttemptLog:
     wait before it; ``retry_after_s``: what the upstream asked for. ``usage`` / ``cost_usd``: what
     the provider billed for this attempt (tokens; USD) — a failed, incomplete or abandoned attempt
     costs what it had consumed; the call's cost is the sum over its attempts. ``cost_unknown``:
-    the attempt died with its worker (outcome ``lost``, :mod:`routing.reaper`): it may have been
+    the attempt died with its worker (outcome ``lost``, :mod:`routing.worker.reaper`): it may have been
     billed, for what no one knows; its ``cost_usd`` is 0.
     """
 

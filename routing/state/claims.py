@@ -7,7 +7,7 @@ redelivered task never calls the provider a second time and a worker that dies m
 a ``worker_lost`` job behind. That record used to be the job's row, inserted ``running`` (one
 PostgreSQL commit on the critical path). With Redis it is a hash instead, written by one Lua
 script (atomic, one round trip; bench/README.md, "Measured outside bench/"), and the row reaches the database with the call's
-other records through the write-behind drainer (:mod:`routing.writebehind`).
+other records through the write-behind drainer (:mod:`routing.worker.drainer`).
 
 ``muse:claim:<job id>`` (a hash, kept :func:`ttl_s`) holds ``st``, the job's state for claims:
 
@@ -19,10 +19,10 @@ other records through the write-behind drainer (:mod:`routing.writebehind`).
   waited ``COMPLETION_REQUEUE_AFTER_S`` (:func:`unclaimed`).
 * ``running`` — a worker (``w``) took it at ``at`` and holds it until ``lease`` (epoch ms); ``row`` keeps the job's
   row (JSON) so that a lost job can still be written. Its id is in the sorted set
-  :data:`LEASES`, scored by the lease's end. :class:`routing.leases.LeaseKeeper` renews both
+  :data:`LEASES`, scored by the lease's end. :class:`routing.worker.leases.LeaseKeeper` renews both
   every third of ``COMPLETION_LEASE_S`` while the worker lives (:func:`renew`).
 * ``done`` — the call's records and final state were buffered (:func:`queue_done`, in the same
-  ``MULTI`` as :func:`routing.writebehind.buffer_call`): a redelivery does nothing.
+  ``MULTI`` as :func:`routing.pipeline.recording.buffer_call`): a redelivery does nothing.
 * ``lost`` — the lease ran out, or the worker's heartbeat (:func:`beat`) expired, before the
   job finished: its worker died mid-call. The job is failed ``worker_lost``
   (:func:`routing.jobs.completion_job_fail`), by the redelivery that found it (:func:`claim`)
@@ -62,7 +62,7 @@ KEY_PREFIX = "muse:claim:"
 LEASES = "muse:claims:leases"
 #: Published, unclaimed jobs by when they were published (epoch ms): what :func:`unclaimed` scans.
 QUEUED_JOBS = "muse:claims:queued"
-#: Lost jobs whose attempts the reaper has not recorded yet (:mod:`routing.reaper`).
+#: Lost jobs whose attempts the reaper has not recorded yet (:mod:`routing.worker.reaper`).
 LOST_JOBS = "muse:claims:lost"
 #: Worker identities that have beaten (:func:`beat`); a member whose key expired is dead.
 WORKERS = "muse:workers"

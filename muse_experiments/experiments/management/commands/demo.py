@@ -41,9 +41,9 @@ from muse_experiments.experiments.services.edits import experiment_create
 from muse_experiments.experiments.services.lifecycle import experiment_start, experiment_stop
 from muse_experiments.experiments.services.variants import VariantInput
 from muse_experiments.infra import private_redis
-from routing import writebehind
 from routing.catalogue import avocado_id
 from routing.models import ModelEndpoint
+from routing.worker import drainer
 
 from ..demo_shadow import shadow_report, shadow_start
 
@@ -272,7 +272,7 @@ class Command(BaseCommand):
         """Wait until the drainer has written every buffered call record (exposures, call
         records, jobs) to the database, so the results table counts every session."""
         deadline = time.monotonic() + timeout_s
-        while writebehind.pending():
+        while drainer.pending():
             if any(p.poll() is not None for p in self.procs):
                 raise CommandError("A platform process exited; see var/logs/.")
             if time.monotonic() > deadline:

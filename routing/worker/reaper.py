@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 #: The outcome of an attempt that died with its worker (its cost is unknown).
 LOST_OUTCOME = "lost"
-#: ``publish(job_id, row, stream)``: publish a job's task again (:func:`routing.tasks.republish`).
+#: ``publish(job_id, row, stream)``: publish a job's task again (:func:`routing.worker.tasks.republish`).
 Publish = Callable[[str, "dict | None", bool], None]
 
 

@@ -7,7 +7,7 @@ of that TTL and does nothing else; another renews the leases of every job the pr
 lease, and reaps. If the worker dies
 (SIGKILL, OOM, machine lost), its heartbeat expires within ``WORKER_HEARTBEAT_TTL_S``; the next
 worker to beat (having beaten steadily itself for a TTL, so that a Redis outage is not taken
-for deaths) learns it and reaps at once (``reap``: :func:`routing.tasks.reap_lost`): the
+for deaths) learns it and reaps at once (``reap``: :func:`routing.worker.tasks.reap_lost`): the
 dead worker's running jobs are failed ``worker_lost`` with their attempts recorded lost, and the
 jobs published meanwhile are published again. The lease is the bound when heartbeats are
 unreadable, and the periodic reaper (``maintenance.reap_expired_completion_jobs``, and each

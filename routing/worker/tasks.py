@@ -3,14 +3,14 @@
 Delivery guarantees (``acks_late`` + ``reject_on_worker_lost``): a task message is
 acknowledged only after the task returns, so a worker that dies mid-task leaves it unacknowledged
 and Redis redelivers it after the visibility timeout (``CELERY_VISIBILITY_TIMEOUT_S``). The job's
-lease (``routing.jobs.completion_job_claim``, kept alive by ``routing.leases``) decides what a
+lease (``routing.jobs.completion_job_claim``, kept alive by ``routing.worker.leases``) decides what a
 redelivery does: a queued job runs; a job whose live worker still holds it is left alone; a job
 whose worker died mid-call is failed ``worker_lost`` — never re-run, so the provider is never
 called twice for the same attempt; the attempt is recorded ``lost``, its cost unknown. Jobs whose
 task is never redelivered are failed by :func:`reap_lost` (every worker's lease keeper, within
 seconds of the dead worker's heartbeat expiring; and beat's :func:`reap_expired_completion_jobs`),
 which also publishes again the jobs the dead worker may have taken before claiming them
-(:mod:`routing.reaper`).
+(:mod:`routing.worker.reaper`).
 
 Time limits apply with the prefork pool; with ``--pool threads`` Celery cannot enforce them, and
 each upstream call is bounded by its endpoint's ``timeout_s`` instead. No task uses a countdown.
@@ -30,12 +30,13 @@ from django.utils import timezone
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.runtime import tune_gc
 from routing.jobs import completion_job_fail
-from routing.leases import keeper
+from routing.messages import RUN_COMPLETION
 from routing.models import CompletionJob, JobStatus
 from routing.pipeline.router import execute_job
 from routing.pipeline.streaming import publish_job_events
-from routing.reaper import reap_lost_work
-from routing.writebehind import drain, drainer
+from routing.worker.drainer import drain, drainer
+from routing.worker.leases import keeper
+from routing.worker.reaper import reap_lost_work
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,12 @@ class CompletionTask(Task):
 
 @shared_task(
     base=CompletionTask,
-    name="routing.run_completion",
+    name=RUN_COMPLETION.name,  # published by name (routing.web.dispatch): never renamed
     queue=Queue.COMPLETIONS,
     acks_late=True,
     reject_on_worker_lost=True,
-    soft_time_limit=300,
-    time_limit=330,
+    soft_time_limit=RUN_COMPLETION.soft_time_limit,
+    time_limit=RUN_COMPLETION.time_limit,
 )
 def run_completion(
     job_id: str, stream: bool | None = None, pinned: bool | None = None, row: dict | None = None
@@ -112,13 +113,13 @@ def requeue_lost_jobs(*, older_than_s: float | None = None) -> int:
 def reap_expired_completion_jobs() -> int:
     """Fail running jobs whose worker died (lease or heartbeat expired) and record their lost
     attempts, and publish again the tasks of jobs lost in the broker (:func:`requeue_lost_jobs`,
-    :func:`routing.reaper.republish_unclaimed`). Returns how many were failed."""
+    :func:`routing.worker.reaper.republish_unclaimed`). Returns how many were failed."""
     requeue_lost_jobs()
     return reap_lost(False)
 
 
 def reap_lost(death: bool) -> int:
-    """:func:`routing.reaper.reap_lost_work` publishing with :func:`republish`: what beat's task
+    """:func:`routing.worker.reaper.reap_lost_work` publishing with :func:`republish`: what beat's task
     and every worker's lease keeper run (``death``: a worker's heartbeat was just found expired)."""
     return reap_lost_work(death=death, publish=republish, heartbeats=keeper.steady())
 
