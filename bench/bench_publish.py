@@ -1,5 +1,5 @@
 """The web process's publish of a completion task: ``Task.apply_async`` against what
-``routing.dispatch._send`` does on a Redis broker (``as_task_v2`` + ``send_task_message``).
+``routing.web.dispatch._send`` does on a Redis broker (``as_task_v2`` + ``send_task_message``).
 
 Run: ``DJANGO_DEBUG=true REDIS_URL=redis://127.0.0.1:6379/11 .venv/bin/python bench/bench_publish.py [--calls 3000]``
 

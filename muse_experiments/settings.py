@@ -331,7 +331,7 @@ REASONING_STORE_URL = env.str("REASONING_STORE_URL", default="") or REDIS_URL
 # A running job's lease (s), renewed by its worker every third of it; a lapsed lease means the
 # worker died and the job is failed ("worker_lost") by the next redelivery or the reaper.
 COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)
-# A job still queued (never claimed) this long (s) has its task published again (routing.dispatch).
+# A job still queued (never claimed) this long (s) has its task published again (routing.web.dispatch).
 COMPLETION_REQUEUE_AFTER_S = env.float("COMPLETION_REQUEUE_AFTER_S", default=120.0)
 # How often (s) workers (and beat) fail running jobs whose lease lapsed.
 COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)

@@ -32,14 +32,14 @@ dispatch)                          writes its row before handing its id out
 attempt note (routing.pipeline.attempts)    not written: a call dying with its worker leaves no attempt
 call records (routing.pipeline.recording)   written to the database at once instead of buffered
 final state (routing.state.handoff)      not handed over: the waiting request re-reads the job row
-wait for a job (routing.dispatch)  the waiting request polls the job row
+wait for a job (routing.web.dispatch)  the waiting request polls the job row
 cancel flag (routing.state.events)       set on the job row, where a stream's runner reads it; the cancel
                                    watcher cuts no non-streamed call off until Redis answers
 reasoning (routing.reasoning_      load: none (the call goes out without it); save: dropped;
 store)                             session end: 503
 rate limit (throttling)            the request is refused 503 (the limit cannot be checked)
 failed auth (auth_failures)        failures not counted, nobody refused; Redis skipped for 5 s
-task publish (routing.dispatch)    retried (``CELERY_TASK_PUBLISH_RETRY_POLICY``), then the job is
+task publish (routing.web.dispatch)    retried (``CELERY_TASK_PUBLISH_RETRY_POLICY``), then the job is
                                    failed ``broker_unavailable`` and the caller gets a 503
 =================================  ==================================================================
 """

@@ -23,12 +23,12 @@ from typing import Any
 from django.conf import settings
 
 from muse_experiments.api.auth import ApiClient
-from routing.dispatch import caller_gone_check, submit_completion, wait_for_job
 from routing.guards.killswitch import kill_state
 from routing.models import CompletionJob, JobStatus
 from routing.pipeline.attempts import EndpointRefused
 from routing.pipeline.planning import ROUTING_ALIASES, unhonoured_contract
 from routing.selectors import catalogue
+from routing.web.dispatch import caller_gone_check, submit_completion, wait_for_job
 
 from .errors import DropinError, require
 from .identity import header_text, identity

@@ -12,7 +12,7 @@ other records through the write-behind drainer (:mod:`routing.worker.drainer`).
 ``muse:claim:<job id>`` (a hash, kept :func:`ttl_s`) holds ``st``, the job's state for claims:
 
 * ``queued`` — published, not claimed yet (:func:`queue_published`, written with the task
-  message by :func:`routing.dispatch.publish_completion`): the job is findable from then on
+  message by :func:`routing.web.dispatch.publish_completion`): the job is findable from then on
   (``row`` keeps a deferred job's row, ``s`` whether it streams) and its id is in
   :data:`QUEUED_JOBS`, scored by when it was published, until a claim takes it; the reaper publishes
   it again when a worker died meanwhile (it may have taken the message with it) or when it

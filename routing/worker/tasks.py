@@ -65,7 +65,7 @@ def run_completion(
 ) -> str:
     """Route and run one completion job (streamed jobs publish their deltas). Returns its final status.
 
-    ``stream`` comes with the message (:func:`routing.dispatch.enqueue_completion`); a message
+    ``stream`` comes with the message (:func:`routing.web.dispatch.enqueue_completion`); a message
     without it (:func:`requeue_lost_jobs`) reads it from the job row. ``pinned`` (sent by earlier
     versions) is ignored. ``row``: a job not written yet (:func:`routing.jobs.completion_job_new`;
     non-streamed), written as it is claimed.

@@ -120,7 +120,7 @@ def test_a_job_for_a_key_deleted_after_it_was_cached_is_a_401_not_a_500():
     the worker, without the key: tests/routing/test_deferred_jobs.py.)"""
     from rest_framework.exceptions import AuthenticationFailed
 
-    from routing.dispatch import submit_completion
+    from routing.web.dispatch import submit_completion
 
     key, _ = api_key_create(name="stale", scopes=["completions"])
     ApiKey.objects.filter(pk=key.pk).delete()  # as another process would, behind this one's cache

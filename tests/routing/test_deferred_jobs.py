@@ -11,7 +11,6 @@ from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from muse_experiments.infra.redis_client import redis_client
-from routing import dispatch
 from routing.jobs import (
     WORKER_LOST,
     completion_job_claim,
@@ -21,6 +20,7 @@ from routing.jobs import (
 from routing.models import CompletionJob, JobStatus
 from routing.state import claims
 from routing.state.handoff import final_state
+from routing.web import dispatch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -92,10 +92,10 @@ def test_a_task_whose_job_row_is_gone_fails_its_waiting_caller_at_once(redis_url
     through Redis instead of leaving it to time out, and a waiter re-reading the row answers the same."""
     import uuid
 
-    from routing.dispatch import wait_for_job
     from routing.models import JOB_LOST
     from routing.pipeline.streaming import stream_job_events
     from routing.state.handoff import final_state
+    from routing.web.dispatch import wait_for_job
 
     ghost = str(uuid.uuid4())
     assert list(stream_job_events(job_id=ghost)) == [

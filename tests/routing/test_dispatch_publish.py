@@ -1,4 +1,4 @@
-"""The web process's publish of a completion task (``routing.dispatch._send``) on a Redis broker:
+"""The web process's publish of a completion task (``routing.web.dispatch._send``) on a Redis broker:
 the message it pushes is the one ``Task.apply_async`` would push, so every Celery worker reads
 it the same way."""
 
@@ -15,7 +15,7 @@ from muse_experiments.celery import app
 from muse_experiments.infra.logs import request_id_var
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import client_url, redis_client
-from routing import dispatch
+from routing.web import dispatch
 from routing.worker.tasks import run_completion
 
 #: What differs between two messages by construction (ids, clocks, the publishing host/thread).

@@ -21,11 +21,11 @@ from muse_experiments.api.auth import ApiClient, HasScope
 from muse_experiments.api.base import AttributesField, StrictSerializer
 from muse_experiments.experiments.fields import UnitIdField
 from muse_experiments.experiments.validation import tool_parameters_problem
-from routing.dispatch import submit_completion, wait_for_job
 from routing.dropin.errors import DropinError
 from routing.dropin.identity import header_text
 from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
 from routing.selectors import completion_job_current, completion_job_unwritten
+from routing.web.dispatch import submit_completion, wait_for_job
 from routing.web.relay import KEEPALIVE_FRAME, job_events, sse, sse_response
 
 
