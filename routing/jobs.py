@@ -10,7 +10,8 @@ The one module that creates or updates job rows (``tests/test_architecture.py`` 
   :func:`completion_jobs_finish` for every final state);
 * the cancel flag set when Redis refused it (:func:`completion_job_flag_cancel`).
 
-A deferred job's row travels in its task message (:func:`job_row`, :func:`job_from_row`).
+A deferred job's row travels in its task message (:func:`routing.messages.job_row`,
+:func:`routing.messages.job_from_row`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rest_framework import exceptions
 
 from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
+from routing.messages import job_from_row
 from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
 from routing.state import claims
 from routing.state.events import publish_failure
@@ -99,7 +101,7 @@ def completion_job_new(
     """A queued, non-streamed job that is *not* written yet (``job._state.adding`` stays True).
 
     For a caller that waits for the answer on this request and gave no idempotency key: no
-    database round trip before the task is published. Its message carries :func:`job_row`; the
+    database round trip before the task is published. Its message carries :func:`routing.messages.job_row`; the
     worker claims the job from it (:func:`completion_job_claim` with ``row``: in Redis, its row
     written with the call's records; the row written ``running`` when Redis fails) — still before
     any upstream call — and the waiting request writes it itself
@@ -116,42 +118,6 @@ def completion_job_new(
         request=storable(dict(request)),
         created_at=timezone.now(),
     )
-
-
-def job_row(job: CompletionJob, *, request: bool = True) -> dict[str, Any]:
-    """A job's row as a task-message field (JSON-serialisable; read back by :func:`job_from_row`).
-
-    ``attributes`` and ``request`` travel as JSON *text*: the message's own JSON (kombu) turns
-    client objects shaped ``{"__type__": …, "__value__": …}`` into Python values, or refuses to
-    decode the message at all. ``request=False`` leaves the request out (``None``) for a reader
-    that has it from elsewhere.
-    """
-    return {
-        "api_key_id": job.api_key_id,
-        "session_id": job.session_id,
-        "user_id": job.user_id,
-        "subagent": job.subagent,
-        "attributes": json.dumps(job.attributes, ensure_ascii=False),
-        "request": json.dumps(job.request, ensure_ascii=False) if request else None,
-        "created_at": job.created_at.isoformat(),
-    }
-
-
-#: Fields a deferred job's row carries in its task message (:func:`completion_job_new`).
-_ROW_FIELDS = frozenset(
-    {"api_key_id", "session_id", "user_id", "subagent", "attributes", "request", "created_at"}
-)
-
-
-def job_from_row(job_id, row: Mapping[str, Any], **state: Any) -> CompletionJob:
-    """The job a deferred message describes, with ``state`` (status, lease, …) set; unsaved."""
-    fields = {k: v for k, v in row.items() if k in _ROW_FIELDS}
-    for name in ("attributes", "request"):
-        if isinstance(fields.get(name), str):
-            fields[name] = json.loads(fields[name])
-    created = fields.get("created_at")
-    fields["created_at"] = datetime.fromisoformat(created) if isinstance(created, str) else timezone.now()
-    return CompletionJob(id=uuid.UUID(str(job_id)), **fields, **state)
 
 
 def _insert_statement(jobs: Sequence[CompletionJob]) -> tuple[str, list[Any]]:

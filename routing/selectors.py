@@ -14,7 +14,7 @@ from django.db.models import Q
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra.config_version import VersionedSnapshot
 from routing.guards.killswitch import KillInForce
-from routing.jobs import job_from_row
+from routing.messages import job_from_row
 from routing.models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
 from routing.providers.contracts import JSON_MODE, STRUCTURED_OUTPUT, TOOLS
 from routing.state import claims

@@ -26,7 +26,8 @@ from muse_experiments.experiments.selectors import assignment_snapshot
 from muse_experiments.experiments.services.exposures import ExposureInput, exposures_record_many
 from muse_experiments.infra.storage_text import storable
 from routing.guards.killswitch import kill_state
-from routing.jobs import completion_jobs_finish, completion_jobs_insert, job_from_row, job_row
+from routing.jobs import completion_jobs_finish, completion_jobs_insert
+from routing.messages import job_from_row, job_row
 from routing.models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
 from routing.pipeline.planning import Candidate
 from routing.pipeline.serving import ServeOutcome

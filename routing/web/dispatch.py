@@ -6,7 +6,7 @@ it re-reads the job row once a second as a safety net (a job failed by another p
 
 A caller that waits on this request, without an idempotency key and without streaming, costs no
 database round trip before the publish: the message carries the job's row
-(:func:`routing.jobs.job_row`) and the worker writes it as it claims the job. The
+(:func:`routing.messages.job_row`) and the worker writes it as it claims the job. The
 waiting request writes it itself (``queued``) before handing the id out unanswered, and when no
 worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
 
@@ -49,9 +49,8 @@ from routing.jobs import (
     completion_job_fail,
     completion_job_hand_out,
     completion_job_new,
-    job_row,
 )
-from routing.messages import RUN_COMPLETION
+from routing.messages import RUN_COMPLETION, job_row
 from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
 from routing.state import claims
 from routing.state.handoff import apply_final, wait_final
@@ -81,7 +80,7 @@ def publish_completion(
 ) -> None:
     """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise.
 
-    ``row``: a deferred job's row (:func:`routing.jobs.job_row`), which the worker writes as
+    ``row``: a deferred job's row (:func:`routing.messages.job_row`), which the worker writes as
     it claims the job. No Celery result is stored: the final state travels through
     :mod:`routing.state.handoff`.
     """

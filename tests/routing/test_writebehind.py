@@ -16,7 +16,8 @@ from muse_experiments.api.auth import api_key_create
 from muse_experiments.experiments.models import ApiKey, Exposure
 from muse_experiments.infra.redis_client import redis_client
 from routing.catalogue import avocado_id
-from routing.jobs import completion_job_claim, completion_job_new, job_row, worker_identity
+from routing.jobs import completion_job_claim, completion_job_new, worker_identity
+from routing.messages import job_row
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
 from routing.pipeline.records import records_write
 from routing.pipeline.router import execute_job
