@@ -130,9 +130,8 @@ def call_payload(
 
     ``final`` is :func:`job_final_state`. Keys: ``job`` (id, final state), ``row`` (the job's row
     when it was claimed without one, :mod:`routing.claims`; else None), ``exposure`` (or None
-    outside experiments), ``call`` (the CallRecord's fields; ``ttft_ms`` is None for calls that
-    were not streamed, and absent from payloads buffered before it existed), ``attempts`` and
-    ``turn`` (or None for a failed call).
+    outside experiments), ``call`` (the CallRecord's fields), ``attempts`` and ``turn`` (or None
+    for a failed call).
     """
     result = outcome.result
     billed = outcome.billed_usage()  # every attempt's tokens: failed, abandoned and fallen-back ones too
@@ -153,7 +152,8 @@ def call_payload(
         "status": final["status"],
         "error_kind": outcome.error_kind if not result else "",
         "latency_ms": result.latency_ms if result else None,
-        # streams only: the serving attempt's first content delta (routing.providers.base)
+        # streams only (None otherwise; payloads buffered before it existed lack it and drain null):
+        # ms to the serving attempt's first content delta, timed in routing.providers.base
         "ttft_ms": result.time_to_first_token_ms if result else None,
         **{f: getattr(billed, f) for f in _USAGE_FIELDS},
         "cost_usd": str(outcome.billed_cost_usd()),
