@@ -39,11 +39,12 @@ if str(ROOT) not in sys.path:
 
 from analytics.stats.bandit import (  # noqa: E402
     bandit_decide,
+    cost_over_cap,
     rounded_weights,
     stratified_lift,
     winner_weights,
 )
-from analytics.stats.statistics import ProportionStatistic  # noqa: E402
+from analytics.stats.statistics import MeanStatistic, ProportionStatistic, RatioStatistic  # noqa: E402
 from muse_experiments.experiments.assignment.engine import route  # noqa: E402
 from muse_experiments.experiments.assignment.specs import (  # noqa: E402
     ConfigSnapshot,
@@ -67,6 +68,19 @@ class Config:
     return_share: float = 0.2
     alpha: float = 0.05
     stop_at_winner: bool = False
+    #: true mean cost per call of each arm (USD) and the cap; None: no cost guardrail
+    cost_per_call: tuple[float, ...] | None = None
+    cost_cap: float | None = None
+
+
+def best_arm(cfg: Config) -> int:
+    """The arm with the highest rate among those whose true cost per call is within the cap."""
+    allowed = [
+        i
+        for i in range(len(cfg.rates))
+        if cfg.cost_cap is None or cfg.cost_per_call is None or cfg.cost_per_call[i] <= cfg.cost_cap
+    ]
+    return max(allowed, key=lambda i: cfg.rates[i])
 
 
 @dataclass
@@ -82,6 +96,36 @@ class RunResult:
     sticky_kept: int = 0
     declared_period: int | None = None
     traffic_at_declaration: list[int] = field(default_factory=list)
+    ever_over_cap: list[bool] = field(default_factory=list)
+
+
+class _CostSums:
+    """Per-arm sums of each unit's cost (USD) and calls, for the cost per call's RatioStatistic.
+
+    A unit makes ``1 + Poisson(1)`` calls; its cost is ``calls × mean cost per call × G`` with
+    ``G ~ Gamma(4, 1/4)`` (mean 1, sd 0.5: units differ in prompt sizes). Its own generator, so
+    runs without a cap draw exactly what they did before."""
+
+    def __init__(self, k: int, means: tuple[float, ...], run: int) -> None:
+        self.rng = np.random.default_rng(20_000 + run)
+        self.means = np.asarray(means)
+        self.sums = np.zeros((k, 6))  # n, Σcost, Σcost², Σcalls, Σcalls², Σcost·calls
+
+    def add(self, arms: np.ndarray) -> None:
+        calls = 1.0 + self.rng.poisson(1.0, len(arms))
+        cost = calls * self.means[arms] * self.rng.gamma(4.0, 0.25, len(arms))
+        for i in range(len(self.sums)):
+            mask = arms == i
+            c, m = cost[mask], calls[mask]
+            self.sums[i] += (mask.sum(), c.sum(), (c * c).sum(), m.sum(), (m * m).sum(), (c * m).sum())
+
+    def over_cap(self, cap: float) -> list[bool]:
+        out = []
+        for n, c, c2, m, m2, cm in self.sums:
+            n = int(n)
+            stat = RatioStatistic(n, MeanStatistic(n, c, c2), MeanStatistic(n, m, m2), cm)
+            out.append(cost_over_cap(stat, cap).over_cap)
+        return out
 
 
 def _spec(seed: str, phase: int, weights: tuple[float, ...]) -> ExperimentSpec:
@@ -116,8 +160,11 @@ def simulate(run: int, cfg: Config) -> RunResult:
     declared = declared_period = None
     at_declaration: list[int] = []
     expected_lost = 0.0
-    best_rate = max(cfg.rates)
+    best_rate = cfg.rates[best_arm(cfg)]
     rates = np.asarray(cfg.rates)
+    capped = cfg.cost_cap is not None and cfg.cost_per_call is not None
+    costs = _CostSums(k, cfg.cost_per_call, run) if capped else None
+    ever_over = [False] * k
     next_unit = 0
     periods = 0
     for period in range(cfg.max_periods):
@@ -144,17 +191,24 @@ def simulate(run: int, cfg: Config) -> RunResult:
             n_row[i] += int(np.sum(arms == i))
             s_row[i] += int(np.sum(success & (arms == i)))
         expected_lost += float(np.sum(best_rate - rates[arms]))
+        if costs is not None:
+            costs.add(arms)
         if declared is not None:
             continue  # the winner's weights stay: no more updates
         totals = [
             ProportionStatistic(sum(r[i] for r in phase_n), sum(r[i] for r in phase_s)) for i in range(k)
         ]
+        over = costs.over_cap(cfg.cost_cap) if costs is not None else None
+        exploring = period + 1 < cfg.explore_periods
+        if over and not exploring:
+            ever_over = [a or b for a, b in zip(ever_over, over, strict=True)]
         decision = bandit_decide(
             totals,
-            exploring=period + 1 < cfg.explore_periods,
+            exploring=exploring,
             min_weight=cfg.min_weight,
             stop_when_probability_best=cfg.threshold,
             seed=run * 1000 + period,
+            over_cap=over,
         )
         if decision.winner is not None:
             declared, declared_period = decision.winner, period + 1
@@ -199,6 +253,7 @@ def simulate(run: int, cfg: Config) -> RunResult:
         sticky_kept,
         declared_period,
         at_declaration,
+        ever_over,
     )
 
 
@@ -214,7 +269,7 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 def summarise(results: list[RunResult], cfg: Config) -> dict:
     """Rates over runs: declared best, most traffic to best, coverage per treatment, regret."""
-    best = int(np.argmax(cfg.rates))
+    best = best_arm(cfg)
     n = len(results)
     declared_best = sum(r.declared == best for r in results)
     most_traffic = sum(int(np.argmax(r.traffic)) == best for r in results)
@@ -242,6 +297,7 @@ def summarise(results: list[RunResult], cfg: Config) -> dict:
         "regret": float(np.mean([r.regret for r in results])),
         "regret_equal": float(np.mean([r.regret_equal for r in results])),
         "sticky_kept": sum(r.sticky_kept for r in results),
+        "ever_over_cap": [sum(r.ever_over_cap[i] for r in results) for i in range(len(cfg.rates))],
     }
 
 
@@ -262,7 +318,16 @@ def main() -> None:
     parser.add_argument(
         "--first-seed", type=int, default=0, help="runs use seeds first-seed, first-seed+1, …"
     )
+    parser.add_argument(
+        "--cost-per-call",
+        type=lambda text: tuple(float(x) for x in text.split(",")),
+        default=None,
+        help="true mean USD per call of each arm, e.g. 0.001,0.0012,0.003 (with --cost-cap)",
+    )
+    parser.add_argument("--cost-cap", type=float, default=None, help="max_cost_usd_per_call")
     args = parser.parse_args()
+    if (args.cost_per_call is None) != (args.cost_cap is None):
+        parser.error("--cost-per-call and --cost-cap go together")
     cfg = Config(
         units_per_period=args.units,
         max_periods=args.max_periods,
@@ -271,6 +336,8 @@ def main() -> None:
         return_share=args.return_share,
         explore_periods=args.explore_periods,
         stop_at_winner=args.stop_at_winner,
+        cost_per_call=args.cost_per_call,
+        cost_cap=args.cost_cap,
     )
     started = time.perf_counter()
     results = [simulate(run, cfg) for run in range(args.first_seed, args.first_seed + args.runs)]
@@ -286,7 +353,14 @@ def main() -> None:
     )
     horizon = "runs end at the declaration" if cfg.stop_at_winner else f"horizon {cfg.max_periods} periods"
     print(f"{horizon}; after a winner: {'—' if cfg.stop_at_winner else 'winner 1 − floors, no more updates'}")
-    print(f"declared a winner: {s['declared_any']}/{n}; declared best (c): {s['declared_best']}/{n}")
+    best = KEYS[best_arm(cfg)]
+    if cfg.cost_cap is not None:
+        held = ", ".join(f"{k} {c}/{n}" for k, c in zip(KEYS, s["ever_over_cap"], strict=True))
+        print(
+            f"cost per call {dict(zip(KEYS, cfg.cost_per_call, strict=True))}, cap {cfg.cost_cap}: best "
+            f"arm within the cap {best}; runs where an arm was held at the floor for its cost: {held}"
+        )
+    print(f"declared a winner: {s['declared_any']}/{n}; declared best ({best}): {s['declared_best']}/{n}")
     print(
         f"declared at period (median) {s['declared_period_median']:.0f}; at the first update after "
         f"exploration: {s['declared_at_first_update']}/{n}; best arm had the most units at the "

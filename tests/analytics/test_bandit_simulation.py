@@ -41,3 +41,14 @@ def test_a_run_that_ends_at_the_declaration_often_leaves_the_winner_short_of_tra
     assert first  # seeds 6 and 7 are declared on 200 units per arm
     assert all(max(r.traffic) - min(r.traffic) < 60 for r in first)  # still the equal split
     assert all(sum(r.traffic) == r.periods * cfg.units_per_period for r in results)
+
+
+def test_with_a_cost_cap_the_dear_best_arm_keeps_the_floor_and_never_wins():
+    """c has the best rate but costs 0.003 USD per call against a 0.002 cap: it is held at the
+    floor in every run and never declared; b (0.0012 per call) is never held for its cost."""
+    cfg = replace(Config(), cost_per_call=(0.001, 0.0012, 0.003), cost_cap=0.002, max_periods=40)
+    results = [simulate(run, cfg) for run in range(10)]
+    assert all(r.ever_over_cap == [False, False, True] for r in results)
+    assert all(r.declared != 2 for r in results)
+    assert all(r.traffic[2] < 0.1 * sum(r.traffic) for r in results)
+    assert sum(r.declared == 1 for r in results) >= 5  # b, the best within the cap, mostly
