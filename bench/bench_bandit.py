@@ -19,7 +19,12 @@ at the declaration), how often each reported 95 % interval covered the true lift
 Wilson interval of that rate), and the regret (expected successes lost) against always serving
 the best arm, beside an equal split of the same units.
 
+With ``--cost-per-call`` and ``--cost-cap`` each unit also has calls and a cost, and every update
+holds the arms whose cost per call is credibly over the cap at the floor
+(:func:`analytics.stats.bandit.cost_over_cap`); the best arm is then the best within the cap.
+
     .venv/bin/python bench/bench_bandit.py --runs 100
+    .venv/bin/python bench/bench_bandit.py --runs 100 --cost-per-call 0.001,0.0012,0.003 --cost-cap 0.002
 """
 
 from __future__ import annotations

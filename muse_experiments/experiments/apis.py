@@ -54,7 +54,13 @@ class BanditSettingsSerializer(StrictSerializer):
     update_every_minutes = serializers.IntegerField(min_value=1, max_value=10_080, required=False)
     explore_minutes = serializers.IntegerField(min_value=0, max_value=43_200, required=False)
     min_weight_per_arm = FiniteFloatField(min_value=MIN_FLOOR, max_value=MAX_FLOOR, required=False)
-    stop_when_probability_best = FiniteFloatField(min_value=0.5001, max_value=0.9999, required=False)
+    stop_when_probability_best = FiniteFloatField(
+        min_value=0.5001,
+        max_value=0.9999,
+        required=False,
+        help_text="P(best) at which an arm is declared the winner: it then gets all new units but the "
+        "other arms' floors, the experiment keeps running and the weights stop changing.",
+    )
     max_cost_usd_per_call = FiniteFloatField(
         min_value=0.0,
         max_value=MAX_COST_CAP,
