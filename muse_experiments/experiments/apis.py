@@ -14,7 +14,7 @@ from muse_experiments.api.auth import HasScope
 from muse_experiments.api.base import AttributesField, FiniteFloatField, StrictSerializer
 from muse_experiments.experiments.assignment.specs import REASONS
 
-from .bandit_config import MAX_FLOOR, MIN_FLOOR
+from .bandit_config import MAX_COST_CAP, MAX_FLOOR, MIN_FLOOR
 from .fields import UnitIdField
 from .models import Experiment, ExperimentType, UnitType
 from .selectors import assignment_preview, models_by_public_id
@@ -54,7 +54,26 @@ class BanditSettingsSerializer(StrictSerializer):
     update_every_minutes = serializers.IntegerField(min_value=1, max_value=10_080, required=False)
     explore_minutes = serializers.IntegerField(min_value=0, max_value=43_200, required=False)
     min_weight_per_arm = FiniteFloatField(min_value=MIN_FLOOR, max_value=MAX_FLOOR, required=False)
-    stop_when_probability_best = FiniteFloatField(min_value=0.5001, max_value=0.9999, required=False)
+    stop_when_probability_best = FiniteFloatField(
+        min_value=0.5001,
+        max_value=0.9999,
+        required=False,
+        help_text="P(best) at which an arm is declared the winner: it then gets all new units but the "
+        "other arms' floors, the experiment keeps running and the weights stop changing.",
+    )
+    max_cost_usd_per_call = FiniteFloatField(
+        min_value=0.0,
+        max_value=MAX_COST_CAP,
+        required=False,
+        allow_null=True,
+        help_text="Cost guardrail, USD per call (null: none). An arm credibly above it "
+        "(P(cost per call > cap) > 0.95) gets only the floor and cannot win; 0 is refused.",
+    )
+
+    def validate_max_cost_usd_per_call(self, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise serializers.ValidationError("Must be above 0 USD per call (null for no cap).")
+        return value
 
 
 def _with_bandit_metric(fields: dict) -> dict:
