@@ -63,7 +63,7 @@ def test_probability_best_refuses_mixed_or_single_arms():
         probability_best([ProportionStatistic(10, 1), MeanStatistic(10, 1.0, 1.0)], seed=1)
 
 
-def test_thompson_weights_apply_growthbooks_additive_floor():
+def test_thompson_weights_lift_every_arm_to_the_floor():
     w = thompson_weights([0.0, 0.1, 0.9], min_weight=0.05)
     # f + (1 − k f) p: 0.05, 0.05 + 0.85·0.1, 0.05 + 0.85·0.9
     assert w == pytest.approx((0.05, 0.135, 0.815))
