@@ -3,13 +3,18 @@ start's equal weights, and the update service (new phase, audit, idempotent slot
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from muse_experiments.experiments.bandit_config import bandit_config_clean, equal_weights, update_slot
+from muse_experiments.experiments.bandit_config import (
+    bandit_config_clean,
+    equal_weights,
+    is_exploring,
+    update_slot,
+)
 from muse_experiments.experiments.models import AuditEntry, BanditUpdate, Experiment, ExperimentPhase
 from muse_experiments.experiments.selectors import sticky_scope
 from muse_experiments.experiments.services.bandit import bandit_slot_due, bandit_update_record
@@ -200,3 +205,29 @@ def test_a_winner_is_recorded_and_stops_the_experiment(catalogue):
     assert AuditEntry.objects.filter(action="bandit_winner", actor="bandit").count() == 1
     assert AuditEntry.objects.filter(action="stop", actor="bandit").count() == 1
     assert bandit_slot_due(experiment=experiment, now=now) is None
+
+
+def test_the_schedule_minute_setting_shortens_slots_and_exploration():
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    at = lambda s: start + timedelta(seconds=s)  # noqa: E731
+    assert [update_slot(started_at=start, now=at(s), every_minutes=1) for s in (0, 59, 60, 150)] == [
+        0,
+        0,
+        1,
+        2,
+    ]
+    assert [
+        update_slot(started_at=start, now=at(s), every_minutes=2, minute_s=4.0) for s in (0, 7.9, 8, 17)
+    ] == [0, 0, 1, 2]
+    assert is_exploring(started_at=start, now=at(3.9), explore_minutes=1, minute_s=4.0)
+    assert not is_exploring(started_at=start, now=at(4), explore_minutes=1, minute_s=4.0)
+    assert is_exploring(started_at=start, now=at(59), explore_minutes=1)
+
+
+@pytest.mark.django_db
+def test_a_short_schedule_minute_makes_a_new_slot_due_within_seconds(catalogue, settings):
+    settings.BANDIT_MINUTE_S = 4.0
+    experiment = _running_bandit()  # update every 30 minutes: 120 s of 4-second minutes
+    start = experiment.started_at
+    assert bandit_slot_due(experiment=experiment, now=start + timedelta(seconds=119)) == 0
+    assert bandit_slot_due(experiment=experiment, now=start + timedelta(seconds=121)) == 1
