@@ -58,13 +58,18 @@ def stop_previous_demos(write: Callable[[str], None]) -> None:
 
 
 def create_experiments(
-    write: Callable[[str], None], *, rollout_step_min_units: int = config.ROLLOUT_STEP_MIN_UNITS
+    write: Callable[[str], None],
+    *,
+    rollout_step_min_units: int = config.ROLLOUT_STEP_MIN_UNITS,
+    stamp: str | None = None,
 ) -> DemoExperiments:
     """Stop earlier demos; create the bandit and the rollout (drafts) and the four-arm experiment
-    (started). ``rollout_step_min_units``: candidate units a rollout step needs (tests use fewer
-    sessions). Raises ValidationError if the catalogue lacks a model they need."""
+    (started), keyed ``demo-bandit-<stamp>``, ``demo-rollout-<stamp>`` and ``demo-<stamp>``
+    (``stamp``: the local time, ``%Y%m%d-%H%M%S``, by default). ``rollout_step_min_units``:
+    candidate units a rollout step needs (tests use fewer sessions). Raises ValidationError for a
+    key already taken or a model missing from the catalogue."""
     stop_previous_demos(write)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
     endpoints = _endpoints(
         [a[1] for a in config.ARMS]
         + [a[1] for a in config.BANDIT_ARMS]

@@ -10,7 +10,7 @@ import pytest
 from muse_experiments.celery import app as celery_app
 from muse_experiments.experiments.demo import config, setup
 from muse_experiments.experiments.demo.adaptive import DECISIONS, adaptive_run, adaptive_start
-from muse_experiments.experiments.models import BanditUpdate, ExperimentPhase
+from muse_experiments.experiments.models import BanditUpdate, Experiment, ExperimentPhase
 from tests.factories import seed_catalogue
 
 
@@ -74,3 +74,23 @@ def test_the_demo_bandit_moves_its_weights_and_the_rollout_check_decides(
     assert out.rollout["percent"] == decisions[-1]["to_percent"]
     if decisions[-1]["reason"] != "rolled_back_guardrail":
         assert out.rollout["percent"] > config.ROLLOUT_STEPS[0]
+
+
+@pytest.mark.django_db
+def test_a_new_demo_run_rolls_back_the_previous_ramp_and_stops_its_experiments(catalogue):
+    lines: list[str] = []
+    first = setup.create_experiments(lines.append, stamp="1")
+    adaptive_start(bandit=first.bandit, rollout=first.rollout)
+    second = setup.create_experiments(lines.append, stamp="2")
+
+    first.rollout.refresh_from_db()
+    assert (first.rollout.state, first.rollout.percent) == ("rolled_back", 0.0)
+    assert first.rollout.history.last().message == "a new demo run replaced it"
+    stopped = {first.main.key, first.bandit.key, first.rollout.experiment.key}
+    assert {line.rsplit(" ", 1)[1] for line in lines} == stopped
+    assert set(Experiment.objects.filter(status="stopped").values_list("key", flat=True)) == stopped
+    # the new run: its targeted drafts come first in routing order, the four-arm one runs
+    assert second.bandit.pk < second.rollout.experiment.pk < second.main.pk
+    assert second.bandit.condition == {"stream": "bandit"}
+    assert Experiment.objects.get(pk=second.rollout.experiment.pk).condition == {"stream": "rollout"}
+    assert Experiment.objects.get(pk=second.main.pk).status == "running"
