@@ -37,7 +37,8 @@ test: install
 # them and stopped with them; run and worker share one (the first to start starts it).
 WITH_REDIS := $(BIN)/python -m muse_experiments.infra.private_redis run --
 
-# The main job: platform + worker + simulated upstreams, 2,000 sessions, results table.
+# The main job: platform + worker + simulated upstreams, 2,000 sessions, results table; then a
+# bandit, a progressive rollout and a shadow test (muse_experiments/experiments/demo/).
 demo: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
 	DJANGO_DEBUG=true $(BIN)/python manage.py demo $(ARGS)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.utils import timezone
 
 from muse_experiments.experiments.bandit_config import is_exploring
@@ -229,7 +230,10 @@ def bandit_update(*, experiment: Experiment, now: datetime | None = None) -> Ban
     proportion = spec.metric_type == "proportion"
     arms = [_pooled(periods, k, proportion) for k in keys]
     exploring = is_exploring(
-        started_at=experiment.started_at, now=now, explore_minutes=config["explore_minutes"]
+        started_at=experiment.started_at,
+        now=now,
+        explore_minutes=config["explore_minutes"],
+        minute_s=django_settings.BANDIT_MINUTE_S,
     )
     cap = config.get("max_cost_usd_per_call")
     checks = cost_checks(periods=periods, cap=cap)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import permission_required
@@ -111,6 +112,7 @@ def results_page(request, key):
             **data,
             "experiment": experiment,
             "bandit": bandit,
+            "bandit_minute_s": settings.BANDIT_MINUTE_S if settings.BANDIT_MINUTE_S != 60 else None,
             "options": options,
             "phases": list(range(1, (experiment.phase or 0) + 1)),
             "engines": ENGINES,

@@ -270,6 +270,12 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Seconds in a minute of a bandit's schedule (its update_every_minutes and explore_minutes): 60.
+# `make demo` shortens it (with BANDIT_CHECK_INTERVAL_S) so a bandit updates several times in its
+# run, through the same beat task and slots; nothing else reads it.
+BANDIT_MINUTE_S = env.float("BANDIT_MINUTE_S", default=60.0)
+if not BANDIT_MINUTE_S > 0:
+    raise ImproperlyConfigured("BANDIT_MINUTE_S must be a positive number of seconds.")
 
 # --- REST API ------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -109,12 +109,15 @@ def equal_weights(keys: list[str]) -> dict[str, float]:
     return {key: (base + (1 if i < extra else 0)) / 10_000 for i, key in enumerate(keys)}
 
 
-def update_slot(*, started_at: datetime, now: datetime, every_minutes: int) -> int:
-    """The update interval ``now`` falls in: ``floor(minutes since start / every_minutes)`` (>= 0)."""
+def update_slot(*, started_at: datetime, now: datetime, every_minutes: int, minute_s: float = 60.0) -> int:
+    """The update interval ``now`` falls in: ``floor(minutes since start / every_minutes)`` (>= 0),
+    a minute lasting ``minute_s`` seconds (60; the ``BANDIT_MINUTE_S`` setting shortens it)."""
     elapsed = max((now - started_at).total_seconds(), 0.0)
-    return int(elapsed // (every_minutes * 60))
+    return int(elapsed // (every_minutes * minute_s))
 
 
-def is_exploring(*, started_at: datetime, now: datetime, explore_minutes: int) -> bool:
-    """True while the exploration time after the first start lasts."""
-    return (now - started_at).total_seconds() < explore_minutes * 60
+def is_exploring(
+    *, started_at: datetime, now: datetime, explore_minutes: int, minute_s: float = 60.0
+) -> bool:
+    """True while the exploration time after the first start lasts (minutes of ``minute_s`` s)."""
+    return (now - started_at).total_seconds() < explore_minutes * minute_s

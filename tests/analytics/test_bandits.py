@@ -219,6 +219,15 @@ def test_the_results_page_shows_weights_over_time_probability_best_and_the_strat
     rows = exported.json()["rows"] if isinstance(exported.json(), dict) else exported.json()
     assert [r["phase"] for r in rows] == [1, 2]
     assert rows[0]["w_control"] == 0.5 and rows[0]["n_b"] == 60
+    assert "a schedule minute lasts" not in page  # 60 s: nothing to say
+
+
+@pytest.mark.django_db
+def test_the_results_page_says_when_a_schedule_minute_is_shortened(admin_client, settings):
+    settings.BANDIT_MINUTE_S = 4.0
+    _bandit()
+    page = admin_client.get("/results/bandit/").content.decode()
+    assert "(a schedule minute lasts 4.0 s on this platform: BANDIT_MINUTE_S)" in page
 
 
 @pytest.mark.django_db

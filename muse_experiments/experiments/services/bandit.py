@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -43,13 +44,17 @@ def bandit_winner(*, experiment: Experiment) -> BanditUpdate | None:
 
 def bandit_slot_due(*, experiment: Experiment, now: datetime) -> int | None:
     """The update slot ``now`` falls in when the bandit is running, has no winner yet and that
-    slot has no update yet, else None (a cheap check before any statistics are computed)."""
+    slot has no update yet, else None (a cheap check before any statistics are computed). Slots
+    are ``update_every_minutes`` minutes of ``BANDIT_MINUTE_S`` seconds (60)."""
     if experiment.type != ExperimentType.BANDIT or experiment.status != ExperimentStatus.RUNNING:
         return None
     if experiment.started_at is None or not experiment.bandit:
         return None
     slot = update_slot(
-        started_at=experiment.started_at, now=now, every_minutes=experiment.bandit["update_every_minutes"]
+        started_at=experiment.started_at,
+        now=now,
+        every_minutes=experiment.bandit["update_every_minutes"],
+        minute_s=settings.BANDIT_MINUTE_S,
     )
     if BanditUpdate.objects.filter(experiment=experiment, slot=slot).exists():
         return None

@@ -4,13 +4,18 @@ weights and no update after it)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from muse_experiments.experiments.bandit_config import bandit_config_clean, equal_weights, update_slot
+from muse_experiments.experiments.bandit_config import (
+    bandit_config_clean,
+    equal_weights,
+    is_exploring,
+    update_slot,
+)
 from muse_experiments.experiments.models import AuditEntry, BanditUpdate, Experiment, ExperimentPhase
 from muse_experiments.experiments.selectors import sticky_scope
 from muse_experiments.experiments.services.bandit import bandit_slot_due, bandit_update_record, bandit_winner
@@ -243,3 +248,29 @@ def test_a_cost_cap_is_accepted_through_rest_and_the_admin_form_refuses_a_bad_on
     data = form_data(key="admin-bandit", type="bandit", bandit='{"max_cost_usd_per_call": 0.003}')
     assert admin_client.post(reverse("admin:muse_experiments_experiment_add"), data).status_code == 302
     assert Experiment.objects.get(key="admin-bandit").bandit["max_cost_usd_per_call"] == 0.003
+
+
+def test_the_schedule_minute_setting_shortens_slots_and_exploration():
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    at = lambda s: start + timedelta(seconds=s)  # noqa: E731
+    assert [update_slot(started_at=start, now=at(s), every_minutes=1) for s in (0, 59, 60, 150)] == [
+        0,
+        0,
+        1,
+        2,
+    ]
+    assert [
+        update_slot(started_at=start, now=at(s), every_minutes=2, minute_s=4.0) for s in (0, 7.9, 8, 17)
+    ] == [0, 0, 1, 2]
+    assert is_exploring(started_at=start, now=at(3.9), explore_minutes=1, minute_s=4.0)
+    assert not is_exploring(started_at=start, now=at(4), explore_minutes=1, minute_s=4.0)
+    assert is_exploring(started_at=start, now=at(59), explore_minutes=1)
+
+
+@pytest.mark.django_db
+def test_a_short_schedule_minute_makes_a_new_slot_due_within_seconds(catalogue, settings):
+    settings.BANDIT_MINUTE_S = 4.0
+    experiment = _running_bandit()  # update every 30 minutes: 120 s of 4-second minutes
+    start = experiment.started_at
+    assert bandit_slot_due(experiment=experiment, now=start + timedelta(seconds=119)) == 0
+    assert bandit_slot_due(experiment=experiment, now=start + timedelta(seconds=121)) == 1
