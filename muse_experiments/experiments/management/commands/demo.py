@@ -159,7 +159,7 @@ class Command(BaseCommand):
             [
                 sys.executable,
                 "-m",
-                "routing.fake_upstreams",
+                "routing.simulated",
                 "--port",
                 str(upstream_port),
                 "--scenarios",
