@@ -58,7 +58,7 @@ worker: install
 	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance,shadow --pool threads --concurrency 16 -l info
 
 upstreams: install
-	$(BIN)/python -m routing.fake_upstreams --port $(UPSTREAMS_PORT)
+	$(BIN)/python -m routing.simulated --port $(UPSTREAMS_PORT)
 
 # Benchmarks print figures. The service-backed ones use BENCH_DATABASE_URL (dropped and created
 # anew by bench_api_overhead) and BENCH_REDIS_URL.

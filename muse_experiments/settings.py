@@ -412,7 +412,7 @@ PROVIDER_CREDENTIAL_HOSTS = env.dict(
         "ANTHROPIC_API_KEY": ["api.anthropic.com"],
     },
 )
-# The simulated upstreams (routing/fake_upstreams.py) as loopback host:port: every bound
+# The simulated upstreams (routing/simulated/) as loopback host:port: every bound
 # credential may go there, over http. `make demo`, `seed_catalogue --simulated-base-url` and the
 # tests need it; in debug it defaults to `make upstreams`' address.
 SIMULATED_UPSTREAMS = env.list("SIMULATED_UPSTREAMS", default=["127.0.0.1:8900"] if DEBUG else [])

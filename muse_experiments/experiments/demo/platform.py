@@ -25,7 +25,7 @@ from django.core.management.base import CommandError
 from . import config
 
 #: The module run (``python -m``) as the simulated upstreams.
-SIMULATED_UPSTREAMS_MODULE = "routing.fake_upstreams"
+SIMULATED_UPSTREAMS_MODULE = "routing.simulated"
 WORKER_QUEUES = "completions,analytics,maintenance,shadow"
 
 
