@@ -4,6 +4,7 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY muse_experiments muse_experiments
+# .dockerignore leaves routing/simulated (the simulated upstreams, a dev tool) out of the context.
 COPY routing routing
 COPY analytics analytics
 COPY templates templates

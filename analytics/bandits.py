@@ -8,6 +8,12 @@ period's fixed weights, so each period is a randomised comparison, and the lift 
 period-stratified one of :func:`analytics.stats.bandit.stratified_lift` (GrowthBook weights
 periods the same way). The SRM check compares each period's new units with its weights.
 
+When an arm's P(best) reaches ``stop_when_probability_best`` it is declared the winner: a new
+period gives it all but the other arms' floors (:func:`analytics.stats.bandit.winner_weights`),
+the experiment keeps running and the updates stop. With ``max_cost_usd_per_call`` set, an arm
+whose cost per call (``Σ cost_usd / Σ calls`` of its units) is credibly above the cap
+(:func:`analytics.stats.bandit.cost_over_cap`) gets the floor only and cannot win.
+
 One SQL statement per period: an update of an experiment with P periods runs P statements.
 """
 
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.utils import timezone
 
 from muse_experiments.experiments.bandit_config import is_exploring
@@ -29,10 +36,18 @@ from .analysis import MetricSpec, statistic_for
 from .builtin_metrics import seed_builtin_metrics
 from .models import MetricDefinition
 from .queries import aggregate
-from .selectors import analysis_settings_for, metric_plan
+from .selectors import MetricPlan, analysis_settings_for, metric_plan
 from .stats import MeanStatistic, ProportionStatistic, json_safe
-from .stats.bandit import bandit_decide, period_srm, rounded_weights, stratified_lift
-from .stats.statistics import CovariateStatistic
+from .stats.bandit import (
+    CostCheck,
+    bandit_decide,
+    cost_over_cap,
+    period_srm,
+    rounded_weights,
+    stratified_lift,
+    winner_weights,
+)
+from .stats.statistics import CovariateStatistic, RatioStatistic
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +65,7 @@ class Period:
     ended_at: datetime | None
     weights: dict[str, float]
     stats: dict[str, ProportionStatistic | MeanStatistic]
+    cost: dict[str, RatioStatistic]  # per arm, only with a cost cap (else empty)
 
     @property
     def units(self) -> int:
@@ -65,16 +81,39 @@ def _arm_statistic(metric: MetricSpec, stats) -> ProportionStatistic | MeanStati
     return stat
 
 
+#: The built-in per-unit sums whose ratio is the cost per call.
+COST_METRICS = ("cost_usd", "calls")
+
+
 def _primary_metric(experiment: Experiment):
+    """The primary metric's spec and its plan; with a cost cap the plan also sums each unit's
+    cost and calls (with their cross product, for the cost per call's delta-method variance)."""
     seed_builtin_metrics(MetricDefinition)
     name = experiment.bandit.get("metric") or experiment.primary_metric
-    plan = metric_plan(names=[(name, "primary")])
+    capped = experiment.bandit.get("max_cost_usd_per_call") is not None
+    plan = metric_plan(names=[(name, "primary"), *((m, "cost") for m in COST_METRICS if capped)])
     spec = plan.specs[0]
     if spec.undefined:
         raise BanditDataError(f"no metric named {name!r}: define it in the admin")
     if spec.metric_type == "ratio":
         raise BanditDataError(f"metric {name!r} is a ratio; a bandit needs a proportion or a mean")
+    if capped:
+        pair = (plan.specs[1].keys[0], plan.specs[2].keys[0])
+        plan = MetricPlan(plan.specs, plan.components, [*plan.cross_products, pair])
     return spec, plan
+
+
+def _cost_statistic(plan: MetricPlan, stats) -> RatioStatistic:
+    cost, calls = plan.specs[1].keys[0], plan.specs[2].keys[0]
+    n = stats.units if stats else 0
+    num = stats.components.get(cost) if stats else None
+    den = stats.components.get(calls) if stats else None
+    return RatioStatistic(
+        n=n,
+        m=MeanStatistic(n, num.sum if num else 0.0, num.sum_squares if num else 0.0),
+        d=MeanStatistic(n, den.sum if den else 0.0, den.sum_squares if den else 0.0),
+        sum_of_products=stats.cross.get((cost, calls), 0.0) if stats else 0.0,
+    )
 
 
 def bandit_periods(*, experiment: Experiment) -> list[Period]:
@@ -112,6 +151,9 @@ def bandit_periods(*, experiment: Experiment) -> list[Period]:
                 ended_at=phase.ended_at,
                 weights={v.key: float(phase.weights.get(v.key, 0.0)) for v in variants},
                 stats={v.key: _arm_statistic(spec, population.get(v.key)) for v in variants},
+                cost={v.key: _cost_statistic(plan, population.get(v.key)) for v in variants}
+                if len(plan.specs) > 1
+                else {},
             )
         )
     return out
@@ -126,16 +168,52 @@ def _pooled(periods: list[Period], key: str, proportion: bool):
     return MeanStatistic(n, total, squares)
 
 
+def _pooled_cost(periods: list[Period], key: str) -> RatioStatistic:
+    """An arm's cost per call over all its units (every period)."""
+    parts = [p.cost[key] for p in periods]
+    n = sum(c.n for c in parts)
+    return RatioStatistic(
+        n=n,
+        m=MeanStatistic(n, sum(c.m.sum for c in parts), sum(c.m.sum_squares for c in parts)),
+        d=MeanStatistic(n, sum(c.d.sum for c in parts), sum(c.d.sum_squares for c in parts)),
+        sum_of_products=sum(c.sum_of_products for c in parts),
+    )
+
+
+def cost_checks(*, periods: list[Period], cap: float | None) -> dict[str, CostCheck]:
+    """Each arm's cost per call against ``cap`` (USD; None: no cap, no check): ``{arm: CostCheck}``."""
+    if cap is None or not periods or not periods[-1].cost:
+        return {}
+    return {key: cost_over_cap(_pooled_cost(periods, key), cap) for key in periods[-1].weights}
+
+
+def _cost_audit(checks: dict[str, CostCheck], cap: float) -> dict[str, Any]:
+    return {
+        "cap_usd_per_call": cap,
+        "arms": {
+            k: {
+                "cost_per_call": c.cost_per_call,
+                "probability_over": c.probability_over,
+                "over_cap": c.over_cap,
+            }
+            for k, c in checks.items()
+        },
+    }
+
+
 def bandit_update(*, experiment: Experiment, now: datetime | None = None) -> BanditUpdate | None:
     """The scheduled update of one bandit: when its current slot has no update yet, P(best) of
     every arm from all its units so far, the new weights (equal while exploring, Thompson weights
-    with the floor after) and the winner once P(best) reaches the threshold; written through
+    with the floor after; arms credibly over ``max_cost_usd_per_call`` at the floor) and the
+    winner once P(best) reaches the threshold, which gets
+    :func:`~analytics.stats.bandit.winner_weights`; written through
     :func:`muse_experiments.experiments.services.bandit.bandit_update_record`.
 
     Safe to run twice or late: one update per slot (a late run makes the update of the slot it
     runs in; missed slots are not replayed, the data since is all used). The Monte Carlo seed is
     ``experiment id × 100003 + slot``, so a re-run decides the same. Returns the update, or None
-    when nothing was due or the metric cannot drive a bandit (logged).
+    when nothing was due (a winner was declared, or the slot is done) or the metric cannot drive
+    a bandit (logged).
     """
     now = now or timezone.now()
     slot = bandit_slot_due(experiment=experiment, now=now)
@@ -152,39 +230,54 @@ def bandit_update(*, experiment: Experiment, now: datetime | None = None) -> Ban
     proportion = spec.metric_type == "proportion"
     arms = [_pooled(periods, k, proportion) for k in keys]
     exploring = is_exploring(
-        started_at=experiment.started_at, now=now, explore_minutes=config["explore_minutes"]
+        started_at=experiment.started_at,
+        now=now,
+        explore_minutes=config["explore_minutes"],
+        minute_s=django_settings.BANDIT_MINUTE_S,
     )
+    cap = config.get("max_cost_usd_per_call")
+    checks = cost_checks(periods=periods, cap=cap)
+    floor = config["min_weight_per_arm"]
     decision = bandit_decide(
         arms,
         exploring=exploring,
-        min_weight=config["min_weight_per_arm"],
+        min_weight=floor,
         stop_when_probability_best=config["stop_when_probability_best"],
         seed=experiment.id * 100_003 + slot,
         higher_is_better=spec.higher_is_better,
+        over_cap=[checks[k].over_cap for k in keys] if checks else None,
     )
-    weights = dict(zip(keys, rounded_weights(decision.weights), strict=True))
+    raw = decision.weights
+    if decision.winner is not None:
+        raw = winner_weights(len(keys), decision.winner, min_weight=floor)
+    weights = dict(zip(keys, rounded_weights(raw), strict=True))
     p_best = dict(zip(keys, decision.probability_best, strict=True))
     winner = keys[decision.winner] if decision.winner is not None else ""
     current = periods[-1].weights if periods else {}
     label = (
         "winner" if winner else "explore" if exploring else "update" if weights != current else "unchanged"
     )
-    message = (
-        f"{winner} is the best arm with probability {p_best[winner]:.3f} ≥ "
-        f"{config['stop_when_probability_best']}: declared the winner, experiment stopped"
-        if winner
-        else ""
-    )
+    parts = []
+    if winner:
+        parts.append(
+            f"{winner} is the best arm with probability {p_best[winner]:.3f} ≥ "
+            f"{config['stop_when_probability_best']}: declared the winner; it now gets "
+            f"{weights[winner]:.2%} of new units, the others their floor of {floor:.0%}; updates stop."
+        )
+    held = [k for k in keys if not exploring and checks and checks[k].over_cap]
+    if held:
+        parts.append(f"Over the cost cap of ${cap:g}/call, held at the floor: {', '.join(held)}.")
     return bandit_update_record(
         experiment=experiment,
         slot=slot,
         now=now,
         decision=label,
-        weights=current if winner and current else weights,
+        weights=weights,
         probability_best=p_best,
         units={k: a.n for k, a in zip(keys, arms, strict=True)},
         winner=winner,
-        message=message,
+        message=" ".join(parts),
+        cost=_cost_audit(checks, cap) if checks else None,
     )
 
 
@@ -202,8 +295,12 @@ def bandit_results(*, experiment: Experiment, alpha: float | None = None) -> dic
     weights, units: {arm: n}, means: {arm: mean}, srm}], "updates": [{slot, at, decision, phase,
     weights, probability_best, units, winner}], "lifts": [{variant, control_mean, treatment_mean,
     absolute_lift, absolute_ci, relative_lift, relative_ci, p_value, periods_used, units}],
-    "winner", "status", "reason"}`` (JSON-safe). ``status`` is ``ok``, or ``unsupported_metric``
-    with a ``reason``; ``alpha`` defaults to the experiment's analysis settings.
+    "winner", "winner_update": {slot, at, phase, weights, probability_best, message} or None,
+    "cost": None or {"cap_usd_per_call", "arms": {arm: {cost_per_call, probability_over,
+    over_cap}}}, "status", "reason"}`` (JSON-safe). ``winner_update`` is the update that declared
+    the winner (from its phase on the winner gets all but the floors); ``cost`` is the cost cap
+    checked on all units so far. ``status`` is ``ok``, or ``unsupported_metric`` with a
+    ``reason``; ``alpha`` defaults to the experiment's analysis settings.
     """
     alpha = alpha if alpha is not None else analysis_settings_for(experiment=experiment).alpha
     updates = [
@@ -220,11 +317,13 @@ def bandit_results(*, experiment: Experiment, alpha: float | None = None) -> dic
         }
         for u in BanditUpdate.objects.filter(experiment=experiment).order_by("slot")
     ]
-    winner = next((u["winner"] for u in reversed(updates) if u["winner"]), "")
+    declared = next((u for u in reversed(updates) if u["winner"]), None)
     out: dict[str, Any] = {
         "metric": experiment.bandit.get("metric", experiment.primary_metric),
         "updates": updates,
-        "winner": winner,
+        "winner": declared["winner"] if declared else "",
+        "winner_update": declared,
+        "cost": None,
         "periods": [],
         "lifts": [],
         "status": "ok",
@@ -237,6 +336,10 @@ def bandit_results(*, experiment: Experiment, alpha: float | None = None) -> dic
         out.update(status="unsupported_metric", reason=str(exc))
         return json_safe(out)
     keys = list(periods[0].weights) if periods else []
+    cap = experiment.bandit.get("max_cost_usd_per_call")
+    checks = cost_checks(periods=periods, cap=cap)
+    if checks:
+        out["cost"] = _cost_audit(checks, cap)
     srms = period_srm(
         [[p.stats[k].n for k in keys] for p in periods], [[p.weights[k] for k in keys] for p in periods]
     )

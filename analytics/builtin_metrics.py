@@ -73,6 +73,22 @@ BUILTIN_METRICS: list[dict] = [
         }
         for q in (0.5, 0.9, 0.95, 0.99)
     ),
+    # Time to first token: streamed calls only (the others have none and are left out).
+    *(
+        {
+            "name": f"ttft_p{round(q * 100)}_ms",
+            "label": f"Time to first token p{round(q * 100)} (ms, over succeeded streamed calls; "
+            "clustered by unit)",
+            "source": "call",
+            "call_value": "ttft_ms",
+            "aggregation": "quantile",
+            "metric_type": "quantile",
+            "quantile": q,
+            "quantile_of": "call",
+            "higher_is_better": False,
+        }
+        for q in (0.5, 0.9, 0.95, 0.99)
+    ),
     {
         "name": "cost_usd",
         "label": "Cost per unit (USD)",

@@ -56,6 +56,7 @@ class CallValue(models.TextChoices):
     :data:`analytics.queries.CALL_VALUE_SQL`; never free SQL)."""
 
     LATENCY_MS = "latency_ms", "Latency (ms; succeeded calls only, NULL otherwise)"
+    TTFT_MS = "ttft_ms", "Time to first token (ms; succeeded streamed calls only, NULL otherwise)"
     COST_USD = "cost_usd", "Cost (USD)"
     INPUT_TOKENS = "input_tokens", "Input tokens"
     CACHED_INPUT_TOKENS = "cached_input_tokens", "Cached input tokens"
@@ -359,7 +360,8 @@ class CallRollup(models.Model):
     call, else the one it was assigned to (failed calls). ``experiment_id = 0`` and ``phase = 0``
     for calls outside any experiment. ``tokens`` = input + output tokens (output includes
     reasoning). Histograms are counts per bin of the grids in :mod:`analytics.histograms` (latency
-    over succeeded calls only). ``exposures`` counts units first exposed in the hour (from the
+    over succeeded calls only; time to first token on the latency grid, over succeeded streamed
+    calls; empty in rows written before call records had it). ``exposures`` counts units first exposed in the hour (from the
     exposure table; ``endpoint`` is then empty).
     """
 
@@ -383,6 +385,7 @@ class CallRollup(models.Model):
     cost_usd = models.FloatField(default=0.0)
     tokens = models.BigIntegerField(default=0)
     latency_hist = models.JSONField(default=list)
+    ttft_hist = models.JSONField(default=list)
     cost_hist = models.JSONField(default=list)
     tokens_hist = models.JSONField(default=list)
 

@@ -37,6 +37,7 @@ from .sums import ComponentSums, GroupRow, VariantStats
 #: What one call contributes, as SQL over the ``c`` alias (double precision; NULL = no value).
 CALL_VALUE_SQL: dict[str, str] = {
     "latency_ms": "CAST(c.latency_ms AS DOUBLE PRECISION)",
+    "ttft_ms": "CAST(c.ttft_ms AS DOUBLE PRECISION)",
     "cost_usd": "CAST(c.cost_usd AS DOUBLE PRECISION)",
     "input_tokens": "CAST(c.input_tokens AS DOUBLE PRECISION)",
     "cached_input_tokens": "CAST(c.cached_input_tokens AS DOUBLE PRECISION)",

@@ -67,7 +67,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
     (calls with an attempt that died with its worker, ``CallRecord.cost_unknown``), cost (USD),
     tokens (input + output: a call's output tokens already include its reasoning tokens, as both
     providers count them, see :class:`routing.providers.types.Usage`), histograms of latency (ms,
-    succeeded calls), cost and tokens per call (:mod:`analytics.histograms`), and units first
+    succeeded calls), time to first token (ms, succeeded streamed calls), cost and tokens per call (:mod:`analytics.histograms`), and units first
     exposed; and per **day of the reporting zone** (``MUSE_REPORTING_TIME_ZONE``, i.e. Django's
     default time zone; DST included) the sums of that day's hour rows.
 
@@ -107,6 +107,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
         if k not in rows:
             rows[k] = {
                 "latency_hist": [0] * histograms.LATENCY_MS.size,
+                "ttft_hist": [0] * histograms.LATENCY_MS.size,
                 "cost_hist": [0] * histograms.COST_USD.size,
                 "tokens_hist": [0] * histograms.TOKENS.size,
             }
@@ -136,6 +137,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
         )
     for field, hist, grid, base in (
         ("latency_ms", "latency_hist", histograms.LATENCY_MS, calls.filter(latency_ms__isnull=False)),
+        ("ttft_ms", "ttft_hist", histograms.LATENCY_MS, calls.filter(ttft_ms__isnull=False)),
         ("cost_usd", "cost_hist", histograms.COST_USD, calls),
         ("tok", "tokens_hist", histograms.TOKENS, calls),
     ):
@@ -172,7 +174,7 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
 
 
 SUMMED = ("calls", "errors", "fallbacks", "killed", "cost_unknown", "exposures", "cost_usd", "tokens")
-HISTOGRAM_FIELDS = ("latency_hist", "cost_hist", "tokens_hist")
+HISTOGRAM_FIELDS = ("latency_hist", "ttft_hist", "cost_hist", "tokens_hist")
 
 
 def _day_rows(*, since: datetime, zone: tzinfo, zone_name: str) -> list[CallRollup]:

@@ -24,7 +24,8 @@ from muse_experiments.infra.csv_export import csv_write
 #: fraction), money (USD), ms, p, status (code → words), model (public id → version label),
 #: days (a duration), when (datetime), link (text linking to ``row[<key>_href]``), forest (a
 #: drawn interval on its own scale, ``{lift, low, high, tone, axis}``; not exported: its numbers
-#: are exported on their own), money_k (USD per 1,000 of what the row counts).
+#: are exported on their own), money_k (USD per 1,000 of what the row counts), code (a code
+#: shown as words, ``row[<key>_label]``, the code on hover; the export keeps the code).
 KINDS = {
     "text",
     "int",
@@ -37,6 +38,7 @@ KINDS = {
     "p",
     "status",
     "model",
+    "code",
     "days",
     "when",
     "link",

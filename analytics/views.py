@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import permission_required
@@ -33,6 +34,7 @@ from .dashboards import (
     results_dashboard,
     results_options,
     routing_health,
+    shadow_test_list,
 )
 from .models import SnapshotTrigger
 from .rollout_page import rollout_section
@@ -44,6 +46,8 @@ VIEW_EXPERIMENTS = SESSION_PERMISSIONS[("experiment-list", "GET")]
 VIEW_RESULTS = SESSION_PERMISSIONS[("experiment-results", "GET")]
 RECOMPUTE_RESULTS = SESSION_PERMISSIONS[("experiment-results-compute", "POST")]
 VIEW_ROUTING_HEALTH = ("routing.view_modelendpoint", "analytics.view_callrollup")
+#: What the experiments list needs to list the shadow tests (their results page needs the same).
+VIEW_SHADOW_TESTS = ("muse_experiments.view_shadowtest",)
 
 
 def _export(request, tables: dict[str, Table], filename: str):
@@ -64,12 +68,15 @@ def _common() -> dict:
 @staff_member_required
 @permission_required(VIEW_EXPERIMENTS, raise_exception=True)
 def results_index(request):
-    """Experiments list with status/layer filters and a search box."""
+    """Experiments list with status/layer filters and a search box (each experiment linking to its
+    results, a bandit's or rollout's to that section), then the shadow tests linking to theirs
+    (for users who may view shadow tests)."""
     status = request.GET.get("status", "")
     layer = request.GET.get("layer", "")
     search = request.GET.get("q", "").strip()
     table = experiment_list(status=status, layer=layer, search=search)
-    exported = _export(request, {table.id: table}, "experiments")
+    shadow = shadow_test_list() if request.user.has_perms(VIEW_SHADOW_TESTS) else None
+    exported = _export(request, {t.id: t for t in (table, shadow) if t is not None}, "experiments")
     if exported:
         return exported
     return render(
@@ -78,6 +85,7 @@ def results_index(request):
         {
             **_common(),
             "table": table,
+            "shadow": shadow,
             "status": status,
             "layer": layer,
             "q": search,
@@ -111,6 +119,7 @@ def results_page(request, key):
             **data,
             "experiment": experiment,
             "bandit": bandit,
+            "bandit_minute_s": settings.BANDIT_MINUTE_S if settings.BANDIT_MINUTE_S != 60 else None,
             "options": options,
             "phases": list(range(1, (experiment.phase or 0) + 1)),
             "engines": ENGINES,

@@ -89,7 +89,7 @@ def main() -> int:
         scenarios = var / "scenarios.json"
         scenarios.write_text(json.dumps({"avocado-v15": {"latency_ms": 0, "tool_calls": "never"}}))
         spawn(
-            [py, "-m", "routing.fake_upstreams", "--port", str(up_port), "--keys-json", json.dumps(KEYS),
+            [py, "-m", "routing.simulated", "--port", str(up_port), "--keys-json", json.dumps(KEYS),
              "--scenarios", str(scenarios)], "upstream",
         )  # fmt: skip
         upstream = f"http://127.0.0.1:{up_port}"

@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx2  # noqa: E402
 from openai.types.responses import Response  # noqa: E402
 
-from routing.fake_upstreams import FakeUpstreams  # noqa: E402
 from routing.providers import CompletionRequest, Message  # noqa: E402
 from routing.providers._openai_common import INFERENCE_OPTIONS, openai_sdk_client  # noqa: E402
 from routing.providers.openai_chat import CHAT_PATH, _post_native, build_chat_kwargs, native_route  # noqa: E402
 from routing.providers.openai_responses import RESPONSES_PATH, build_responses_kwargs  # noqa: E402
+from routing.simulated import FakeUpstreams  # noqa: E402
 from tests.routing.conftest import MODELS, make_endpoint, second_turn  # noqa: E402
 
 

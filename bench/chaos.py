@@ -8,7 +8,7 @@ instances this script starts and always stops (never the machine's shared servic
   via ``runuser`` when run as root, in a data directory under ``var/chaos``),
 * RabbitMQ (its own node name, ports, Mnesia and log directories, no plugins) for the pass where
   it is the Celery broker (results and streams stay on Redis),
-* two simulated upstream processes (``routing.fake_upstreams``): the in-house Avocado service and
+* two simulated upstream processes (``routing.simulated``): the in-house Avocado service and
   the external providers (Azure OpenAI, Anthropic) on another port, so one can be taken down,
 * the platform as the ``Procfile`` runs it (``muse_experiments.infra.prodshape``: gunicorn, two Celery
   workers, beat), on those services.
@@ -269,7 +269,7 @@ class Upstream:
         env = {**os.environ, "FAKE_UPSTREAM_KEYS_JSON": json.dumps(UPSTREAM_KEYS)}
         with open(self.logs / f"upstream-{self.name}.log", "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "routing.fake_upstreams", "--port", str(self.port)], env=env,
+                [sys.executable, "-m", "routing.simulated", "--port", str(self.port)], env=env,
                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         wait_until(

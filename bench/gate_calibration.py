@@ -1,4 +1,4 @@
-"""Calibration of the training gate's opaque-blob rule (``routing/transcripts/gate.py``).
+"""Calibration of the training gate's opaque-blob rule (``routing/transcripts/gate/``).
 
 Prints three tables (not a timed test; run ``python bench/gate_calibration.py [--trials N]``):
 
@@ -6,7 +6,7 @@ Prints three tables (not a timed test; run ``python bench/gate_calibration.py [-
   base64 wrapped at 76, hex, base32, base85 (RFC 1924) and ascii85, each put bare (no marker
   word) in a native record's message content, alone and inside a sentence; plus the fake
   upstream's own Anthropic ``signature`` / ``redacted_thinking`` ``data`` canaries
-  (``FakeUpstreams._issue_blob``) and 61-95-byte blobs (below :data:`MIN_OPAQUE_BYTES`: let
+  (``FakeUpstreams.issue_blob``) and 61-95-byte blobs (below :data:`MIN_OPAQUE_BYTES`: let
   through by design). Rate of records the gate refuses, per encoding and length.
 * false positives -- legitimate training texts that must pass (prose, code, minified JS, JSON,
   URLs with query strings, UUIDs and lists of them, SHA-1/SHA-256/SHA-512 digests and lists of
@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing.fake_upstreams import FakeUpstreams  # noqa: E402
+from routing.simulated import FakeUpstreams  # noqa: E402
 from routing.transcripts import gate  # noqa: E402
 from routing.transcripts.gate import MIN_OPAQUE_BYTES, find_encrypted_reasoning, gate_check  # noqa: E402
 
@@ -97,7 +97,7 @@ def detection(trials: int) -> None:
         )
     fake = FakeUpstreams()
     for label, prefix in (("fake signature (EqQB…)", "EqQB"), ("fake redacted data (EmwK…)", "EmwK")):
-        hits = sum(refused(fake._issue_blob(prefix, "claude-x")) for _ in range(trials))
+        hits = sum(refused(fake.issue_blob(prefix, "claude-x")) for _ in range(trials))
         print(f"{label:<28} {100 * hits / trials:>5.0f}%  (96 bytes: a SHA-256 digest x3, base64url)")
     # A realistic signature: base64 of 200-700 random bytes (protobuf-framed ciphertext).
     hits = sum(

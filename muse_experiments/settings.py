@@ -18,7 +18,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from muse_experiments.infra import private_redis
-from muse_experiments.infra.redis_client import broker_url
+from muse_experiments.infra.redis_client import broker_url, xdist_worker_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -191,11 +191,12 @@ LOGIN_URL = "/admin/login/"
 # One runtime: Redis carries tasks, claims, hand-offs, streams, buffered records and shared guard
 # state. REDIS_URL unset means a private server of this checkout's own on a Unix socket under
 # var/ (muse_experiments.infra.private_redis; the demo, the test session and the Makefile start it); the
-# test suite's is apart from the demo's (var/test/, one per pytest-xdist process).
+# test suite's is apart from the demo's (var/test/, one per pytest-xdist process); a given REDIS_URL
+# gives each pytest-xdist process a database of its own.
 _REDIS_URL = env.str("REDIS_URL", default="")
 _XDIST = os.environ.get("PYTEST_XDIST_WORKER", "") if TESTING else ""
 PRIVATE_REDIS_DIR = "" if _REDIS_URL else str(VAR_DIR / (f"redis-{_XDIST}" if _XDIST else "redis"))
-REDIS_URL = _REDIS_URL or private_redis.url(PRIVATE_REDIS_DIR)
+REDIS_URL = xdist_worker_url(_REDIS_URL, _XDIST) or private_redis.url(PRIVATE_REDIS_DIR)
 # Every client comes from muse_experiments.infra.redis_client; keep the socket timeout above the longest
 # blocking read (1 s).
 REDIS_CONNECT_TIMEOUT_S = env.float("REDIS_CONNECT_TIMEOUT_S", default=1.0)
@@ -269,6 +270,12 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Seconds in a minute of a bandit's schedule (its update_every_minutes and explore_minutes): 60.
+# `make demo` shortens it (with BANDIT_CHECK_INTERVAL_S) so a bandit updates several times in its
+# run, through the same beat task and slots; nothing else reads it.
+BANDIT_MINUTE_S = env.float("BANDIT_MINUTE_S", default=60.0)
+if not BANDIT_MINUTE_S > 0:
+    raise ImproperlyConfigured("BANDIT_MINUTE_S must be a positive number of seconds.")
 
 # --- REST API ------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -405,7 +412,7 @@ PROVIDER_CREDENTIAL_HOSTS = env.dict(
         "ANTHROPIC_API_KEY": ["api.anthropic.com"],
     },
 )
-# The simulated upstreams (routing/fake_upstreams.py) as loopback host:port: every bound
+# The simulated upstreams (routing/simulated/) as loopback host:port: every bound
 # credential may go there, over http. `make demo`, `seed_catalogue --simulated-base-url` and the
 # tests need it; in debug it defaults to `make upstreams`' address.
 SIMULATED_UPSTREAMS = env.list("SIMULATED_UPSTREAMS", default=["127.0.0.1:8900"] if DEBUG else [])

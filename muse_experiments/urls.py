@@ -53,7 +53,7 @@ admin.site.enable_nav_sidebar = False
 
 api_v1 = [
     path("completions", CompletionCreateApi.as_view(), name="completion-create"),
-    path("completions/<uuid:job_id>", CompletionDetailApi.as_view(), name="completion-detail"),
+    path("completions/<str:job_id>", CompletionDetailApi.as_view(), name="completion-detail"),
     path("sessions/<str:session_id>/end", SessionEndApi.as_view(), name="session-end"),
     path("users/<str:user_id>/training-opt-out", TrainingOptOutApi.as_view(), name="training-opt-out"),
     path("training/export", TrainingExportApi.as_view(), name="training-export"),

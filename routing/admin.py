@@ -274,6 +274,7 @@ class CallRecordAdmin(ReadOnlyAdmin):
         "reason",
         "status",
         "latency",
+        "ttft",
         "cost_usd",
     )
     list_filter = ("reason", "status", "experiment_key", model_filter("served_endpoint", "served model"))
@@ -300,6 +301,11 @@ class CallRecordAdmin(ReadOnlyAdmin):
     @admin.display(description="Latency", ordering="latency_ms")
     def latency(self, obj: CallRecord) -> str:
         return "—" if obj.latency_ms is None else f"{obj.latency_ms:,.0f} ms"
+
+    @admin.display(description="First token", ordering="ttft_ms")
+    def ttft(self, obj: CallRecord) -> str:
+        """Time to first token of a streamed call; "—" when the call was not streamed."""
+        return "—" if obj.ttft_ms is None else f"{obj.ttft_ms:,.0f} ms"
 
     @admin.display(description="Assigned model", ordering="assigned_order")
     def assigned_model(self, obj: CallRecord) -> str:

@@ -311,6 +311,12 @@ class CallRecord(models.Model):
     status = models.CharField(max_length=12, choices=JobStatus.choices)
     error_kind = models.CharField(max_length=60, blank=True)
     latency_ms = models.FloatField(null=True, blank=True)
+    ttft_ms = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Streamed calls: ms from the start of the serving attempt's provider call to its "
+        "first content delta (succeeded calls only); empty for calls that were not streamed.",
+    )
     input_tokens = models.PositiveIntegerField(default=0)
     cached_input_tokens = models.PositiveIntegerField(default=0)
     cache_write_tokens = models.PositiveIntegerField(default=0)

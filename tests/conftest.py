@@ -197,7 +197,7 @@ def upstreams_server():
     """Simulated upstreams over real HTTP, knowing every seeded model, for the whole session
     (credentials may go there: :func:`allow_simulated_upstream`)."""
     from routing.catalogue import endpoint_seeds
-    from routing.fake_upstreams import FakeUpstreams
+    from routing.simulated import FakeUpstreams
 
     fake = FakeUpstreams(api_keys=UPSTREAM_KEYS)
     fake.add_models(*(e.upstream_model for e in endpoint_seeds()))

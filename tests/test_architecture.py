@@ -24,8 +24,15 @@ LAYOUT_CONTRACTS = {
     "routing-steps",
     "worker-steps",
     "routing-acyclic",
+    "simulated-dev-only",
 }
 MAX_MODULE_LINES = 500
+#: The product packages held to :data:`MAX_MODULE_LINES` (their migrations are generated and exempt).
+PRODUCT_PACKAGES = ("muse_experiments", "routing", "analytics")
+#: Modules another change is splitting right now; each entry goes when its split lands.
+OVER_THE_LIMIT_FOR_NOW = {
+    "routing/jobs.py",  # being split
+}
 
 
 def test_pure_cores_and_dependency_direction_hold():
@@ -39,17 +46,24 @@ def test_pure_cores_and_dependency_direction_hold():
     assert "0 broken" in result.stdout
 
 
-def test_no_module_of_the_project_package_is_over_500_lines():
-    """``muse_experiments`` (project, infra, api, experiments app) has no god module; migrations
-    are generated and exempt."""
-    package = REPO / "muse_experiments"
-    sizes = {
-        str(path.relative_to(REPO)): len(path.read_text(encoding="utf-8").splitlines())
-        for path in package.rglob("*.py")
+def module_sizes() -> dict[str, int]:
+    """Lines of every module of the product packages, by path from the repository root."""
+    return {
+        path.relative_to(REPO).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for package in PRODUCT_PACKAGES
+        for path in (REPO / package).rglob("*.py")
         if "migrations" not in path.parts
     }
-    assert len(sizes) > 50
-    assert {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
+
+
+def test_no_product_module_is_over_500_lines():
+    """No god module in ``muse_experiments``, ``routing`` or ``analytics`` (the simulated
+    upstreams included); migrations are generated and exempt."""
+    sizes = module_sizes()
+    assert {name.split("/")[0] for name in sizes} == set(PRODUCT_PACKAGES)
+    assert len(sizes) > 150
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert {name: lines for name, lines in over.items() if name not in OVER_THE_LIMIT_FOR_NOW} == {}
 
 
 def test_no_test_reads_files_outside_the_repository():

@@ -5,6 +5,7 @@ secrets can come from files."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,3 +69,56 @@ def test_settings_read_secrets_from_files(tmp_path, name):
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == (value if name == "SECRET_KEY" else "/tmp/from-file.sqlite3")
+
+
+def dockerignored(path: str, patterns: list[str]) -> bool:
+    """Whether Docker leaves ``path`` (relative, ``/``-separated) out of the build context under
+    ``patterns`` (the lines of ``.dockerignore``): later lines win, ``!`` re-includes, ``**``
+    matches any number of folders, and a matched folder takes everything below it with it."""
+    excluded = False
+    for raw in patterns:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        pattern = line.removeprefix("!").strip("/")
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        regex = (
+            re.escape(pattern).replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+        )
+        if any(re.fullmatch(regex, prefix) for prefix in prefixes):
+            excluded = not keep
+    return excluded
+
+
+def image_files() -> set[str]:
+    """The files of this checkout the Dockerfile's ``COPY`` lines put in the image: each source
+    (a file, or a folder's files) as the build context holds it, less what ``.dockerignore``
+    leaves out."""
+    patterns = (REPO / ".dockerignore").read_text().splitlines()
+    sources = []
+    for line in (REPO / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            sources += [REPO / w for w in words[1:-1]]
+    paths = [p for s in sources for p in ([s] if s.is_file() else s.rglob("*")) if p.is_file()]
+    relative = {p.relative_to(REPO).as_posix() for p in paths}
+    return {f for f in relative if not dockerignored(f, patterns)}
+
+
+def test_the_dockerignore_matcher_follows_dockers_rules():
+    assert dockerignored("routing/simulated/server.py", ["routing/simulated"])
+    assert dockerignored("a/b/__pycache__/x.pyc", ["**/__pycache__"])
+    assert not dockerignored("routing/simulated/server.py", ["routing/simulated", "!routing/simulated"])
+    assert not dockerignored("routing/simulator.py", ["routing/simulated"])
+
+
+def test_the_image_leaves_the_simulated_upstreams_out():
+    files = image_files()
+    assert "routing/providers/base.py" in files and "manage.py" in files
+    assert "routing/transcripts/services.py" in files
+    assert [f for f in files if f.startswith("routing/simulated/")] == []
+    # no process type of the image starts them
+    assert "routing.simulated" not in (REPO / "Procfile").read_text()
+    assert "routing.simulated" not in (REPO / "docker-compose.yml").read_text()

@@ -1,4 +1,4 @@
-"""Exact upstream wire frames for :class:`routing.fake_upstreams.Scenario` ``wire`` scripts.
+"""Exact upstream wire frames for :class:`routing.simulated.Scenario` ``wire`` scripts.
 
 Each builder returns a list of frames (``{"data": "<bytes as text>", "delay_ms": N}``) as the
 real APIs send them, so a test states the upstream's bytes instead of describing them.

@@ -9,7 +9,7 @@ live in :mod:`.metrics` (from the snapshot) and :mod:`.calls` (from the call rol
 
 from .calls import call_table, exposure_series, rollup_by
 from .common import ANALYSES, ENGINES, ResultsOptions, endpoint_labels, results_options
-from .experiments import experiment_list
+from .experiments import experiment_list, shadow_test_list
 from .metrics import cuped_warnings, metric_table, power_table, srm_table
 from .results import kills_table, lift_series, results_dashboard
 from .routing_health import routing_health
@@ -31,5 +31,6 @@ __all__ = [
     "results_options",
     "rollup_by",
     "routing_health",
+    "shadow_test_list",
     "srm_table",
 ]

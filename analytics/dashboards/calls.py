@@ -1,5 +1,5 @@
-"""The results page's call health from the call rollup: per-variant calls, latency, cost and token
-distributions, exposures per day.
+"""The results page's call health from the call rollup: per-variant calls, latency, time to first
+token, cost and token distributions, exposures per day.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .common import ResultsOptions, bounds
 
 HISTOGRAMS = {
     "latency_hist": histograms.LATENCY_MS,
+    "ttft_hist": histograms.LATENCY_MS,  # time to first token: streamed calls only
     "cost_hist": histograms.COST_USD,
     "tokens_hist": histograms.TOKENS,
 }
@@ -140,7 +141,7 @@ def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tup
     }
     table_rows = []
     for v in variants:
-        a, lat = totals.get(v) or empty, merged[v]["latency_hist"]
+        a, lat, ttft = totals.get(v) or empty, merged[v]["latency_hist"], merged[v]["ttft_hist"]
         n = a["calls"]
         table_rows.append(
             {
@@ -151,6 +152,8 @@ def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tup
                 "killed_share": a["killed"] / n if n else None,
                 "latency_p50": histograms.LATENCY_MS.quantile(lat, 0.5),
                 "latency_p95": histograms.LATENCY_MS.quantile(lat, 0.95),
+                "ttft_p50": histograms.LATENCY_MS.quantile(ttft, 0.5),
+                "ttft_p95": histograms.LATENCY_MS.quantile(ttft, 0.95),
                 "cost_per_call": a["cost"] / n if n else None,
                 "cost_total": a["cost"],
                 "tokens_per_call": a["tokens"] / n if n else None,
@@ -159,7 +162,8 @@ def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tup
     table = Table(
         id="calls",
         title="Calls per variant",
-        note="Latency percentiles are read from log-spaced histograms (within one bin, about ±15 %).",
+        note="Latency and time-to-first-token percentiles are read from log-spaced histograms (within "
+        "one bin, about ±15 %); time to first token counts streamed calls only.",
         columns=[
             Column("variant", "Variant"),
             Column("calls", "Calls", "int"),
@@ -168,6 +172,8 @@ def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tup
             Column("killed_share", "Rerouted by a kill switch", "pct"),
             Column("latency_p50", "Latency p50", "ms"),
             Column("latency_p95", "Latency p95", "ms"),
+            Column("ttft_p50", "First token p50", "ms"),
+            Column("ttft_p95", "First token p95", "ms"),
             Column("cost_per_call", "Cost per 1,000 calls", "money_k"),
             Column("cost_total", "Cost", "money"),
             Column("tokens_per_call", "Tokens per call", "num"),
@@ -176,7 +182,12 @@ def call_table(*, totals: dict[str, dict[str, Any]], variants: list[str]) -> tup
     )
     charts = {}
     # cost per call in dollars per 1,000 such calls ($0.00772, not $0.00000772)
-    formats = {"latency_hist": milliseconds, "cost_hist": money_per_thousand, "tokens_hist": number}
+    formats = {
+        "latency_hist": milliseconds,
+        "ttft_hist": milliseconds,
+        "cost_hist": money_per_thousand,
+        "tokens_hist": number,
+    }
     for h, g in HISTOGRAMS.items():
         labels = g.range_labels(formats[h])
         used = [i for i in range(g.size) if any(merged[v][h][i] for v in variants)]

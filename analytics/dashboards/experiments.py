@@ -1,4 +1,5 @@
-"""The experiments list page: one row per experiment with its latest snapshot summarised."""
+"""The experiments list page: one row per experiment with its latest snapshot summarised (and a
+link to its bandit or rollout section), and one row per shadow test linking to its results page."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
-from muse_experiments.experiments.models import Experiment
+from muse_experiments.experiments.models import Experiment, Rollout, RolloutState, ShadowTest
 
 from ..formatting import percent, status_words
 from ..models import GuardrailAction, ResultSnapshot
@@ -21,6 +22,18 @@ from .common import kill_text, kills_by_experiment
 def _primary(results: Mapping[str, Any]) -> tuple[dict | None, list[dict]]:
     metric = next((m for m in results.get("metrics", []) if m.get("role") == "primary"), None)
     return metric, (metric or {}).get("comparisons", [])
+
+
+def _type_cell(experiment: Experiment, rollout: Rollout | None) -> dict[str, str]:
+    """The "Type" cell: ``A/B``, or ``bandit`` / ``rollout <percent>: <state>`` linking to that
+    section of the experiment's results page (``#bandit``, ``#rollout``)."""
+    page = reverse("results-page", args=[experiment.key])
+    if rollout is not None:
+        text = f"rollout {percent(rollout.percent / 100)}: {RolloutState(rollout.state).label.lower()}"
+        return {"type": text, "type_href": f"{page}#rollout"}
+    if experiment.type == "bandit":
+        return {"type": "bandit", "type_href": f"{page}#bandit"}
+    return {"type": "A/B", "type__kind": "text"}
 
 
 def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> Table:
@@ -40,6 +53,7 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
         [e.snapshot_id for e in experiments if e.snapshot_id]
     )
     kills = kills_by_experiment(experiments)
+    rollouts = {r.experiment_id: r for r in Rollout.objects.filter(experiment__in=experiments)}
     alerts: dict[tuple[int, int], list[GuardrailAction]] = defaultdict(list)
     for a in GuardrailAction.objects.filter(experiment__in=experiments):
         alerts[(a.experiment_id, a.phase)].append(a)
@@ -63,6 +77,7 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
                 "key": e.key,
                 "key_href": reverse("results-page", args=[e.key]),
                 "key_note": e.name if e.name != e.key else "",
+                **_type_cell(e, rollouts.get(e.id)),
                 "name": e.name,
                 "status": e.status,
                 "layer": e.layer.key if e.layer else "",
@@ -88,6 +103,7 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
         row_class="_class",
         columns=[
             Column("key", "Experiment", "link"),
+            Column("type", "Type", "link", help="A bandit or a rollout links to its section of the results"),
             Column("status", "Status", "status"),
             Column("layer", "Layer"),
             Column("days_running", "Running for", "days"),
@@ -99,6 +115,45 @@ def experiment_list(*, status: str = "", layer: str = "", search: str = "") -> T
             Column("kill_switches", "Kill switches in force"),
             Column("guardrail_alerts", "Guardrail alerts", "int"),
             Column("snapshot_at", "Results as of", "when"),
+        ],
+        rows=rows,
+    )
+
+
+def shadow_test_list() -> Table:
+    """Every shadow test, newest first, its key linking to its results page
+    (``/results/shadow/<key>/``), with its candidate, source, sample and number of pairs."""
+    tests = ShadowTest.objects.select_related("candidate", "source_model", "source_experiment").annotate(
+        pair_count=Count("pairs")
+    )
+    rows = [
+        {
+            "key": t.key,
+            "key_href": reverse("shadow-results-page", args=[t.key]),
+            "key_note": t.name if t.name != t.key else "",
+            "status": t.status,
+            "candidate": t.candidate.public_id,
+            "source": t.source_model.public_id
+            if t.source_model
+            else f"{t.source_experiment.key} / {t.source_variant}",
+            "source__kind": "model" if t.source_model else "text",
+            "sample_percent": t.sample_percent / 100,
+            "pairs": t.pair_count,
+            "started_at": t.started_at,
+        }
+        for t in tests.order_by("-created_at", "key")
+    ]
+    return Table(
+        id="shadow-tests",
+        title="Shadow tests",
+        columns=[
+            Column("key", "Shadow test", "link"),
+            Column("status", "Status", "status"),
+            Column("candidate", "Candidate", "model"),
+            Column("source", "Mirrors", "model"),
+            Column("sample_percent", "Sessions sampled", "pct"),
+            Column("pairs", "Pairs", "int"),
+            Column("started_at", "Started", "when"),
         ],
         rows=rows,
     )

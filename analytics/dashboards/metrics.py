@@ -17,13 +17,13 @@ from .common import ResultsOptions
 
 def _metric_kind(metric: Mapping[str, Any]) -> str:
     """How to show a metric's values: pct for proportions, money_k for cost (USD per 1,000 units:
-    a unit's cost is a fraction of a cent), ms for latency."""
+    a unit's cost is a fraction of a cent), ms for latency and time to first token."""
     if metric.get("type") == "proportion":
         return "pct"
     call_value = (metric.get("definition") or {}).get("call_value") or ""
     if call_value == "cost_usd" or metric.get("name", "").startswith("cost"):
         return "money_k"
-    if call_value == "latency_ms" or metric.get("name", "").startswith("latency"):
+    if call_value in ("latency_ms", "ttft_ms") or metric.get("name", "").startswith(("latency", "ttft")):
         return "ms"
     return "num"
 

@@ -1,15 +1,17 @@
 """Multi-armed bandit statistics: Thompson-sampling weights and the period-stratified lift.
 
-Pure numpy/scipy (no Django). Three pieces:
+Pure numpy/scipy (no Django). The pieces:
 
 * :func:`probability_best` -- the posterior probability that each arm is the best, by Monte Carlo
   with a seeded generator (``numpy.random.default_rng(seed)``): a Beta(1 + successes,
   1 + failures) posterior per arm for proportions, a normal posterior N(mean, s²/n) (flat prior)
   for means. Deterministic for a given seed.
-* :func:`thompson_weights` -- traffic weights = P(best) with a per-arm floor ``f``, applied as
-  GrowthBook does (``packages/stats/gbstats/bayesian/bandits.py``, ``Bandits.compute_result``):
+* :func:`thompson_weights` -- traffic weights = P(best) with an additive per-arm floor ``f``:
   ``w_i = f + (1 - k·f) · p_i / Σp``, so every arm keeps at least ``f``, the weights sum to 1
-  and the order of the arms is kept.
+  and the order of the arms is kept. (GrowthBook's ``Bandits.compute_result`` in
+  ``packages/stats/gbstats/bayesian/bandits.py`` instead raises weights below ``f`` to ``f`` and
+  renormalises, which can leave an arm just under ``f``, and by default weights by the top-two
+  probabilities rather than P(best).)
 * :func:`stratified_lift` -- the lift of a treatment against the control that stays unbiased
   although weights changed between periods. A unit belongs to the period of its *first* exposure
   (GrowthBook's ``bandit_period``, ``packages/back-end/src/integrations/sql/clauses/
@@ -24,6 +26,10 @@ Pure numpy/scipy (no Django). Three pieces:
   move. The relative lift ``Δ/μ̂_c`` gets a delta-method interval.
 
 :func:`period_srm` checks each period's new units against the weights in force in that period.
+
+A declared winner gets :func:`winner_weights` (all but the other arms' floors). The optional cost
+guardrail (:func:`cost_over_cap`) keeps an arm whose cost per call is credibly above a cap at the
+floor: such an arm can neither win nor take traffic from the arms within the cap.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .srm import SrmResult, srm_test
-from .statistics import MeanStatistic, ProportionStatistic
+from .statistics import MeanStatistic, ProportionStatistic, RatioStatistic
 
 ArmStatistic = ProportionStatistic | MeanStatistic
 
@@ -91,8 +97,9 @@ def probability_best(
 
 
 def thompson_weights(probabilities: Sequence[float], *, min_weight: float) -> tuple[float, ...]:
-    """Traffic weights from P(best) with a floor of ``min_weight`` per arm (GrowthBook's additive
-    floor: ``w_i = f + (1 − k·f)·p_i/Σp``). Weights are >= ``min_weight`` and sum to 1.
+    """Traffic weights from P(best) with an additive floor of ``min_weight`` per arm:
+    ``w_i = f + (1 − k·f)·p_i/Σp`` (see the module docstring for how GrowthBook's differs).
+    Weights are >= ``min_weight`` and sum to 1.
 
     Raises:
         ValueError: fewer than two arms, negative or non-finite probabilities (or all zero),
@@ -128,6 +135,79 @@ def rounded_weights(weights: Sequence[float], *, step: float = 1e-4) -> tuple[fl
     return tuple(round(int(b) * step, 10) for b in base)
 
 
+def winner_weights(arms: int, winner: int, *, min_weight: float) -> tuple[float, ...]:
+    """Weights once ``winner`` is declared: every other arm keeps the floor ``min_weight``, the
+    winner gets the rest, ``1 − (arms − 1)·min_weight``.
+
+    The floor stays (instead of 100 % to the winner) because GrowthBook keeps at least 1 % per
+    variation "in case your user behavior changes over time" (docs.growthbook.io/bandits/overview)
+    and marks a winner without starving the others; here it also keeps new units of the control in
+    every period, so the period-stratified lift goes on being measured after the declaration.
+
+    Raises:
+        ValueError: fewer than two arms, ``winner`` not an arm index, ``min_weight`` outside
+            [0, 1/arms].
+    """
+    if arms < 2:
+        raise ValueError("winner_weights needs at least two arms")
+    if not 0 <= winner < arms:
+        raise ValueError(f"winner must be an arm index in [0, {arms}), got {winner}")
+    if not (math.isfinite(min_weight) and 0.0 <= min_weight <= 1.0 / arms):
+        raise ValueError(f"min_weight must be in [0, 1/{arms}], got {min_weight}")
+    rest = 1.0 - (arms - 1) * min_weight
+    return tuple(rest if i == winner else min_weight for i in range(arms))
+
+
+@dataclass(frozen=True, slots=True)
+class CostCheck:
+    """One arm's cost per call against the cap.
+
+    Attributes:
+        cost_per_call: ``Σ cost / Σ calls`` (USD; None without calls).
+        std_error: its delta-method standard error (None with fewer than two units).
+        probability_over: P(cost per call > cap) under a normal posterior N(ratio, se²) with a
+            flat prior (None when it cannot be computed).
+        over_cap: ``probability_over`` > ``probability`` (the arm is credibly above the cap).
+    """
+
+    cost_per_call: float | None
+    std_error: float | None
+    probability_over: float | None
+    over_cap: bool
+
+
+def cost_over_cap(cost: RatioStatistic, cap: float, *, probability: float = 0.95) -> CostCheck:
+    """Is the arm's mean cost per call credibly above ``cap`` (USD per call)?
+
+    ``cost`` is the ratio ``Σ cost_usd / Σ calls`` over the arm's units (numerator and denominator
+    per unit). Its standard error is the delta method's (Deng et al. 2018, "Applying the Delta
+    Method in Metric Analytics", KDD, section 3; :class:`~.statistics.RatioStatistic`). With a
+    flat prior and a normal likelihood the posterior of the cost per call is N(r̂, se²), so
+    ``P(cost > cap) = Φ((r̂ − cap)/se)``; the arm is over the cap when that exceeds ``probability``
+    — the same as the one-sided ``probability`` lower bound ``r̂ − z·se`` lying above the cap.
+    An arm with fewer than two units or no call is not over (no evidence yet); with ``se = 0``
+    the estimate decides.
+
+    Raises:
+        ValueError: ``cap`` not a positive finite number, ``probability`` outside (0.5, 1).
+    """
+    if not (math.isfinite(cap) and cap > 0):
+        raise ValueError(f"cap must be a positive number, got {cap}")
+    if not 0.5 < probability < 1.0:
+        raise ValueError(f"probability must be in (0.5, 1), got {probability}")
+    if cost.d.sum <= 0:
+        return CostCheck(None, None, None, False)
+    ratio = cost.mean
+    if cost.n < 2:
+        return CostCheck(ratio, None, None, False)
+    se = cost.std_error
+    if not math.isfinite(se):
+        return CostCheck(ratio, None, None, False)
+    # with no spread the estimate is certain: over exactly when it exceeds the cap
+    p_over = float(sps.norm.sf((cap - ratio) / se)) if se > 0 else float(ratio > cap)
+    return CostCheck(ratio, se, p_over, p_over > probability)
+
+
 @dataclass(frozen=True, slots=True)
 class BanditDecision:
     """What one scheduled update decides.
@@ -135,15 +215,18 @@ class BanditDecision:
     Attributes:
         weights: new traffic weights, one per arm (sum 1): equal while ``exploring``, else
             :func:`thompson_weights` of ``probability_best``.
-        probability_best: P(arm is best) from :func:`probability_best`.
+        probability_best: P(arm is best) from :func:`probability_best`, among the arms not over
+            the cost cap (an arm over the cap has 0) when some are.
         exploring: the exploration period is not over (weights stay equal, no winner).
         winner: index of the arm whose P(best) reached the stopping threshold, else None.
+        over_cap: per arm, whether it was held at the floor for its cost (all False without a cap).
     """
 
     weights: tuple[float, ...]
     probability_best: tuple[float, ...]
     exploring: bool
     winner: int | None
+    over_cap: tuple[bool, ...] = ()
 
 
 def bandit_decide(
@@ -155,6 +238,7 @@ def bandit_decide(
     seed: int,
     higher_is_better: bool = True,
     draws: int = DEFAULT_DRAWS,
+    over_cap: Sequence[bool] | None = None,
 ) -> BanditDecision:
     """One Thompson-sampling update: P(best) of every arm, the new weights and the winner, if any.
 
@@ -164,21 +248,42 @@ def bandit_decide(
         min_weight: per-arm floor of the weights, in [0, 1/k].
         stop_when_probability_best: P(best) at or above which the arm is declared the winner.
         seed, higher_is_better, draws: as for :func:`probability_best`.
+        over_cap: per arm, True when its cost is credibly over the cap (:func:`cost_over_cap`).
+            After exploration such an arm gets P(best) 0, so only the floor, and cannot win;
+            P(best) is computed among the other arms. An arm alone within the cap has P(best) 1,
+            so the weight a winner would get, but is not declared the winner: the cost check runs
+            again at every update and may clear an arm, whereas a winner is final. When every arm
+            is over the cap none meets the constraint: plain Thompson weights and no winner.
 
     Raises:
-        ValueError: as :func:`probability_best` and :func:`thompson_weights`, or a threshold
-            outside (0.5, 1].
+        ValueError: as :func:`probability_best` and :func:`thompson_weights`, a threshold
+            outside (0.5, 1], or ``over_cap`` not one entry per arm.
     """
     if not 0.5 < stop_when_probability_best <= 1.0:
         raise ValueError(f"stop_when_probability_best must be in (0.5, 1], got {stop_when_probability_best}")
-    p_best = probability_best(arms, seed=seed, draws=draws, higher_is_better=higher_is_better)
     k = len(arms)
+    capped = tuple(bool(x) for x in over_cap) if over_cap is not None else (False,) * k
+    if len(capped) != k:
+        raise ValueError(f"over_cap needs one entry per arm ({k}), got {len(capped)}")
+    p_best = probability_best(arms, seed=seed, draws=draws, higher_is_better=higher_is_better)
     if exploring:
-        return BanditDecision(tuple(1.0 / k for _ in arms), p_best, True, None)
+        return BanditDecision(tuple(1.0 / k for _ in arms), p_best, True, None, capped)
+    eligible = [i for i in range(k) if not capped[i]]
+    can_win = len(eligible) >= 2
+    if eligible and len(eligible) < k:
+        sub = (
+            probability_best(
+                [arms[i] for i in eligible], seed=seed, draws=draws, higher_is_better=higher_is_better
+            )
+            if len(eligible) > 1
+            else (1.0,)
+        )
+        by_arm = dict(zip(eligible, sub, strict=True))
+        p_best = tuple(by_arm.get(i, 0.0) for i in range(k))
     weights = thompson_weights(p_best, min_weight=min_weight)
     top = max(range(k), key=lambda i: p_best[i])
-    winner = top if p_best[top] >= stop_when_probability_best else None
-    return BanditDecision(weights, p_best, False, winner)
+    winner = top if can_win and p_best[top] >= stop_when_probability_best else None
+    return BanditDecision(weights, p_best, False, winner, capped)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,16 @@ def status_badge(code, why: str = ""):
 
 
 @register.simple_tag
+def model_name(public_id: str, labels: dict | None = None, label: str = ""):
+    """A model by its version label (``label``, else ``labels[public_id]``, else the id), the
+    public id on hover; a dash for none."""
+    if not public_id:
+        return formatting.DASH
+    shown = label or (labels or {}).get(public_id) or public_id
+    return format_html('<span class="model" title="{}">{}</span>', public_id, shown)
+
+
+@register.simple_tag
 def cell(row: dict, column: Column, table: Table, labels: dict | None = None):
     """One table cell as HTML: by the column's kind (a row may override it with ``<key>__kind``)."""
     value = row.get(column.key)
@@ -56,10 +66,9 @@ def cell(row: dict, column: Column, table: Table, labels: dict | None = None):
     if kind == "status":
         return status_badge(value, row.get(f"{column.key}_why") or "")
     if kind == "model":
-        if not value:
-            return formatting.DASH
-        label = row.get(f"{column.key}_label") or (labels or {}).get(value) or value
-        return format_html('<span class="model" title="{}">{}</span>', value, label)
+        return model_name(value, labels, row.get(f"{column.key}_label") or "")
+    if kind == "code":
+        return format_html('<span title="{}">{}</span>', value, row.get(f"{column.key}_label") or value)
     if kind == "when":
         return when(value)
     if kind == "link":

@@ -205,6 +205,27 @@ class FiniteFloatField(serializers.FloatField):
         return value
 
 
+#: The one 400 message for an id, key or label sent with white space around it.
+SURROUNDING_SPACE_MESSAGE = "Remove the spaces around it: ids and labels are matched exactly."
+
+
+class IdentifierField(serializers.CharField):
+    """An id, key or version label exactly as sent: white space before or after it is refused
+    (400, :data:`SURROUNDING_SPACE_MESSAGE`), never trimmed, so what is looked up is what the
+    caller wrote; white space inside it is left to the lookup, which finds nothing. Other
+    ``CharField`` options (``max_length``, ``allow_blank``, ``required``) apply as usual."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs["trim_whitespace"] = False
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value != value.strip():
+            raise serializers.ValidationError(SURROUNDING_SPACE_MESSAGE)
+        return value
+
+
 class AttributesField(serializers.DictField):
     """Targeting attributes: a flat or nested JSON object of at most 64 keys."""
 

@@ -12,7 +12,7 @@ import logging
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -26,7 +26,8 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    code = getattr(exc, "default_code", "error")
+    # Django's Http404 (get_object_or_404) has no code of its own: DRF answers it as NotFound
+    code = "not_found" if isinstance(exc, Http404) else getattr(exc, "default_code", "error")
     if isinstance(exc, exceptions.ValidationError):
         body = {"error": {"code": "invalid", "message": "Invalid request.", "fields": response.data}}
     else:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
+from typing import Any
+
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -11,13 +12,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
-from muse_experiments.api.base import AttributesField, FiniteFloatField, StrictSerializer
+from muse_experiments.api.base import AttributesField, FiniteFloatField, IdentifierField, StrictSerializer
+from muse_experiments.api.keyed import api_actor, field_errors
 from muse_experiments.experiments.assignment.specs import REASONS
 
-from .bandit_config import MAX_FLOOR, MIN_FLOOR
+from .bandit_config import MAX_COST_CAP, MAX_FLOOR, MIN_FLOOR
 from .fields import UnitIdField
 from .models import Experiment, ExperimentType, UnitType
-from .selectors import assignment_preview, models_by_public_id
+from .selectors import assignment_preview, model_by_id_or_label
 from .services.edits import EditConflict, experiment_create, experiment_update
 from .services.variants import VariantInput
 
@@ -54,7 +56,26 @@ class BanditSettingsSerializer(StrictSerializer):
     update_every_minutes = serializers.IntegerField(min_value=1, max_value=10_080, required=False)
     explore_minutes = serializers.IntegerField(min_value=0, max_value=43_200, required=False)
     min_weight_per_arm = FiniteFloatField(min_value=MIN_FLOOR, max_value=MAX_FLOOR, required=False)
-    stop_when_probability_best = FiniteFloatField(min_value=0.5001, max_value=0.9999, required=False)
+    stop_when_probability_best = FiniteFloatField(
+        min_value=0.5001,
+        max_value=0.9999,
+        required=False,
+        help_text="P(best) at which an arm is declared the winner: it then gets all new units but the "
+        "other arms' floors, the experiment keeps running and the weights stop changing.",
+    )
+    max_cost_usd_per_call = FiniteFloatField(
+        min_value=0.0,
+        max_value=MAX_COST_CAP,
+        required=False,
+        allow_null=True,
+        help_text="Cost guardrail, USD per call (null: none). An arm credibly above it "
+        "(P(cost per call > cap) > 0.95) gets only the floor and cannot win; 0 is refused.",
+    )
+
+    def validate_max_cost_usd_per_call(self, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise serializers.ValidationError("Must be above 0 USD per call (null for no cap).")
+        return value
 
 
 def _with_bandit_metric(fields: dict) -> dict:
@@ -63,6 +84,21 @@ def _with_bandit_metric(fields: dict) -> dict:
     if metric and "primary_metric" not in fields:
         fields["primary_metric"] = metric
     return fields
+
+
+def _variant_models(rows: list[dict]) -> dict[str, Any]:
+    """``{model as sent: ModelEndpoint}`` for the variants' ``model`` fields, each a public id or a
+    version label (as wherever the API names a model). Raises a 400 on ``variants`` with one
+    message per model that is unknown or a label several models share
+    (:func:`.selectors.model_by_id_or_label`, the wording the rollout API uses)."""
+    models, errors = {}, []
+    for ref in sorted({r["model"] for r in rows}):
+        models[ref], why = model_by_id_or_label(ref)
+        if why:
+            errors.append(why)
+    if errors:
+        raise serializers.ValidationError({"variants": errors})
+    return models
 
 
 class ExperimentListApi(APIView):
@@ -86,7 +122,7 @@ class ExperimentListApi(APIView):
             key = serializers.SlugField(max_length=100)
             name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
             weight = FiniteFloatField(min_value=0.0, max_value=1.0, help_text="Share 0–1 (bandits: any).")
-            model = serializers.CharField(max_length=200, help_text="Model public id.")
+            model = IdentifierField(max_length=200, help_text="Model id or version label.")
             is_control = serializers.BooleanField(required=False, default=False)
             overrides = serializers.DictField(required=False, default=dict)
 
@@ -114,10 +150,7 @@ class ExperimentListApi(APIView):
         data.is_valid(raise_exception=True)
         fields = _with_bandit_metric(dict(data.validated_data))
         rows = fields.pop("variants")
-        models = models_by_public_id(r["model"] for r in rows)
-        unknown = sorted({r["model"] for r in rows} - set(models))
-        if unknown:
-            raise serializers.ValidationError({"variants": [f"Unknown model(s): {', '.join(unknown)}."]})
+        models = _variant_models(rows)
         variants = [
             VariantInput(
                 key=r["key"],
@@ -129,10 +162,8 @@ class ExperimentListApi(APIView):
             )
             for r in rows
         ]
-        try:
-            experiment = experiment_create(actor=_actor(request.user), variants=variants, **fields)
-        except ValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
+        with field_errors():
+            experiment = experiment_create(actor=api_actor(request.user), variants=variants, **fields)
         return Response(_detail(experiment), status=status.HTTP_201_CREATED)
 
 
@@ -143,7 +174,7 @@ class VariantEditSerializer(StrictSerializer):
     key = serializers.SlugField(max_length=100)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     weight = FiniteFloatField(min_value=0.0, max_value=1.0, help_text="Share 0–1 of the traffic.")
-    model = serializers.CharField(max_length=200, help_text="Model public id.")
+    model = IdentifierField(max_length=200, help_text="Model id or version label.")
     is_control = serializers.BooleanField(required=False, help_text="Omitted: unchanged (new: false).")
     overrides = serializers.DictField(required=False, help_text="Omitted: unchanged (new: none).")
     delete = serializers.BooleanField(
@@ -169,12 +200,6 @@ class ExperimentEditSerializer(StrictSerializer):
     variants = VariantEditSerializer(
         many=True, required=False, help_text="Every variant, each kept or deleted."
     )
-
-
-def _actor(user) -> str:
-    """Audit actor of an API call: ``api:<key name> (<prefix>)`` or the staff user's name."""
-    key = getattr(user, "key", None)
-    return f"api:{key.name} ({key.prefix})" if key is not None else f"api:{user.get_username()}"
 
 
 def _detail(experiment: Experiment) -> dict:
@@ -216,10 +241,7 @@ class ExperimentDetailApi(APIView):
         rows = fields.pop("variants", None)
         variants, removed = None, []
         if rows is not None:
-            models = models_by_public_id(r["model"] for r in rows)
-            unknown = sorted({r["model"] for r in rows} - set(models))
-            if unknown:
-                raise serializers.ValidationError({"variants": [f"Unknown model(s): {', '.join(unknown)}."]})
+            models = _variant_models(rows)
             removed = [r["key"] for r in rows if r["delete"]]
             current = {v.key: v for v in experiment.variants.all()}
 
@@ -241,29 +263,28 @@ class ExperimentDetailApi(APIView):
                 for r in rows
                 if not r["delete"]
             ]
-        try:
-            with transaction.atomic():
-                experiment = experiment_update(
-                    experiment=experiment,
-                    actor=_actor(request.user),
-                    variants=variants,
-                    removed=removed,
-                    expected_version=version,
-                    **fields,
+        with field_errors():  # an EditConflict is answered 409 before it could become a 400
+            try:
+                with transaction.atomic():
+                    experiment = experiment_update(
+                        experiment=experiment,
+                        actor=api_actor(request.user),
+                        variants=variants,
+                        removed=removed,
+                        expected_version=version,
+                        **fields,
+                    )
+            except EditConflict as exc:
+                return Response(
+                    {
+                        "error": {
+                            "code": "conflict",
+                            "message": exc.message_dict["version"][0],
+                            "current_version": exc.current,
+                        }
+                    },
+                    status=status.HTTP_409_CONFLICT,
                 )
-        except EditConflict as exc:
-            return Response(
-                {
-                    "error": {
-                        "code": "conflict",
-                        "message": exc.message_dict["version"][0],
-                        "current_version": exc.current,
-                    }
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        except ValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
         return Response(_detail(experiment))
 
 

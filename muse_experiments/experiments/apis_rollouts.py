@@ -7,17 +7,16 @@ transition (e.g. starting a rolled-back rollout) is a 400 on ``state``.
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
-from muse_experiments.api.base import StrictSerializer
+from muse_experiments.api.base import IdentifierField, StrictSerializer
+from muse_experiments.api.keyed import KeyedTransitionApi, api_actor, field_errors
 
-from .apis import _actor
 from .models import Rollout, key_validator
 from .selectors import model_by_id_or_label
 from .services.rollouts import (
@@ -73,8 +72,8 @@ class RolloutCreateApi(APIView):
 
     class InputSerializer(StrictSerializer):
         key = serializers.CharField(max_length=100, validators=[key_validator])
-        model = serializers.CharField(max_length=200, help_text="Candidate model id or version label.")
-        replaces = serializers.CharField(max_length=200, help_text="Current model id or version label.")
+        model = IdentifierField(max_length=200, help_text="Candidate model id or version label.")
+        replaces = IdentifierField(max_length=200, help_text="Current model id or version label.")
         steps = serializers.ListField(child=serializers.FloatField(), default=[1, 5, 25, 50, 100])
         step_min_minutes = serializers.IntegerField(min_value=0, max_value=10080, default=60)
         step_min_units = serializers.IntegerField(min_value=0, max_value=10_000_000, default=100)
@@ -104,7 +103,7 @@ class RolloutCreateApi(APIView):
                 errors[field] = [why]
         if errors:
             raise serializers.ValidationError(errors)
-        try:
+        with field_errors():
             rollout = rollout_create(
                 key=values["key"],
                 candidate=models["model"],
@@ -113,10 +112,8 @@ class RolloutCreateApi(APIView):
                 step_min_minutes=values["step_min_minutes"],
                 step_min_units=values["step_min_units"],
                 guardrails=values["guardrails"],
-                actor=_actor(request.user),
+                actor=api_actor(request.user),
             )
-        except ValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
         return Response(_detail(rollout), status=status.HTTP_201_CREATED)
 
 
@@ -131,45 +128,37 @@ class RolloutDetailApi(APIView):
         return Response(_detail(get_object_or_404(Rollout, key=key)))
 
 
-class _RolloutActionApi(APIView):
-    permission_classes = [HasScope]
-    required_scope = "experiments:write"
-    action_name = ""
-
-    def act(self, rollout: Rollout, actor: str) -> Rollout:
-        raise NotImplementedError
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         request=None,
         responses={200: RolloutOutputSerializer, 400: OpenApiResponse(description="Illegal transition")},
     )
-    def post(self, request, key):
-        rollout = get_object_or_404(Rollout, key=key)
-        try:
-            rollout = self.act(rollout, _actor(request.user))
-        except ValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
-        return Response(_detail(rollout))
+)
+class _RolloutActionApi(KeyedTransitionApi):
+    model = Rollout
+
+    def payload(self, rollout):
+        return _detail(rollout)
 
 
 class RolloutStartApi(_RolloutActionApi):
     """Start a draft rollout at its first step, or resume a paused one."""
 
-    def act(self, rollout, actor):
+    def transition(self, rollout, actor):
         return rollout_start(rollout=rollout, actor=actor)
 
 
 class RolloutPauseApi(_RolloutActionApi):
     """Hold the current step (guardrails are still checked; a breach still rolls back)."""
 
-    def act(self, rollout, actor):
+    def transition(self, rollout, actor):
         return rollout_pause(rollout=rollout, actor=actor)
 
 
 class RolloutRollbackApi(_RolloutActionApi):
     """Roll back to 0 % now (every unit on the current model)."""
 
-    def act(self, rollout, actor):
+    def transition(self, rollout, actor):
         return rollout_roll_back(
             rollout=rollout, actor=actor, reason="rolled_back_manual", message=f"rolled back by {actor}"
         )

@@ -1,7 +1,7 @@
 """The settings of a bandit experiment (``Experiment.bandit``): their defaults, checks and schedule.
 
 ``{"metric": "<primary metric>", "update_every_minutes": n, "explore_minutes": n,
-"min_weight_per_arm": 0.01–0.2, "stop_when_probability_best": 0.95}``:
+"min_weight_per_arm": 0.01–0.2, "stop_when_probability_best": 0.95, "max_cost_usd_per_call": null}``:
 
 * ``metric`` -- the metric the bandit optimises; it is the experiment's primary metric;
 * ``update_every_minutes`` -- 1 to 10,080 (a week): how often weights are recomputed;
@@ -9,7 +9,11 @@
 * ``min_weight_per_arm`` -- the floor of every arm's weight, 0.01 to 0.2 (times the number of
   arms at most 1);
 * ``stop_when_probability_best`` -- 0.5 < p ≤ 0.9999: when an arm's probability of being the
-  best reaches it, the arm is declared the winner and the experiment stops.
+  best reaches it, the arm is declared the winner: from then it gets all new units but the other
+  arms' floors, the experiment keeps running and the weights stop changing;
+* ``max_cost_usd_per_call`` -- null (no cap) or a cap in USD per call, above 0 and at most
+  ``MAX_COST_CAP``: an arm whose mean cost per call is credibly above it (posterior
+  P(cost > cap) > 0.95) gets only the floor and cannot win.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ DEFAULTS: Mapping[str, Any] = {
     "explore_minutes": 60,
     "min_weight_per_arm": 0.01,
     "stop_when_probability_best": 0.95,
+    "max_cost_usd_per_call": None,
 }
 FIELDS = ("metric", *DEFAULTS)
 MIN_FLOOR, MAX_FLOOR = 0.01, 0.2
+#: The largest accepted cost cap, USD per call.
+MAX_COST_CAP = 100.0
 
 
 def _is_int(value: Any) -> bool:
@@ -69,6 +76,14 @@ def bandit_config_clean(raw: Any, *, primary_metric: str) -> tuple[dict[str, Any
     stop = config["stop_when_probability_best"]
     if not _is_number(stop) or not 0.5 < stop <= 0.9999:
         errors.append("stop_when_probability_best: must be a number above 0.5 and at most 0.9999.")
+    cap = config["max_cost_usd_per_call"]
+    if cap is not None and (not _is_number(cap) or not 0 < cap <= MAX_COST_CAP):
+        errors.append(
+            f"max_cost_usd_per_call: must be null (no cap) or a number of USD per call above 0 "
+            f"and at most {MAX_COST_CAP:g}."
+        )
+    elif cap is not None:
+        config["max_cost_usd_per_call"] = float(cap)
     if _is_number(floor):
         config["min_weight_per_arm"] = float(floor)
     if _is_number(stop):
@@ -94,12 +109,15 @@ def equal_weights(keys: list[str]) -> dict[str, float]:
     return {key: (base + (1 if i < extra else 0)) / 10_000 for i, key in enumerate(keys)}
 
 
-def update_slot(*, started_at: datetime, now: datetime, every_minutes: int) -> int:
-    """The update interval ``now`` falls in: ``floor(minutes since start / every_minutes)`` (>= 0)."""
+def update_slot(*, started_at: datetime, now: datetime, every_minutes: int, minute_s: float = 60.0) -> int:
+    """The update interval ``now`` falls in: ``floor(minutes since start / every_minutes)`` (>= 0),
+    a minute lasting ``minute_s`` seconds (60; the ``BANDIT_MINUTE_S`` setting shortens it)."""
     elapsed = max((now - started_at).total_seconds(), 0.0)
-    return int(elapsed // (every_minutes * 60))
+    return int(elapsed // (every_minutes * minute_s))
 
 
-def is_exploring(*, started_at: datetime, now: datetime, explore_minutes: int) -> bool:
-    """True while the exploration time after the first start lasts."""
-    return (now - started_at).total_seconds() < explore_minutes * 60
+def is_exploring(
+    *, started_at: datetime, now: datetime, explore_minutes: int, minute_s: float = 60.0
+) -> bool:
+    """True while the exploration time after the first start lasts (minutes of ``minute_s`` s)."""
+    return (now - started_at).total_seconds() < explore_minutes * minute_s

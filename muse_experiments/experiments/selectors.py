@@ -313,16 +313,6 @@ def model_labels() -> dict[str, str]:
     }
 
 
-def models_by_public_id(public_ids: Iterable[str]) -> dict[str, Any]:
-    """``{public id: ModelEndpoint}`` for the ids that exist (provider loaded), through the
-    variant's foreign key so this app does not import routing."""
-    endpoint_model = Variant._meta.get_field("endpoint").related_model
-    return {
-        e.public_id: e
-        for e in endpoint_model.objects.select_related("provider").filter(public_id__in=set(public_ids))
-    }
-
-
 def model_by_id_or_label(ref: str) -> tuple[Any | None, str]:
     """``(ModelEndpoint, "")`` for a public id or a unique version label, else ``(None, why)``
     (unknown, or a label several models share). Through the variant's foreign key, so this app

@@ -98,3 +98,16 @@ def client_url(url: str) -> str:
     parts = urlsplit(url)
     db = parse_qs(parts.query).get("virtual_host", [""])[0]
     return f"unix://{parts.path}" + (f"?{urlencode({'db': db})}" if db else "")
+
+
+def xdist_worker_url(url: str, worker: str) -> str:
+    """The Redis database a pytest-xdist process ``worker`` (``gw0``, ``gw1``, …) uses when the test
+    session is given one ``redis://host:port/N`` URL: ``gw0`` keeps N, ``gwK`` takes N − K (mod 16),
+    so parallel processes never purge each other's queues or claims. Other URLs are returned as
+    they are. Raises ``ValueError`` for a worker name without a number."""
+    if not worker or not url.startswith(("redis://", "rediss://")):
+        return url
+    index = int(worker.removeprefix("gw"))
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0)
+    return parts._replace(path=f"/{(db - index) % 16}").geturl()

@@ -8,10 +8,12 @@ API key that created it (staff sessions see all).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 from django.conf import settings
 from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -210,6 +212,10 @@ class CompletionCreateApi(APIView):
         return response
 
 
+#: The 404 of ``GET /api/v1/completions/{id}``: no such job for this caller, or an id that is not a UUID.
+NO_SUCH_COMPLETION = "No such completion."
+
+
 class CompletionDetailApi(APIView):
     """Status and result of a completion job."""
 
@@ -217,9 +223,14 @@ class CompletionDetailApi(APIView):
     required_scope = "completions"
 
     @extend_schema(
-        responses={200: CompletionOutputSerializer, 404: OpenApiResponse(description="No such job")}
+        parameters=[OpenApiParameter("job_id", OpenApiTypes.UUID, OpenApiParameter.PATH)],
+        responses={200: CompletionOutputSerializer, 404: OpenApiResponse(description="No such completion")},
     )
-    def get(self, request, job_id):
+    def get(self, request, job_id: str):
+        try:  # the route takes any text, so a malformed id is this API's 404, not "No such endpoint"
+            job_id = uuid.UUID(job_id)
+        except ValueError:
+            raise Http404(NO_SUCH_COMPLETION) from None
         jobs = CompletionJob.objects.all()
         key_id = request.user.key.pk if isinstance(request.user, ApiClient) else None
         if key_id is not None:  # a key sees only its own jobs; staff see all
@@ -227,7 +238,7 @@ class CompletionDetailApi(APIView):
         # a job whose row is not drained yet is found through its claim
         job = jobs.filter(pk=job_id).first() or completion_job_unwritten(job_id, api_key_id=key_id)
         if job is None:
-            raise Http404("No such job.")
+            raise Http404(NO_SUCH_COMPLETION)
         job = completion_job_current(job)
         return Response(CompletionOutputSerializer(job_payload(job)).data)
 

@@ -12,15 +12,14 @@ key's name as the actor and reaches every process within about a second.
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import ApiClient, HasScope
-from muse_experiments.api.base import StrictSerializer
+from muse_experiments.api.base import IdentifierField, StrictSerializer
+from muse_experiments.api.keyed import field_errors
 from routing.guards.killswitch import kill_state
 from routing.models import KillScope
 from routing.ops_services import REASON_MAX, kill_switch_set
@@ -62,23 +61,23 @@ class KillSwitchListApi(APIView):
 
     class InputSerializer(StrictSerializer):
         scope = serializers.ChoiceField(choices=KillScope.choices)
-        target = serializers.CharField(
+        target = IdentifierField(
             max_length=300,
             required=False,
             allow_blank=True,
             default="",
-            help_text="Empty for all_external; provider key; endpoint public id; experiment key; "
+            help_text="Empty for all_external; provider key; endpoint public id or version label; experiment key; "
             "or <experiment key>/<variant key>.",
         )
         active = serializers.BooleanField(help_text="true turns the switch on (traffic off).")
         reason = serializers.CharField(max_length=REASON_MAX, help_text="Why; kept in the audit log.")
-        control_traffic_to = serializers.CharField(
+        control_traffic_to = IdentifierField(
             max_length=200,
             required=False,
             allow_blank=True,
             default="",
             help_text="Killing an experiment's control variant: the platform default endpoint's "
-            "public id, confirming that its units go there.",
+            "public id or version label, confirming that its units go there.",
         )
 
     @extend_schema(responses={200: KillSwitchListOutputSerializer})
@@ -102,7 +101,7 @@ class KillSwitchListApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         d = data.validated_data
-        try:
+        with field_errors():
             switch = kill_switch_set(
                 scope=d["scope"],
                 target=d["target"],
@@ -111,6 +110,4 @@ class KillSwitchListApi(APIView):
                 actor=_actor(request),
                 control_traffic_to=d["control_traffic_to"],
             )
-        except DjangoValidationError as exc:
-            raise ValidationError(exc.message_dict) from None
         return Response(KillSwitchOutputSerializer(switch).data, status=status.HTTP_200_OK)

@@ -148,6 +148,9 @@ def call_payload(
         "status": final["status"],
         "error_kind": outcome.error_kind if not result else "",
         "latency_ms": result.latency_ms if result else None,
+        # streams only (None otherwise; payloads buffered before it existed lack it and drain null):
+        # ms to the serving attempt's first content delta, timed in routing.providers.base
+        "ttft_ms": result.time_to_first_token_ms if result else None,
         **{f: getattr(billed, f) for f in _USAGE_FIELDS},
         "cost_usd": str(outcome.billed_cost_usd()),
         "cost_unknown": any(a.cost_unknown for a in outcome.attempts),

@@ -24,7 +24,7 @@ Extended thinking (https://docs.anthropic.com/en/docs/build-with-claude/extended
 ``thinking`` blocks (with ``signature``, also when the thinking text is empty) and
 ``redacted_thinking`` blocks (with ``data``) go only into ``CompletionResult.reasoning_state``
 and are replayed unmodified, in order, at the start of the assistant turn they came with
-(:func:`routing.providers.base.anchor_reasoning`). A tool loop whose latest assistant turn has
+(:func:`routing.providers.reasoning.anchor_reasoning`). A tool loop whose latest assistant turn has
 no thinking to replay is sent without ``thinking`` (:func:`_tool_loop_without_thinking`).
 
 A tool call's arguments are its ``input_json_delta`` pieces or, when none came (some
@@ -49,17 +49,16 @@ import anthropic
 from routing.providers.anthropic_turns import acceptable_blocks, acceptable_messages
 from routing.providers.base import (
     ProviderClient,
-    _StreamProgress,
-    anchor_reasoning,
+    StreamProgress,
     client_cache_key,
     parse_arguments,
     sdk_clients,
-    usable_reasoning_state,
     usage_dict,
 )
 from routing.providers.contracts import OutputFormat
 from routing.providers.errors import BadResponse, ClientRequestError
 from routing.providers.pricing import compute_cost_usd
+from routing.providers.reasoning import anchor_reasoning, usable_reasoning_state
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.transport import watched_http_client
 from routing.providers.types import (
@@ -396,7 +395,7 @@ class AnthropicMessagesClient(ProviderClient):
         )
 
     def _stream(
-        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: StreamProgress
     ) -> Iterator[StreamEvent]:
         client = anthropic_sdk_client(endpoint)
         ids = ToolIdMap("messages")

@@ -1,4 +1,5 @@
-"""Provider client interface, SDK-client cache and SDK-exception mapping (Django-free).
+"""Provider client interface and SDK-client cache (Django-free). SDK exceptions are mapped in
+:mod:`routing.providers.sdk_errors`; reasoning replay is chosen in :mod:`routing.providers.reasoning`.
 
 Modelled on healthchecks' ``hc/api/transports.py``: one small base class per transport,
 failures expressed through one exception hierarchy (:mod:`routing.providers.errors`) whose
@@ -22,50 +23,24 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import replace
-from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
-
-import anthropic
-import httpx2
-import openai
-import urllib3
 
 from routing.providers.errors import (
     BadResponse,
-    ConnectionFailed,
     ProviderError,
     StreamFailed,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-    class_for_status,
-    safe_error_type,
-    safe_upstream_message,
 )
+from routing.providers.reasoning import bind_reasoning
+from routing.providers.sdk_errors import SDK_EXCEPTIONS, map_exception
 from routing.providers.types import (
     CompletionRequest,
     CompletionResult,
     EndpointConfig,
-    ReasoningState,
     StreamEvent,
     Usage,
-    assistant_turn_digest,
-    conversation_digests,
 )
 
 log = logging.getLogger("routing.providers")
-
-#: Exceptions the SDK/transport layer can raise during a call; all are mapped by
-#: :func:`map_exception`. Anything else is a bug in our code and propagates unchanged.
-SDK_EXCEPTIONS: tuple[type[BaseException], ...] = (
-    openai.OpenAIError,
-    anthropic.AnthropicError,
-    httpx2.HTTPError,
-    httpx2.StreamError,
-    urllib3.exceptions.HTTPError,  # the native service's non-streamed calls (transport.watched_pool)
-    ValueError,  # json.JSONDecodeError, pydantic.ValidationError
-    OSError,
-)
 
 
 class SDKClientCache:
@@ -150,7 +125,7 @@ class ProviderClient:
         the abandoned attempt cost.
         """
         self._check(endpoint)
-        progress = _StreamProgress(start=time.monotonic())
+        progress = StreamProgress(start=time.monotonic())
         progress.estimated_input_tokens = estimate_input_tokens(request)
         return ProviderStream(self._guarded_stream(endpoint, request, progress), progress)
 
@@ -164,7 +139,7 @@ class ProviderClient:
             )
 
     def _guarded_stream(
-        self, endpoint: EndpointConfig, request: CompletionRequest, state: _StreamProgress
+        self, endpoint: EndpointConfig, request: CompletionRequest, state: StreamProgress
     ) -> Iterator[StreamEvent]:
         try:
             for event in self._stream(endpoint, request, state):
@@ -209,12 +184,12 @@ class ProviderClient:
         raise NotImplementedError
 
     def _stream(
-        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: StreamProgress
     ) -> Iterator[StreamEvent]:
         raise NotImplementedError
 
 
-class _StreamProgress:
+class StreamProgress:
     """Mutable bookkeeping shared between :meth:`ProviderClient._guarded_stream` and subclasses.
 
     Subclasses keep ``usage`` up to date with the merged usage snapshot received so far
@@ -274,10 +249,10 @@ class ProviderStream(Iterator[StreamEvent]):
     Iterate it like the generator it wraps; :meth:`close` ends it early and closes the upstream
     HTTP response (the provider stops generating); :meth:`usage_so_far` is the attempt's
     :class:`~routing.providers.types.Usage` at any point (see
-    :meth:`_StreamProgress.usage_so_far`).
+    :meth:`StreamProgress.usage_so_far`).
     """
 
-    def __init__(self, events: Iterator[StreamEvent], progress: _StreamProgress) -> None:
+    def __init__(self, events: Iterator[StreamEvent], progress: StreamProgress) -> None:
         self._events = events
         self.progress = progress
 
@@ -319,107 +294,6 @@ def usage_dict(usage: Any) -> dict[str, Any]:
     return {k: v for k in fields if not callable(v := getattr(usage, k))}
 
 
-# --------------------------------------------------------------------------------------------
-# Reasoning-state selection
-# --------------------------------------------------------------------------------------------
-
-
-def bind_reasoning(result: CompletionResult, request: CompletionRequest) -> CompletionResult:
-    """``result`` with its reasoning state bound to the assistant turn it came with: the state's
-    ``turn_digest`` is the :func:`~routing.providers.types.assistant_turn_digest` of the request's
-    history plus the result's text and tool calls (see :func:`anchor_reasoning`)."""
-    state = result.reasoning_state
-    if state is None:
-        return result
-    digest = assistant_turn_digest(request.messages, result.text, result.tool_calls)
-    return replace(result, reasoning_state=replace(state, turn_digest=digest))
-
-
-def usable_reasoning_state(endpoint: EndpointConfig, request: CompletionRequest) -> list[ReasoningState]:
-    """States produced by this exact endpoint+credential; others are dropped (logged, no content)."""
-    usable = []
-    for state in request.reasoning_state:
-        if state.matches(endpoint):
-            usable.append(state)
-        else:
-            log.info(
-                "dropping reasoning state from another endpoint (items=%d) for %s",
-                len(state.items),
-                endpoint.public_id,
-            )
-    return usable
-
-
-def anchor_reasoning(
-    request: CompletionRequest, states: list[ReasoningState]
-) -> dict[int, list[ReasoningState]]:
-    """Map assistant-message index -> reasoning states to replay before that turn's content.
-
-    ``states`` are in the order they were produced (oldest first). Each assistant message gets at
-    most one state: the one that came with exactly that turn. A state *matches* a message when its
-    ``turn_digest`` equals the message's :func:`~routing.providers.types.conversation_digests`
-    entry (states without a digest: when its tool-call ids intersect the message's) and its
-    ``tool_call_ids`` are the ids of the message's tool calls (a state that recorded none is not
-    told apart by ids).
-
-    A session may hold several states with the same digest: the same turn retried or regenerated
-    (one ``X-Muse-Session-Id``, the same question asked twice, through one drop-in or several).
-    Their reasoning is not interchangeable (each upstream response has its own tool-call ids and
-    provider item ids; Responses then refuses a reasoning item "without its required following
-    item", Anthropic thinking blocks that "cannot be modified"), so the tool-call ids the client
-    sent back decide: the NEWEST state whose ids are the message's wins. When the digest matches
-    but no state's ids do (ambiguous or inconsistent: e.g. the answer the client kept came
-    without reasoning, or from another endpoint), nothing is replayed for that turn -- both APIs
-    accept a turn without its reasoning (Anthropic's tool loop then goes without ``thinking``:
-    :func:`routing.providers.anthropic_messages._tool_loop_without_thinking`), never a wrong one.
-
-    A state whose turn is not in the history any more (the client edited or dropped it) is
-    dropped, never moved to another turn, and no state is replayed twice.
-    """
-    digests = conversation_digests(request.messages)
-    out: dict[int, list[ReasoningState]] = {}
-    used: set[int] = set()
-    ambiguous = 0
-    for i, m in enumerate(request.messages):
-        if m.role != "assistant":
-            continue
-        ids = {tc.id for tc in m.tool_calls}
-        exact: int | None = None  # newest state with these very tool-call ids
-        unlabelled: int | None = None  # newest state that recorded no tool-call ids
-        same_turn = False
-        for n, state in enumerate(states):
-            if n in used:
-                continue
-            if state.turn_digest:
-                if digests[i] != state.turn_digest:
-                    continue
-            elif not (set(state.tool_call_ids) & ids):
-                continue
-            same_turn = True
-            if not state.tool_call_ids:
-                unlabelled = n
-            elif set(state.tool_call_ids) == ids:
-                exact = n
-        chosen = exact if exact is not None else unlabelled
-        if chosen is None:
-            ambiguous += same_turn
-            continue
-        used.add(chosen)
-        out[i] = [states[chosen]]
-    dropped = len(states) - len(used)
-    if ambiguous:
-        log.info(
-            "reasoning: %d turn(s) sent without reasoning (stored states of that turn do not match its tool calls)",
-            ambiguous,
-        )
-    if dropped:
-        log.info(
-            "reasoning: %d state(s) not replayed (superseded, or their assistant turn is no longer in the history)",
-            dropped,
-        )
-    return out
-
-
 def parse_arguments(raw: str | None) -> dict[str, Any]:
     """Decode a tool-call arguments JSON string; raises :class:`BadResponse` if not an object."""
     if not raw:
@@ -431,183 +305,3 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadResponse("tool call arguments are not a JSON object")
     return value
-
-
-# --------------------------------------------------------------------------------------------
-# Exception mapping
-# --------------------------------------------------------------------------------------------
-
-
-#: Anthropic's per-limit reset headers (RFC 3339 times), read when no ``retry-after`` came:
-#: https://docs.anthropic.com/en/api/rate-limits#response-headers
-ANTHROPIC_RESET_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
-
-
-def parse_retry_after(headers: Any) -> float | None:
-    """Seconds the upstream asks us to wait, else None.
-
-    In order: ``retry-after-ms`` (milliseconds), ``retry-after`` (seconds or an HTTP date), then
-    Anthropic's ``anthropic-ratelimit-<limit>-reset`` (RFC 3339): the latest reset among the
-    limits whose ``-remaining`` is 0 (when none says 0: the latest reset given).
-    """
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value:
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            pass
-        try:
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError, IndexError):
-            pass
-    return _anthropic_reset_s(headers)
-
-
-def _anthropic_reset_s(headers: Any) -> float | None:
-    exhausted, given = [], []
-    for limit in ANTHROPIC_RESET_LIMITS:
-        raw = headers.get(f"anthropic-ratelimit-{limit}-reset")
-        if not raw:
-            continue
-        try:
-            seconds = datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp() - time.time()
-        except (TypeError, ValueError):
-            continue
-        given.append(seconds)
-        if (headers.get(f"anthropic-ratelimit-{limit}-remaining") or "").strip() == "0":
-            exhausted.append(seconds)
-    chosen = exhausted or given
-    return max(0.0, max(chosen)) if chosen else None
-
-
-def _status_error_details(exc: Exception) -> tuple[str | None, str | None]:
-    """(error_type, upstream message) from an OpenAI or Anthropic status error body."""
-    body = getattr(exc, "body", None)
-    etype = None
-    msg = None
-    if isinstance(body, dict):
-        inner = body.get("error") if isinstance(body.get("error"), dict) else body
-        etype = inner.get("type") or inner.get("code")
-        msg = inner.get("message")
-        if etype is not None:
-            etype = str(etype)
-    return etype, msg if isinstance(msg, str) else None
-
-
-def map_exception(
-    exc: BaseException,
-    endpoint: EndpointConfig,
-    *,
-    in_stream: bool = False,
-    after_content: bool = False,
-) -> ProviderError:
-    """Translate an SDK / httpx2 / parsing exception into a :class:`ProviderError`.
-
-    The message names the endpoint and status; the upstream's own text is passed through
-    :func:`~routing.providers.errors.safe_upstream_message` (no credential, nothing key-like,
-    no encrypted reasoning or reasoning item ids, at most 500 characters). The provider's error
-    type/code and status are kept. ``in_stream`` marks failures that happened while reading an
-    HTTP 200 stream (mapped to :class:`StreamFailed`).
-    """
-    secrets = (endpoint.credential.reveal(),)
-    common: dict[str, Any] = {"provider_kind": endpoint.provider_kind, "endpoint_id": endpoint.public_id}
-    prefix = f"{endpoint.provider_kind} endpoint {endpoint.public_id}"
-
-    def upstream(text: str | None) -> str:
-        return safe_upstream_message(text, secrets) if text else ""
-
-    def build(cls: type[ProviderError], text: str, **kw: Any) -> ProviderError:
-        # ``text`` is ours, with the upstream's words already through upstream(); ProviderError
-        # sanitises the whole message once more as it is created
-        message = f"{prefix}: {text}"
-        if in_stream:
-            retryable = kw.pop("retryable", cls.default_retryable)
-            return StreamFailed(
-                message,
-                after_content=after_content,
-                cause_class=cls.__name__,
-                retryable=retryable,
-                **common,
-                **kw,
-            )
-        return cls(message, **common, **kw)
-
-    if isinstance(exc, ProviderError):
-        return exc
-    # Timeouts first (APITimeoutError subclasses APIConnectionError).
-    if isinstance(exc, (openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException)):
-        return build(UpstreamTimeout, f"timed out after {endpoint.timeout_s:g}s")
-    if isinstance(exc, (openai.APIConnectionError, anthropic.APIConnectionError)):
-        cause = exc.__cause__ or exc.__context__
-        detail = type(cause).__name__ if cause is not None else "connection error"
-        return build(ConnectionFailed, f"connection failed ({detail})")
-    if isinstance(exc, httpx2.DecodingError):
-        return build(BadResponse, "could not decode response body")
-    if isinstance(exc, httpx2.TransportError):
-        return build(ConnectionFailed, f"connection failed ({type(exc).__name__})")
-    if isinstance(exc, (openai.APIResponseValidationError, anthropic.APIResponseValidationError)):
-        return build(BadResponse, "response did not match the expected schema", status_code=exc.status_code)
-    if isinstance(exc, (openai.APIStatusError, anthropic.APIStatusError)):
-        status = exc.status_code
-        etype, upstream_msg = _status_error_details(exc)
-        etype, upstream_msg = safe_error_type(etype), upstream(upstream_msg)
-        request_id = getattr(exc, "request_id", None)
-        text = (
-            f"HTTP {status}" + (f" {etype}" if etype else "") + (f": {upstream_msg}" if upstream_msg else "")
-        )
-        if status == 200:  # Anthropic in-stream `error` event
-            cls = class_for_status(500, etype) if etype else UpstreamUnavailable
-            in_stream = True
-            text = f"in-stream error {etype or ''}: {upstream_msg or ''}".strip()
-        else:
-            cls = class_for_status(status, etype if status >= 500 or status == 429 else None)
-        return build(
-            cls,
-            text,
-            status_code=None if status == 200 else status,
-            retry_after_s=parse_retry_after(exc.response.headers),
-            upstream_request_id=request_id,
-            error_type=etype,
-        )
-    if isinstance(exc, (openai.APIError, anthropic.APIError)):
-        # OpenAI legacy in-stream `{"error": {...}}` data: no HTTP status.
-        body = getattr(exc, "body", None)
-        etype = None
-        msg = getattr(exc, "message", "") or ""
-        if isinstance(body, dict):
-            etype = safe_error_type(body.get("type") or body.get("code"))
-        text = f"upstream error {etype or ''}: {upstream(msg)}".strip()
-        return build(UpstreamUnavailable, text, error_type=etype)
-    if isinstance(exc, urllib3.exceptions.HTTPError):
-        return _urllib3_error(exc, endpoint, build)
-    if isinstance(exc, ValueError):  # json.JSONDecodeError, pydantic ValidationError
-        return build(BadResponse, f"malformed response ({type(exc).__name__})")
-    if isinstance(exc, OSError):
-        return build(ConnectionFailed, f"connection failed ({type(exc).__name__})")
-    return build(ProviderError, f"unexpected {type(exc).__name__}", retryable=False)
-
-
-def _urllib3_error(
-    exc: urllib3.exceptions.HTTPError, endpoint: EndpointConfig, build: Callable[..., ProviderError]
-) -> ProviderError:
-    """:func:`map_exception` for ``urllib3`` (the native service's calls): the same classes and
-    wording as for the SDK's ``httpx2`` errors; a connection that was refused or could not be
-    resolved is a failed connection, not a timeout (``NewConnectionError`` subclasses urllib3's
-    ``ConnectTimeoutError``)."""
-    errors = urllib3.exceptions
-    if isinstance(exc, errors.NewConnectionError):
-        return build(ConnectionFailed, f"connection failed ({type(exc).__name__})")
-    if isinstance(exc, errors.TimeoutError):
-        return build(UpstreamTimeout, f"timed out after {endpoint.timeout_s:g}s")
-    if isinstance(exc, errors.DecodeError):
-        return build(BadResponse, "could not decode response body")
-    cause = exc.args[1] if isinstance(exc, errors.ProtocolError) and len(exc.args) > 1 else exc
-    return build(ConnectionFailed, f"connection failed ({type(cause).__name__})")

@@ -34,7 +34,7 @@ official SDK of its own; its non-streamed calls are POSTed through a ``urllib3``
 (:func:`native_route`; :func:`routing.providers.transport.watched_pool`: cancellable like the
 SDK's connections), bearer auth, the same JSON body, the same answer checks. An error status
 becomes the SDK's own :class:`openai.APIStatusError` and urllib3's errors map to the same classes
-as ``httpx2``'s (:func:`routing.providers.base.map_exception`). Why: less client CPU per call and
+as ``httpx2``'s (:func:`routing.providers.sdk_errors.map_exception`). Why: less client CPU per call and
 a shorter upstream call stage (``bench/bench_sdk_post.py``, ``bench/bench_stages.py``;
 bench/README.md). Its streams, and native endpoints reached through an environment proxy, stay on
 the SDK.
@@ -55,7 +55,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from routing.providers._openai_common import INFERENCE_OPTIONS, contract_kwargs, openai_sdk_client
 from routing.providers.base import (
     ProviderClient,
-    _StreamProgress,
+    StreamProgress,
     client_cache_key,
     parse_arguments,
     sdk_clients,
@@ -310,7 +310,7 @@ def _post_native(route: NativeRoute, endpoint: EndpointConfig, body: dict[str, A
 
 def _status_error(answer: urllib3.BaseHTTPResponse, url: str) -> openai.APIStatusError:
     """The SDK's error for an error status (its body parsed as the SDK does), so that
-    :func:`routing.providers.base.map_exception` reads it as it reads the SDK's own."""
+    :func:`routing.providers.sdk_errors.map_exception` reads it as it reads the SDK's own."""
     text = answer.data.decode("utf-8", "replace").strip()
     try:
         body: Any = json.loads(text)
@@ -357,7 +357,7 @@ class OpenAIChatClient(ProviderClient):
         )
 
     def _stream(
-        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: StreamProgress
     ) -> Iterator[StreamEvent]:
         client = openai_sdk_client(endpoint)
         ids = ToolIdMap("chat_completions")

@@ -42,14 +42,13 @@ from openai.types.responses import Response, ResponseStreamEvent
 from routing.providers._openai_common import INFERENCE_OPTIONS, contract_kwargs, openai_sdk_client
 from routing.providers.base import (
     ProviderClient,
-    _StreamProgress,
-    anchor_reasoning,
+    StreamProgress,
     parse_arguments,
-    usable_reasoning_state,
     usage_dict,
 )
 from routing.providers.errors import BadResponse, UpstreamUnavailable, safe_error_type, safe_upstream_message
 from routing.providers.pricing import compute_cost_usd
+from routing.providers.reasoning import anchor_reasoning, usable_reasoning_state
 from routing.providers.tool_ids import ToolIdMap
 from routing.providers.types import (
     CompletionRequest,
@@ -293,7 +292,7 @@ class OpenAIResponsesClient(ProviderClient):
         return parse_response(endpoint, response, getattr(response, "_request_id", None), ids=ids)
 
     def _stream(
-        self, endpoint: EndpointConfig, request: CompletionRequest, progress: _StreamProgress
+        self, endpoint: EndpointConfig, request: CompletionRequest, progress: StreamProgress
     ) -> Iterator[StreamEvent]:
         client = openai_sdk_client(endpoint)
         ids = ToolIdMap("responses")

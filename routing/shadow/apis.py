@@ -7,15 +7,15 @@ and their export: :mod:`routing.shadow.results_apis`.
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
-from muse_experiments.api.base import FiniteFloatField, StrictSerializer
+from muse_experiments.api.base import FiniteFloatField, IdentifierField, StrictSerializer
+from muse_experiments.api.keyed import KeyedTransitionApi, api_actor, field_errors
 from muse_experiments.experiments.models import ShadowTest
 from muse_experiments.experiments.services.shadow import (
     shadow_test_config,
@@ -27,14 +27,8 @@ from muse_experiments.experiments.services.shadow import (
 from .budget import spent_usd_today
 
 
-def actor_of(user) -> str:
-    """Audit actor of an API call: ``api:<key name> (<prefix>)`` or the staff user's name."""
-    key = getattr(user, "key", None)
-    return f"api:{key.name} ({key.prefix})" if key is not None else f"api:{user.get_username()}"
-
-
 class SourceSerializer(StrictSerializer):
-    model = serializers.CharField(max_length=200, required=False, help_text="Model id or version label.")
+    model = IdentifierField(max_length=200, required=False, help_text="Model id or version label.")
     experiment = serializers.SlugField(max_length=100, required=False)
     variant = serializers.SlugField(max_length=100, required=False)
 
@@ -45,14 +39,14 @@ class SourceSerializer(StrictSerializer):
 
 
 class JudgeSerializer(StrictSerializer):
-    model = serializers.CharField(max_length=200, help_text="Model id or version label.")
+    model = IdentifierField(max_length=200, help_text="Model id or version label.")
     instructions = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
 
 
 class ShadowTestInputSerializer(StrictSerializer):
     key = serializers.RegexField(r"^[a-z0-9][a-z0-9_-]{0,99}$")
     name = serializers.CharField(max_length=200)
-    candidate = serializers.CharField(max_length=200, help_text="Model id or version label.")
+    candidate = IdentifierField(max_length=200, help_text="Model id or version label.")
     source = SourceSerializer()
     sample_percent = FiniteFloatField(min_value=0.0, max_value=100.0)
     judge = JudgeSerializer(allow_null=True, required=False, default=None)
@@ -108,7 +102,7 @@ class ShadowTestListApi(APIView):
         data = ShadowTestInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         d = data.validated_data
-        try:
+        with field_errors():
             test = shadow_test_create(
                 key=d["key"],
                 name=d["name"],
@@ -118,10 +112,8 @@ class ShadowTestListApi(APIView):
                 judge=d["judge"],
                 max_usd_per_day=d["max_usd_per_day"],
                 allow_external=d["allow_external"],
-                actor=actor_of(request.user),
+                actor=api_actor(request.user),
             )
-        except ValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
         return Response(shadow_payload(_tests().get(pk=test.pk)), status=status.HTTP_201_CREATED)
 
 
@@ -136,12 +128,8 @@ class ShadowTestDetailApi(APIView):
         return Response(shadow_payload(get_object_or_404(_tests(), key=key)))
 
 
-class _ShadowTestActionApi(APIView):
-    permission_classes = [HasScope]
-    required_scope = "experiments:write"
-    transition = staticmethod(shadow_test_start)
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         request=None,
         responses={
             200: ShadowTestOutputSerializer,
@@ -149,22 +137,23 @@ class _ShadowTestActionApi(APIView):
             404: OpenApiResponse(description="Unknown shadow test"),
         },
     )
-    def post(self, request, key):
-        test = get_object_or_404(ShadowTest, key=key)
-        try:
-            test = self.transition(test=test, actor=actor_of(request.user))
-        except ValidationError as exc:
-            raise serializers.ValidationError(exc.message_dict) from None
-        return Response(shadow_payload(_tests().get(pk=test.pk)))
+)
+class _ShadowTestActionApi(KeyedTransitionApi):
+    model = ShadowTest
+
+    def payload(self, test):
+        return shadow_payload(_tests().get(pk=test.pk))
 
 
 class ShadowTestStartApi(_ShadowTestActionApi):
     """Start mirroring (draft or stopped → running)."""
 
-    transition = staticmethod(shadow_test_start)
+    def transition(self, test, actor):
+        return shadow_test_start(test=test, actor=actor)
 
 
 class ShadowTestStopApi(_ShadowTestActionApi):
     """Stop mirroring (running → stopped); recorded pairs stay."""
 
-    transition = staticmethod(shadow_test_stop)
+    def transition(self, test, actor):
+        return shadow_test_stop(test=test, actor=actor)

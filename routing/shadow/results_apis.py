@@ -18,14 +18,24 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from analytics.dashboards import endpoint_labels
+from analytics.formatting import number
 from analytics.tables import EXPORT_FORMATS, Column, Table, export_response
+from analytics.views import VIEW_SHADOW_TESTS
 from muse_experiments.api.auth import HasScope
 from muse_experiments.experiments.models import ShadowPair, ShadowTest
 
 from .apis import shadow_payload
 from .results import results_rows, shadow_results
 
-VIEW_SHADOW_TESTS = ("muse_experiments.view_shadowtest",)
+#: How the page names each measure of the comparison (the exports keep the codes).
+MEASURES = {
+    "latency_p50_ratio": "Latency p50 (ms), candidate ÷ primary",
+    "cost_usd_per_call_ratio": "Cost per call (USD), candidate ÷ primary",
+    "output_tokens_per_call_ratio": "Output tokens per call, candidate ÷ primary",
+    "tool_call_agreement": "Same tool calls (share of pairs)",
+    "judge_win_rate": "Judge: candidate win rate (a tie counts half)",
+}
 
 
 def comparison_table(results: dict) -> Table:
@@ -34,16 +44,52 @@ def comparison_table(results: dict) -> Table:
         id="comparison",
         title="Candidate against primary (95 % intervals clustered by session)",
         columns=[
-            Column("measure", "Measure"),
+            Column("measure", "Measure", "code"),
             Column("primary", "Primary", "num"),
             Column("candidate", "Candidate", "num"),
             Column("estimate", "Estimate", "num", help="Ratio candidate / primary, or a rate"),
             Column("ci_low", "CI low", "num"),
             Column("ci_high", "CI high", "num"),
         ],
-        rows=results_rows(results),
+        rows=[{**r, "measure_label": MEASURES.get(r["measure"], "")} for r in results_rows(results)],
         note="Ratios: delta method (means) or session bootstrap (p50); rates: clustered Wald, t(k-1).",
     )
+
+
+#: The judge's verdicts as the page names them: (label, key in ``results["judge"]``).
+VERDICTS = (
+    ("candidate wins", "candidate_wins"),
+    ("primary wins", "primary_wins"),
+    ("ties", "ties"),
+    ("invalid", "invalid"),
+)
+
+
+def judge_table(results: dict) -> Table | None:
+    """The judge's verdicts (pairs each, and their share of the judged pairs); None without a judge."""
+    judge = results["judge"]
+    if judge is None:
+        return None
+    judged = sum(judge[key] for _, key in VERDICTS)
+    return Table(
+        id="judge",
+        title="Judge verdicts",
+        columns=[
+            Column("verdict", "Verdict"),
+            Column("pairs", "Pairs", "int"),
+            Column("share", "Share", "pct"),
+        ],
+        rows=[
+            {"verdict": label, "pairs": judge[key], "share": judge[key] / judged if judged else None}
+            for label, key in VERDICTS
+        ],
+        note="Pairs the candidate answered. Invalid: the judge did not answer with one VERDICT line.",
+    )
+
+
+def interval_text(interval: dict) -> str:
+    """``{"estimate", "ci": [lo, hi]}`` as ``0.7 [0.45, 0.95]`` (three significant digits)."""
+    return f"{number(interval['estimate'])} [{number(interval['ci'][0])}, {number(interval['ci'][1])}]"
 
 
 PAIR_COLUMNS = (
@@ -76,10 +122,13 @@ def pairs_table(test: ShadowTest) -> Table:
 
 
 def _export(test: ShadowTest, results: dict, fmt: str, table_id: str):
-    tables = {"comparison": lambda: comparison_table(results), "pairs": lambda: pairs_table(test)}
-    if fmt not in EXPORT_FORMATS or table_id not in tables:
-        return None
-    return export_response(tables[table_id](), fmt, f"shadow-{test.key}")
+    tables = {
+        "comparison": lambda: comparison_table(results),
+        "pairs": lambda: pairs_table(test),
+        "judge": lambda: judge_table(results),
+    }
+    table = tables[table_id]() if fmt in EXPORT_FORMATS and table_id in tables else None
+    return export_response(table, fmt, f"shadow-{test.key}") if table is not None else None
 
 
 class ResultsOutputSerializer(serializers.Serializer):
@@ -105,7 +154,7 @@ class ShadowTestResultsApi(APIView):
         parameters=[
             OpenApiParameter("export", str, enum=list(EXPORT_FORMATS), description="Download a table"),
             OpenApiParameter(
-                "table", str, enum=["comparison", "pairs"], description="Which (default comparison)"
+                "table", str, enum=["comparison", "pairs", "judge"], description="Which (default comparison)"
             ),
         ],
         responses={200: ResultsOutputSerializer, 404: OpenApiResponse(description="Unknown shadow test")},
@@ -118,7 +167,11 @@ class ShadowTestResultsApi(APIView):
             exported = _export(test, results, fmt, request.query_params.get("table", "comparison"))
             if exported is None:
                 raise serializers.ValidationError(
-                    {"export": [f"export is one of {', '.join(EXPORT_FORMATS)}; table comparison or pairs."]}
+                    {
+                        "export": [
+                            f"export is one of {', '.join(EXPORT_FORMATS)}; table comparison, pairs or judge."
+                        ]
+                    }
                 )
             return exported
         return Response(ResultsOutputSerializer(results).data)
@@ -139,12 +192,8 @@ def shadow_results_page(request, key):
         return exported
     judge = results["judge"]
     verdicts = {
-        "labels": ["candidate wins", "primary wins", "ties", "invalid"],
-        "series": {
-            "verdicts": [judge["candidate_wins"], judge["primary_wins"], judge["ties"], judge["invalid"]]
-            if judge
-            else []
-        },
+        "labels": [label for label, _ in VERDICTS],
+        "series": {"verdicts": [judge[key] for _, key in VERDICTS] if judge else []},
     }
     per_call = {
         "labels": ["latency p50 (ms)", "cost per call (µUSD)", "output tokens per call"],
@@ -165,6 +214,9 @@ def shadow_results_page(request, key):
             "config": shadow_payload(test),
             "results": results,
             "t": table,
+            "judge_table": judge_table(results),
+            "labels": endpoint_labels(),
+            "win_rate": interval_text(judge["win_rate"]) if judge else "",
             "verdicts": verdicts,
             "per_call": per_call,
             "admin_url": reverse("admin:muse_experiments_shadowtest_change", args=[test.pk]),

@@ -110,17 +110,84 @@ def test_exploration_keeps_equal_weights_and_the_fan_out_visits_running_bandits(
 
 
 @pytest.mark.django_db
-def test_a_clear_winner_after_exploration_stops_the_bandit():
+def test_a_clear_winner_gets_the_traffic_and_the_bandit_stops_updating(client):
+    from muse_experiments.experiments.assignment.engine import route
+    from muse_experiments.experiments.models import AuditEntry
+    from muse_experiments.experiments.selectors import assignment_snapshot, sticky_variants
+
     experiment = _bandit(stop_when_probability_best=0.95)
     raw = Raw(experiment)
     _units(raw, "p1", "control", 100, 10)
     _units(raw, "p1", "b", 100, 60)
     update = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=11))
     assert update.decision == "winner" and update.winner == "b"
+    # all but the control's floor of 0.05 to the winner, in a new period
+    assert update.weights == {"control": 0.05, "b": 0.95} and update.phase == 2
+    assert "declared the winner" in update.message and "95.00%" in update.message
     experiment.refresh_from_db()
-    assert experiment.status == "stopped"
-    assert bandit_results(experiment=experiment)["winner"] == "b"
-    assert running_bandit_ids() == []
+    assert experiment.status == "running" and experiment.phase == 2
+    assert {v.key: v.weight for v in experiment.variants.all()} == {"control": 0.05, "b": 0.95}
+    audit = AuditEntry.objects.get(action="bandit_winner", actor="bandit")
+    assert audit.changes["winner"] == "b" and audit.changes["phase"] == [1, 2]
+    assert audit.changes["weights"] == [{"control": 0.5, "b": 0.5}, {"control": 0.05, "b": 0.95}]
+    assert not AuditEntry.objects.filter(action="stop").exists()
+    # the decision is final: later slots make no update, though the bandit still runs
+    later = experiment.started_at + timedelta(minutes=45)
+    assert bandit_update(experiment=experiment, now=later) is None
+    assert running_bandit_ids() == [experiment.id] and BanditUpdate.objects.count() == 1
+    # a unit first exposed to the control keeps it (the sticky scope spans both phases); new units
+    # are hashed with the winner's weights
+    snapshot = assignment_snapshot()
+    kept = sticky_variants(experiment_ids=[experiment.id], session_id="p1-control-3", user_id="")
+    assert kept == {(experiment.id, 2): "control"}
+    assert route(snapshot, session_id="p1-control-3", user_id="", sticky=kept).variant_key == "control"
+    fresh = [route(snapshot, session_id=f"new-{i}", user_id="").variant_key for i in range(400)]
+    assert 360 <= fresh.count("b") <= 395  # 95 % of 400 = 380, binomial sd ≈ 4.4
+    results = bandit_results(experiment=experiment)
+    assert results["winner"] == "b" and results["winner_update"]["phase"] == 2
+    assert results["winner_update"]["weights"] == {"control": 0.05, "b": 0.95}
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user("analyst", "a@example.com", "pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="Analyst"))
+    client.force_login(user)
+    page = client.get("/results/bandit/").content.decode()
+    assert "Winner: b" in page and "from phase 2 it gets 95 % of new units" in page
+
+
+@pytest.mark.django_db
+def test_an_arm_credibly_over_the_cost_cap_keeps_the_floor_and_cannot_win(client):
+    from muse_experiments.experiments.models import AuditEntry
+
+    experiment = _bandit(stop_when_probability_best=0.95, max_cost_usd_per_call=0.002)
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 60, 10)
+    _units(raw, "p1", "b", 60, 45)  # far better, and far dearer
+    for i in range(60):
+        for j in range(2):
+            raw.call(f"p1-control-{i}", "control", cost_usd="0.001")
+            raw.call(f"p1-b-{i}", "b", cost_usd=f"{0.004 + 0.001 * ((i + j) % 3):.3f}")
+    update = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=11))
+    assert update.decision == "update" and update.winner == ""
+    assert update.weights == {"control": 0.95, "b": 0.05}  # b held at the floor, control alone within the cap
+    assert update.probability_best == {"control": 1.0, "b": 0.0}
+    assert "held at the floor: b" in update.message
+    cost = AuditEntry.objects.get(action="bandit_update").changes["cost"]
+    assert cost["cap_usd_per_call"] == 0.002
+    assert cost["arms"]["control"]["cost_per_call"] == pytest.approx(0.001)
+    assert cost["arms"]["b"]["cost_per_call"] == pytest.approx(0.005, abs=2e-4)
+    assert cost["arms"]["b"]["over_cap"] and not cost["arms"]["control"]["over_cap"]
+    results = bandit_results(experiment=experiment)
+    assert results["cost"]["arms"]["b"]["probability_over"] > 0.999
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user("analyst", "a@example.com", "pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="Analyst"))
+    client.force_login(user)
+    page = client.get("/results/bandit/").content.decode()
+    assert "Cost per call against the cap of $0.002" in page
 
 
 @pytest.mark.django_db
@@ -152,6 +219,15 @@ def test_the_results_page_shows_weights_over_time_probability_best_and_the_strat
     rows = exported.json()["rows"] if isinstance(exported.json(), dict) else exported.json()
     assert [r["phase"] for r in rows] == [1, 2]
     assert rows[0]["w_control"] == 0.5 and rows[0]["n_b"] == 60
+    assert "a schedule minute lasts" not in page  # 60 s: nothing to say
+
+
+@pytest.mark.django_db
+def test_the_results_page_says_when_a_schedule_minute_is_shortened(admin_client, settings):
+    settings.BANDIT_MINUTE_S = 4.0
+    _bandit()
+    page = admin_client.get("/results/bandit/").content.decode()
+    assert "(a schedule minute lasts 4.0 s on this platform: BANDIT_MINUTE_S)" in page
 
 
 @pytest.mark.django_db

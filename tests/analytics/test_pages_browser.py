@@ -88,8 +88,20 @@ def site(request, chromium, live_server, transactional_db, client):
         )
     client.force_login(user)
     client.get("/results/")  # warm the URL conf and imports (slow on a busy machine) before timing out
-    host = urlparse(live_server.url).hostname
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    context, page, problems = logged_in_page(chromium, live_server.url, client)
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url} {r.failure}"))
+    yield page, live_server.url, problems
+    context.close()
+
+
+def logged_in_page(chromium, base_url: str, client, *, width: int = 1400):
+    """A page of a new browser context at ``width`` × 900 px, with the session of ``client`` (a
+    Django test client that is logged in), every request to another host than ``base_url``'s
+    blocked and page errors collected. Returns ``(context, page, problems)``: ``problems`` lists
+    the off-site requests and page errors (add listeners for more); close the context after."""
+    host = urlparse(base_url).hostname
+    context = chromium.new_context(viewport={"width": width, "height": 900})
     context.add_cookies(
         [{"name": "sessionid", "value": client.cookies["sessionid"].value, "domain": host, "path": "/"}]
     )
@@ -104,11 +116,8 @@ def site(request, chromium, live_server, transactional_db, client):
     context.route("**/*", only_local)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
-    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url} {r.failure}"))
-    yield page, live_server.url, problems
-    context.close()
+    return context, page, problems
 
 
 def _shot(page, name: str) -> Path:

@@ -12,12 +12,15 @@ from scipy import stats as sps
 from analytics.stats import MeanStatistic, ProportionStatistic
 from analytics.stats.bandit import (
     bandit_decide,
+    cost_over_cap,
     period_srm,
     probability_best,
     rounded_weights,
     stratified_lift,
     thompson_weights,
+    winner_weights,
 )
+from analytics.stats.statistics import RatioStatistic
 
 
 def _p_b_beats_a(a: ProportionStatistic, b: ProportionStatistic) -> float:
@@ -60,7 +63,7 @@ def test_probability_best_refuses_mixed_or_single_arms():
         probability_best([ProportionStatistic(10, 1), MeanStatistic(10, 1.0, 1.0)], seed=1)
 
 
-def test_thompson_weights_apply_growthbooks_additive_floor():
+def test_thompson_weights_lift_every_arm_to_the_floor():
     w = thompson_weights([0.0, 0.1, 0.9], min_weight=0.05)
     # f + (1 − k f) p: 0.05, 0.05 + 0.85·0.1, 0.05 + 0.85·0.9
     assert w == pytest.approx((0.05, 0.135, 0.815))
@@ -133,3 +136,95 @@ def test_bandit_decide_keeps_equal_weights_while_exploring_and_declares_a_clear_
         close, exploring=False, min_weight=0.05, stop_when_probability_best=0.95, seed=1
     )
     assert undecided.winner is None and min(undecided.weights) >= 0.05
+
+
+def test_a_winner_gets_all_but_the_other_arms_floors():
+    assert winner_weights(3, 2, min_weight=0.01) == pytest.approx((0.01, 0.01, 0.98))
+    assert winner_weights(2, 0, min_weight=0.05) == pytest.approx((0.95, 0.05))
+    assert winner_weights(4, 1, min_weight=0.0) == (0.0, 1.0, 0.0, 0.0)
+    for bad in ({"arms": 1, "winner": 0, "min_weight": 0.01}, {"arms": 3, "winner": 3, "min_weight": 0.01}):
+        with pytest.raises(ValueError):
+            winner_weights(bad["arms"], bad["winner"], min_weight=bad["min_weight"])
+    with pytest.raises(ValueError):
+        winner_weights(3, 0, min_weight=0.4)
+
+
+def _ratio(cost: np.ndarray, calls: np.ndarray) -> RatioStatistic:
+    n = len(cost)
+    return RatioStatistic(
+        n=n,
+        m=MeanStatistic(n, float(cost.sum()), float((cost**2).sum())),
+        d=MeanStatistic(n, float(calls.sum()), float((calls**2).sum())),
+        sum_of_products=float((cost * calls).sum()),
+    )
+
+
+def test_cost_over_cap_is_the_normal_posterior_tail_of_the_delta_method_ratio():
+    rng = np.random.default_rng(3)
+    calls = rng.integers(1, 6, 300).astype(float)
+    cost = calls * rng.gamma(4.0, 0.0005, 300)  # ≈ 0.002 USD per call
+    ratio = cost.sum() / calls.sum()
+    # delta method on raw per-unit values (Deng et al. 2018, eq. for Var(X̄/Ȳ))
+    mx, my = cost.mean(), calls.mean()
+    cov = np.cov(cost, calls, ddof=1)
+    var = (cov[0, 0] / my**2 - 2 * mx * cov[0, 1] / my**3 + mx**2 * cov[1, 1] / my**4) / len(cost)
+    se = math.sqrt(var)
+    for cap in (ratio - 2 * se, ratio - 1.5 * se, ratio, ratio + se):
+        check = cost_over_cap(_ratio(cost, calls), cap)
+        assert check.cost_per_call == pytest.approx(ratio)
+        assert check.std_error == pytest.approx(se, rel=1e-9)
+        assert check.probability_over == pytest.approx(sps.norm.sf((cap - ratio) / se), rel=1e-9)
+        # over exactly when the one-sided 95 % lower bound lies above the cap
+        assert check.over_cap == (ratio - sps.norm.ppf(0.95) * se > cap)
+    assert cost_over_cap(_ratio(cost, calls), ratio - 2 * se).over_cap
+    assert not cost_over_cap(_ratio(cost, calls), ratio - 1.5 * se).over_cap
+
+
+def test_cost_over_cap_needs_evidence_and_a_positive_cap():
+    none = cost_over_cap(_ratio(np.zeros(0), np.zeros(0)), 0.01)
+    assert none.cost_per_call is None and not none.over_cap
+    one = cost_over_cap(_ratio(np.array([5.0]), np.array([1.0])), 0.01)
+    assert one.cost_per_call == 5.0 and one.probability_over is None and not one.over_cap
+    flat = cost_over_cap(_ratio(np.full(10, 0.02), np.ones(10)), 0.01)  # no spread: certain
+    assert flat.std_error == pytest.approx(0, abs=1e-9) and flat.probability_over == 1.0 and flat.over_cap
+    for cap in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError):
+            cost_over_cap(_ratio(np.ones(3), np.ones(3)), cap)
+
+
+def test_an_arm_over_the_cost_cap_keeps_the_floor_and_cannot_win():
+    arms = [ProportionStatistic(1000, 300), ProportionStatistic(1000, 320), ProportionStatistic(1000, 400)]
+    free = bandit_decide(arms, exploring=False, min_weight=0.02, stop_when_probability_best=0.95, seed=1)
+    assert free.winner == 2 and free.over_cap == (False, False, False)
+    capped = bandit_decide(
+        arms,
+        exploring=False,
+        min_weight=0.02,
+        stop_when_probability_best=0.95,
+        seed=1,
+        over_cap=[False, False, True],
+    )
+    assert capped.weights[2] == pytest.approx(0.02) and capped.probability_best[2] == 0.0
+    # P(best) among the two arms within the cap: b beats control with the Beta integral's probability
+    p_b = _p_b_beats_a(arms[0], arms[1])
+    assert capped.probability_best[1] == pytest.approx(p_b, abs=0.01)
+    assert capped.weights[1] == pytest.approx(0.02 + 0.94 * capped.probability_best[1])
+    assert capped.winner is None  # p_b ≈ 0.83 < 0.95
+    alone = bandit_decide(
+        arms, exploring=False, min_weight=0.02, stop_when_probability_best=0.95, seed=1, over_cap=[1, 0, 1]
+    )
+    # the only arm within the cap gets a winner's weight but no final declaration
+    assert alone.probability_best == (0.0, 1.0, 0.0) and alone.winner is None
+    assert alone.weights == pytest.approx((0.02, 0.96, 0.02))
+    everyone = bandit_decide(
+        arms, exploring=False, min_weight=0.02, stop_when_probability_best=0.95, seed=1, over_cap=[1, 1, 1]
+    )
+    assert everyone.winner is None and everyone.weights == pytest.approx(free.weights)
+    exploring = bandit_decide(
+        arms, exploring=True, min_weight=0.02, stop_when_probability_best=0.95, seed=1, over_cap=[0, 0, 1]
+    )
+    assert exploring.weights == pytest.approx((1 / 3,) * 3) and exploring.winner is None
+    with pytest.raises(ValueError):
+        bandit_decide(
+            arms, exploring=False, min_weight=0.02, stop_when_probability_best=0.95, seed=1, over_cap=[1]
+        )

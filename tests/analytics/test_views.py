@@ -52,6 +52,50 @@ def test_experiments_list_shows_units_split_srm_verdict_and_filters(staff, ana):
     assert '"/results/ana/"' in staff.get("/results/", {"q": "avocado", "status": "running"}).content.decode()
 
 
+def test_experiments_list_links_bandits_rollouts_and_shadow_tests_to_their_pages(staff, ana):
+    from decimal import Decimal
+
+    from analytics.formatting import percent
+    from muse_experiments.experiments.models import Experiment
+    from muse_experiments.experiments.services.rollouts import rollout_create
+    from muse_experiments.experiments.services.shadow import shadow_test_create
+    from routing.catalogue import avocado_id
+    from routing.models import ModelEndpoint
+    from tests.factories import make_experiment
+
+    make_experiment(key="band")
+    Experiment.objects.filter(key="band").update(type="bandit")
+    v14, v15 = (ModelEndpoint.objects.get(public_id=avocado_id(n)) for n in (14, 15))
+    ramp = rollout_create(
+        key="ramp", candidate=v15, current=v14, steps=[1, 5, 100], step_min_minutes=0, step_min_units=0,
+        guardrails=["error_rate"], actor="t",
+    )  # fmt: skip
+    shadow_test_create(
+        key="sh", name="Shadow 14", candidate="avocado-v14", source={"model": avocado_id(15)},
+        sample_percent=10, judge=None, max_usd_per_day=Decimal(1), allow_external=False, actor="t",
+    )  # fmt: skip
+    page = staff.get("/results/").content.decode()
+    assert '<a href="/results/band/#bandit">bandit</a>' in page
+    assert (
+        f'<a href="/results/ramp/#rollout">rollout {percent(ramp.percent / 100)}: draft (not started)</a>'
+        in page
+    )
+    assert '<td class="k-link">A/B</td>' in page  # ana: an A/B test, no section to link
+    assert '<a href="/results/shadow/sh/">sh</a><br><span class="muted small">Shadow 14</span>' in page
+    shadow = staff.get("/results/", {"export": "json", "table": "shadow-tests"}).json()
+    assert [(r["key"], r["status"], r["candidate"], r["pairs"]) for r in shadow["rows"]] == [
+        ("sh", "draft", avocado_id(14), 0)
+    ]
+    # without the permission to view shadow tests the list leaves them out (their page is a 403)
+    user = get_user_model().objects.create_user("no-shadow", "n@example.com", "pw", is_staff=True)
+    group = Group.objects.create(name="Analyst without shadow tests")
+    group.permissions.set(Group.objects.get(name="Analyst").permissions.exclude(codename="view_shadowtest"))
+    user.groups.add(group)
+    staff.force_login(user)
+    assert "/results/shadow/sh/" not in staff.get("/results/").content.decode()
+    assert staff.get("/results/shadow/sh/").status_code == 403
+
+
 def test_results_page_has_health_forest_plot_lift_power_and_distributions(staff, ana):
     response = staff.get("/results/ana/")
     assert response.status_code == 200

@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from routing.fake_upstreams import DEFAULT_API_KEYS, FakeUpstreams
 from routing.providers.base import sdk_clients
 from routing.providers.types import CompletionRequest, EndpointConfig, Message, ToolSpec
+from routing.simulated import DEFAULT_API_KEYS, FakeUpstreams
 
 #: Azure deployment names keep dots/underscores verbatim.
 AZURE_DEPLOYMENT = "o4-mini.prod_eu"

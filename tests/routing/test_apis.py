@@ -191,6 +191,14 @@ def test_unknown_api_paths_answer_404_in_the_api_error_shape(client):
     assert response.json() == {"error": {"code": "not_found", "message": "No such endpoint."}}
 
 
+@pytest.mark.parametrize("job_id", ["not-a-uuid", "00000000-0000-0000-0000-000000000000", "1234", "%20"])
+def test_a_malformed_or_unknown_completion_id_is_the_apis_404_not_no_such_endpoint(client, job_id):
+    response = client.get(f"/api/v1/completions/{job_id}")
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": "not_found", "message": "No such completion."}}
+    assert APIClient().get(f"/api/v1/completions/{job_id}").status_code == 401  # authenticated first
+
+
 _PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}}
 TOOL = {"type": "function", "function": {"name": "weather", "parameters": _PARAMETERS}}
 RESPONSES_TOOL = {"type": "function", "name": "weather", "parameters": _PARAMETERS}

@@ -11,10 +11,10 @@ from django.core.management import call_command
 from muse_experiments.api.auth import api_key_create
 from muse_experiments.experiments.models import AuditEntry
 from routing.catalogue import avocado_id
-from routing.fake_upstreams import FakeUpstreams
 from routing.guards.credentials import MissingCredential, fingerprint, resolve_credential
 from routing.models import CallRecord, CompletionJob, ModelEndpoint, Provider
 from routing.ops_services import kill_switch_set
+from routing.simulated import FakeUpstreams
 from tests.conftest import allow_simulated_upstream, forget_simulated_upstream
 from tests.factories import make_experiment, seed_catalogue
 from tests.routing.test_router import job, run

@@ -32,7 +32,7 @@ from routing.providers import (
     get_client,
 )
 from routing.providers.anthropic_messages import AnthropicMessagesClient, anthropic_usage
-from routing.providers.base import ProviderClient, anchor_reasoning, parse_retry_after
+from routing.providers.base import ProviderClient
 from routing.providers.errors import (
     WITHHELD,
     ProviderError,
@@ -43,6 +43,8 @@ from routing.providers.errors import (
 )
 from routing.providers.openai_chat import OpenAIChatClient
 from routing.providers.openai_responses import OpenAIResponsesClient
+from routing.providers.reasoning import anchor_reasoning
+from routing.providers.sdk_errors import parse_retry_after
 from routing.providers.types import assistant_turn_digest, messages_from_openai
 
 

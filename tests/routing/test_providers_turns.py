@@ -10,10 +10,10 @@ import anthropic
 import httpx
 import pytest
 
-from routing.fake_upstreams import DEFAULT_API_KEYS
 from routing.providers import CompletionRequest, Message, ToolCall, client_for
 from routing.providers.anthropic_turns import acceptable_messages
 from routing.providers.types import ContentPart
+from routing.simulated import DEFAULT_API_KEYS
 from tests.routing.conftest import ALL_ENDPOINTS, MODELS, WEATHER_TOOL
 
 

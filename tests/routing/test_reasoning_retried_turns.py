@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from routing.providers import CompletionRequest, Message, ToolCall
-from routing.providers.base import anchor_reasoning
+from routing.providers.reasoning import anchor_reasoning
 from routing.providers.types import ReasoningState, assistant_turn_digest
 from tests.routing.test_reasoning_sessions_generated import (
     AZURE,

@@ -6,7 +6,7 @@ model (Azure over the Responses API, or Claude over Messages) through one client
 API (sync and streamed turns) or a drop-in driven by the official SDK (``/v1/chat/completions``,
 ``/v1/responses``, ``/v1/messages``, streamed turns included) -- with a live server and a real
 Celery worker. The simulated upstreams enforce the real placement rules
-(:meth:`routing.fake_upstreams._Handler._misplaced_reasoning`), so a misplaced item fails the
+(:func:`routing.simulated.reasoning.misplaced_reasoning`), so a misplaced item fails the
 turn; on top, every upstream request is checked: turn j's reasoning stands, byte-exact, right
 before turn j's own content and nowhere else, in the original order.
 """

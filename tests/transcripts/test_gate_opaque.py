@@ -16,7 +16,7 @@ import zlib
 
 import pytest
 
-from routing.fake_upstreams import FakeUpstreams
+from routing.simulated import FakeUpstreams
 from routing.transcripts.gate import (
     MIN_OPAQUE_BYTES,
     RejectReason,
@@ -84,11 +84,11 @@ def test_the_blob_in_a_message_part_a_user_message_and_json_text_is_refused():
     assert report.counts["contains_opaque_blob"] == 3
 
 
-def test_the_fake_upstreams_canary_signatures_are_refused_bare():
+def test_the_simulated_upstreams_canary_signatures_are_refused_bare():
     fake = FakeUpstreams()
     for prefix in ("EqQB", "EmwK"):  # thinking signature, redacted_thinking data
         for _ in range(20):
-            assert verdict_for(fake._issue_blob(prefix, "claude-x")).reasons == (OPAQUE,)
+            assert verdict_for(fake.issue_blob(prefix, "claude-x")).reasons == (OPAQUE,)
 
 
 def test_a_marked_reasoning_carrier_keeps_its_own_reason_only():

@@ -162,8 +162,10 @@ class ExperimentAdmin(AuditHistoryAdmin, admin.ModelAdmin):
                 "fields": ("type", "bandit"),
                 "description": "A bandit moves the weights itself (Thompson sampling on the primary "
                 'metric). Settings: {"metric", "update_every_minutes", "explore_minutes", '
-                '"min_weight_per_arm" (0.01–0.2), "stop_when_probability_best" (e.g. 0.95)}; '
-                "omitted ones take their defaults.",
+                '"min_weight_per_arm" (0.01–0.2), "stop_when_probability_best" (e.g. 0.95: the arm '
+                "that reaches it is the winner and gets all new units but the others' floors), "
+                '"max_cost_usd_per_call" (null, or a cost guardrail in USD: an arm credibly above '
+                "it keeps only the floor and cannot win)}; omitted ones take their defaults.",
             },
         )
         if obj is None:

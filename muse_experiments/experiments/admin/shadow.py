@@ -6,6 +6,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.urls import reverse
+from django.utils.html import format_html
 
 from muse_experiments.infra.admin_base import ReadOnlyAdmin
 
@@ -56,15 +58,57 @@ class ShadowTestForm(forms.ModelForm):
 @admin.register(ShadowTest)
 class ShadowTestAdmin(admin.ModelAdmin):
     form = ShadowTestForm
-    list_display = ("key", "name", "status", "candidate", "sample_percent", "max_usd_per_day", "started_at")
+    list_display = (
+        "key",
+        "name",
+        "status",
+        "candidate_name",
+        "sample_percent",
+        "max_usd_per_day",
+        "started_at",
+        "results",
+    )
     list_filter = ("status",)
+    list_select_related = ("candidate",)
     search_fields = ("key", "name")
     actions = ("start_tests", "stop_tests")
 
+    #: Shown on the change page, set only by the start and stop actions.
+    STATE_FIELDS = ("status", "started_at", "stopped_at")
+
     def get_readonly_fields(self, request, obj=None):
-        if obj is not None and obj.status != ShadowStatus.DRAFT:
-            return ShadowTestForm.Meta.fields  # configuration is fixed once it has mirrored traffic
-        return ()
+        if obj is None:
+            return ()
+        if obj.status != ShadowStatus.DRAFT:  # configuration is fixed once it has mirrored traffic
+            return (*self.STATE_FIELDS, *ShadowTestForm.Meta.fields)
+        return self.STATE_FIELDS
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """A test that has run is read-only here: no save buttons over fields that cannot change."""
+        test = self.get_object(request, object_id)
+        if test is not None and test.status != ShadowStatus.DRAFT:
+            extra_context = {
+                "show_save": False,
+                "show_save_and_continue": False,
+                "show_save_and_add_another": False,
+                **(extra_context or {}),
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="Candidate", ordering="candidate__version_label")
+    def candidate_name(self, obj: ShadowTest) -> str:
+        """The candidate by its version label, its public id on hover."""
+        endpoint = obj.candidate
+        return format_html(
+            '<span class="model" title="{}">{}</span>',
+            endpoint.public_id,
+            endpoint.version_label or endpoint.public_id,
+        )
+
+    @admin.display(description="Results")
+    def results(self, obj: ShadowTest) -> str:
+        """A link to the test's results page (``/results/shadow/<key>/``)."""
+        return format_html('<a href="{}">Results</a>', reverse("shadow-results-page", args=[obj.key]))
 
     def save_model(self, request, obj, form, change):
         obj.created_by = obj.created_by or request.user.get_username()

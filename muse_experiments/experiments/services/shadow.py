@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from muse_experiments.infra import config_version
 
-from ..models import Experiment, ShadowStatus, ShadowTest, Variant
+from ..models import Experiment, ShadowStatus, ShadowTest
+from ..selectors import model_by_id_or_label
 from .audit import audit_record
 
 #: The provider kind of the in-house models; any other is external.
@@ -27,14 +28,9 @@ NATIVE_KIND = "native"
 
 def model_resolve(ref: str) -> Any | None:
     """The model endpoint named by its public id or its version label (``avocado-v15``), provider
-    loaded; ``None`` when none is (or the label is ambiguous)."""
-    endpoint_model = Variant._meta.get_field("endpoint").related_model
-    qs = endpoint_model.objects.select_related("provider")
-    found = qs.filter(public_id=ref).first()
-    if found is None and ref:
-        labelled = list(qs.filter(version_label=ref)[:2])
-        found = labelled[0] if len(labelled) == 1 else None
-    return found
+    loaded; ``None`` when none is (or the label is ambiguous), and for an empty ``ref`` (which
+    would otherwise match a model without a label)."""
+    return model_by_id_or_label(ref)[0] if ref else None
 
 
 def _is_external(endpoint: Any) -> bool:

@@ -31,7 +31,8 @@ from analytics.models import OutcomeEvent, ResultSnapshot
 from analytics.services import results_compute
 from muse_experiments.api.auth import SESSION_PERMISSIONS
 from muse_experiments.celery import app as celery_app
-from muse_experiments.experiments.models import Experiment, PlatformConfig
+from muse_experiments.experiments.models import Experiment, PlatformConfig, Rollout
+from muse_experiments.experiments.services.rollouts import rollout_create, rollout_start
 from muse_experiments.infra.config_version import invalidate_all
 from routing import reasoning_store
 from routing.jobs import completion_job_create
@@ -155,6 +156,35 @@ def _patch_weights(c: APIClient, _) -> Any:
     return c.patch(f"{API}/experiments/exp", body, format="json")
 
 
+ROLLOUT_BODY = {
+    "key": "ramp",
+    "model": V15,
+    "replaces": V14,
+    "steps": [10, 100],
+    "guardrails": ["error_rate"],
+}
+
+
+def _rollout(*, start: bool = False) -> Rollout:
+    """A draft rollout ``ramp`` of Avocado v15 replacing v14 (running with ``start``)."""
+    endpoints = {e.public_id: e for e in ModelEndpoint.objects.filter(public_id__in=[V14, V15])}
+    rollout = rollout_create(
+        key="ramp",
+        candidate=endpoints[V15],
+        current=endpoints[V14],
+        steps=[10, 100],
+        step_min_minutes=0,
+        step_min_units=1,
+        guardrails=["error_rate"],
+        actor="test",
+    )
+    return rollout_start(rollout=rollout, actor="test") if start else rollout
+
+
+def _rollout_state(rollout: Rollout) -> str:
+    return Rollout.objects.get(pk=rollout.pk).state
+
+
 def _export(c: APIClient, _) -> Any:
     response = c.post(f"{API}/training/export", {}, format="json")
     if response.streaming:
@@ -258,6 +288,44 @@ CASES = [
         written=lambda _: ResultSnapshot.objects.exists(),
         ok=202,
     ),
+    # --- rollouts: read with the experiment (analytics:read), driven as its edit (experiments:write)
+    Case(
+        "api GET rollout",
+        "200 200 200 403 403 403 200",
+        lambda c, _: c.get(f"{API}/rollouts/ramp"),
+        arrange=_rollout,
+    ),
+    Case(
+        "api POST rollouts",
+        "403 201 403 403 403 403 201",
+        lambda c, _: c.post(f"{API}/rollouts", ROLLOUT_BODY, format="json"),
+        written=lambda _: Rollout.objects.filter(key="ramp").exists(),
+        ok=201,
+    ),
+    Case(
+        "api POST rollout start",
+        "403 200 403 403 403 403 200",
+        lambda c, _: c.post(f"{API}/rollouts/ramp/start"),
+        arrange=_rollout,
+        written=lambda r: _rollout_state(r) == "running",
+        ok=200,
+    ),
+    Case(
+        "api POST rollout pause",
+        "403 200 403 403 403 403 200",
+        lambda c, _: c.post(f"{API}/rollouts/ramp/pause"),
+        arrange=lambda: _rollout(start=True),
+        written=lambda r: _rollout_state(r) == "paused",
+        ok=200,
+    ),
+    Case(
+        "api POST rollout rollback",
+        "403 200 403 403 403 403 200",
+        lambda c, _: c.post(f"{API}/rollouts/ramp/rollback"),
+        arrange=lambda: _rollout(start=True),
+        written=lambda r: _rollout_state(r) == "rolled_back",
+        ok=200,
+    ),
     # --- kill switches (scope ops)
     Case(
         "api GET kill switches", "200 200 200 403 403 403 200", lambda c, _: c.get(f"{API}/ops/kill-switches")
@@ -352,6 +420,18 @@ CASES = [
         arrange=lambda: PlatformConfig.objects.all().delete(),
         written=lambda _: PlatformConfig.objects.filter(holdout_share=0.05).exists(),
         ok=302,
+    ),
+    Case(
+        "admin rollouts list",  # read-only: rollouts change through the API and the check
+        "200 200 200 403 403 403 200",
+        lambda c, _: c.get("/admin/muse_experiments/rollout/"),
+        arrange=_rollout,
+    ),
+    Case(
+        "admin rollout page (ramp history)",
+        "200 200 200 403 403 403 200",
+        lambda c, r: c.get(f"/admin/muse_experiments/rollout/{r.pk}/change/"),
+        arrange=lambda: _rollout(start=True),
     ),
     Case(
         "admin api keys list",
@@ -521,6 +601,7 @@ def test_viewing_transcripts_and_opt_outs_does_not_allow_their_actions(catalogue
 ROLES_MIGRATION = importlib.import_module("muse_experiments.experiments.migrations.0007_roles")
 #: Later migrations that add to the roles (run after 0007 to get the shipped roles).
 SHADOW_MIGRATION = importlib.import_module("muse_experiments.experiments.migrations.0009_shadow_tests")
+ROLLOUT_MIGRATION = importlib.import_module("muse_experiments.experiments.migrations.0011_rollout_roles")
 
 
 def _roles() -> dict[str, set[str]]:
@@ -547,12 +628,30 @@ def test_the_roles_migration_is_idempotent_and_reversible(db):
     ROLES_MIGRATION.create_roles(global_apps, editor)
     ROLES_MIGRATION.create_roles(global_apps, editor)
     SHADOW_MIGRATION.grant_shadow_permissions(global_apps, editor)
+    ROLLOUT_MIGRATION.grant_rollout_permissions(global_apps, editor)
+    ROLLOUT_MIGRATION.grant_rollout_permissions(global_apps, editor)
     assert _roles() == shipped
     ROLES_MIGRATION.delete_roles(global_apps, editor)
     assert not Group.objects.filter(name__in=GROUPS.values()).exists()
     ROLES_MIGRATION.create_roles(global_apps, editor)
     SHADOW_MIGRATION.grant_shadow_permissions(global_apps, editor)
+    ROLLOUT_MIGRATION.grant_rollout_permissions(global_apps, editor)
     assert _roles() == shipped
+
+
+def test_rollouts_are_seen_by_the_roles_that_see_experiments_and_edited_by_product_managers(db):
+    rollout = {"muse_experiments.view_rollout", "muse_experiments.view_rolloutevent"}
+    edit = {"muse_experiments.add_rollout", "muse_experiments.change_rollout"}
+    shipped = _roles()
+    assert {name for name, perms in shipped.items() if rollout <= perms} == {
+        "Analyst",
+        "Product manager",
+        "Operator",
+    }
+    assert {name for name, perms in shipped.items() if perms & edit} == {"Product manager"}
+    assert edit <= shipped["Product manager"]
+    ROLLOUT_MIGRATION.revoke_rollout_permissions(global_apps, SimpleNamespace(connection=connection))
+    assert not any(perms & (rollout | edit) for perms in _roles().values())
 
 
 def test_a_missing_permission_stops_the_roles_migration(db, monkeypatch):

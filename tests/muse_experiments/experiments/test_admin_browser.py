@@ -5,15 +5,18 @@ preview, and a weight change asks to confirm the new phase before saving. Screen
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
-
 import pytest
 
 from muse_experiments.experiments.models import Experiment
 from muse_experiments.experiments.services.edits import experiment_update
 from muse_experiments.experiments.services.variants import VariantInput
 from routing.models import ModelEndpoint
-from tests.analytics.test_pages_browser import TIMEOUT_MS, _shot, chromium  # noqa: F401 (fixture)
+from tests.analytics.test_pages_browser import (  # noqa: F401 (chromium: a fixture)
+    TIMEOUT_MS,
+    _shot,
+    chromium,
+    logged_in_page,
+)
 from tests.factories import make_experiment, seed_catalogue
 from tests.muse_experiments.conftest import V2, V14, V15
 
@@ -124,23 +127,7 @@ def admin_site(chromium, live_server, transactional_db, client, upstreams):  # n
     )
     user = get_user_model().objects.create_superuser("ops-browser", "ops@example.com", "pw")
     client.force_login(user)
-    host = urlparse(live_server.url).hostname
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    context.add_cookies(
-        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "domain": host, "path": "/"}]
-    )
-    problems: list[str] = []
-
-    def only_local(route):
-        if urlparse(route.request.url).hostname != host:
-            problems.append(f"off-site request: {route.request.url}")
-            return route.abort()
-        return route.continue_()
-
-    context.route("**/*", only_local)
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    context, page, problems = logged_in_page(chromium, live_server.url, client)
     page.on("response", lambda r: r.status >= 400 and problems.append(f"{r.status}: {r.url}"))
     yield page, live_server.url, problems
     context.close()

@@ -20,6 +20,7 @@ MIGRATIONS = [
     "0008_rollouts",
     "0009_shadow_tests",
     "0010_bandit",
+    "0011_rollout_roles",
 ]
 
 

@@ -1,18 +1,24 @@
 """Bandit experiments in the experiments app: REST create/edit with their settings, the first
-start's equal weights, and the update service (new phase, audit, idempotent slot, winner stops)."""
+start's equal weights, and the update service (new phase, audit, idempotent slot, a winner's
+weights and no update after it)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from muse_experiments.experiments.bandit_config import bandit_config_clean, equal_weights, update_slot
+from muse_experiments.experiments.bandit_config import (
+    bandit_config_clean,
+    equal_weights,
+    is_exploring,
+    update_slot,
+)
 from muse_experiments.experiments.models import AuditEntry, BanditUpdate, Experiment, ExperimentPhase
 from muse_experiments.experiments.selectors import sticky_scope
-from muse_experiments.experiments.services.bandit import bandit_slot_due, bandit_update_record
+from muse_experiments.experiments.services.bandit import bandit_slot_due, bandit_update_record, bandit_winner
 from muse_experiments.experiments.services.lifecycle import experiment_start
 from tests.factories import api_key
 from tests.muse_experiments.conftest import V2, V14, V15
@@ -48,7 +54,7 @@ def test_a_bandit_is_created_through_rest_with_its_settings(catalogue):
     response = create(writer())
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert body["type"] == "bandit" and body["bandit"] == SETTINGS
+    assert body["type"] == "bandit" and body["bandit"] == {**SETTINGS, "max_cost_usd_per_call": None}
     assert body["primary_metric"] == "task_success" and body["status"] == "draft"
     assert AuditEntry.objects.get(action="create").changes["type"] == [None, "bandit"]
 
@@ -63,6 +69,7 @@ def test_omitted_bandit_settings_take_their_defaults(catalogue):
         "explore_minutes": 60,
         "min_weight_per_arm": 0.01,
         "stop_when_probability_best": 0.95,
+        "max_cost_usd_per_call": None,
     }
     plain = writer().post(URL, {"key": "ab", "name": "ab", "variants": ARMS}, format="json")
     assert plain.status_code == 201 and plain.json()["type"] == "ab" and plain.json()["bandit"] == {}
@@ -79,6 +86,11 @@ def test_omitted_bandit_settings_take_their_defaults(catalogue):
         ({"stop_when_probability_best": 1.5}, "stop_when_probability_best"),
         ({"stop_when_probability_best": "high"}, "stop_when_probability_best"),
         ({"surprise": 1}, "surprise"),
+        ({"max_cost_usd_per_call": 0}, "max_cost_usd_per_call"),
+        ({"max_cost_usd_per_call": -0.01}, "max_cost_usd_per_call"),
+        ({"max_cost_usd_per_call": 1000}, "max_cost_usd_per_call"),
+        ({"max_cost_usd_per_call": "cheap"}, "max_cost_usd_per_call"),
+        ({"max_cost_usd_per_call": True}, "max_cost_usd_per_call"),
     ],
 )
 def test_bad_bandit_settings_are_400_with_field_errors(catalogue, bandit, field):
@@ -180,23 +192,85 @@ def test_an_update_opens_a_phase_with_the_same_seed_once_per_slot(catalogue):
 
 
 @pytest.mark.django_db
-def test_a_winner_is_recorded_and_stops_the_experiment(catalogue):
+def test_a_winner_gets_its_weights_in_a_new_phase_and_no_update_follows(catalogue):
     experiment = _running_bandit()
     now = timezone.now()
-    same = {v.key: v.weight for v in experiment.variants.all()}
+    winner_weights = {"control": 0.05, "b": 0.05, "c": 0.9}
     update = bandit_update_record(
         experiment=experiment,
         slot=5,
         now=now,
         decision="winner",
-        weights=same,
+        weights=winner_weights,
         probability_best={"control": 0.0, "b": 0.03, "c": 0.97},
         units={"control": 1000, "b": 1000, "c": 1000},
         winner="c",
         message="c is best",
     )
     experiment.refresh_from_db()
-    assert update.winner == "c" and experiment.status == "stopped" and experiment.phase == 1
-    assert AuditEntry.objects.filter(action="bandit_winner", actor="bandit").count() == 1
-    assert AuditEntry.objects.filter(action="stop", actor="bandit").count() == 1
-    assert bandit_slot_due(experiment=experiment, now=now) is None
+    assert update.winner == "c" and update.phase == 2
+    assert experiment.status == "running" and experiment.phase == 2
+    assert ExperimentPhase.objects.get(experiment=experiment, number=2).weights == winner_weights
+    audit = AuditEntry.objects.get(action="bandit_winner", actor="bandit")
+    assert audit.changes["winner"] == "c" and audit.changes["message"] == "c is best"
+    assert audit.changes["weights"][1] == winner_weights and audit.changes["phase"] == [1, 2]
+    assert not AuditEntry.objects.filter(action="stop").exists()
+    assert bandit_winner(experiment=experiment) == update
+    assert bandit_slot_due(experiment=experiment, now=now + timedelta(hours=3)) is None
+    again = {**winner_weights, "c": 0.8, "b": 0.15}
+    late = bandit_update_record(
+        experiment=experiment,
+        slot=9,
+        now=now,
+        decision="update",
+        weights=again,
+        probability_best={},
+        units={},
+    )
+    assert late is None and BanditUpdate.objects.count() == 1  # a late worker cannot undo the winner
+
+
+@pytest.mark.django_db
+def test_a_cost_cap_is_accepted_through_rest_and_the_admin_form_refuses_a_bad_one(catalogue, admin_client):
+    response = create(writer(), bandit={**SETTINGS, "max_cost_usd_per_call": 0.0025})
+    assert response.status_code == 201, response.json()
+    assert response.json()["bandit"]["max_cost_usd_per_call"] == 0.0025
+    nulled = create(writer(), key="nulled", bandit={**SETTINGS, "max_cost_usd_per_call": None})
+    assert nulled.status_code == 201 and nulled.json()["bandit"]["max_cost_usd_per_call"] is None
+    from django.urls import reverse
+
+    from tests.muse_experiments.experiments.test_admin import errors_of, form_data
+
+    data = form_data(key="admin-bandit", type="bandit", bandit='{"max_cost_usd_per_call": -1}')
+    response = admin_client.post(reverse("admin:muse_experiments_experiment_add"), data)
+    assert "max_cost_usd_per_call: must be null (no cap) or a number of USD per call" in errors_of(response)
+    assert not Experiment.objects.filter(key="admin-bandit").exists()
+    data = form_data(key="admin-bandit", type="bandit", bandit='{"max_cost_usd_per_call": 0.003}')
+    assert admin_client.post(reverse("admin:muse_experiments_experiment_add"), data).status_code == 302
+    assert Experiment.objects.get(key="admin-bandit").bandit["max_cost_usd_per_call"] == 0.003
+
+
+def test_the_schedule_minute_setting_shortens_slots_and_exploration():
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    at = lambda s: start + timedelta(seconds=s)  # noqa: E731
+    assert [update_slot(started_at=start, now=at(s), every_minutes=1) for s in (0, 59, 60, 150)] == [
+        0,
+        0,
+        1,
+        2,
+    ]
+    assert [
+        update_slot(started_at=start, now=at(s), every_minutes=2, minute_s=4.0) for s in (0, 7.9, 8, 17)
+    ] == [0, 0, 1, 2]
+    assert is_exploring(started_at=start, now=at(3.9), explore_minutes=1, minute_s=4.0)
+    assert not is_exploring(started_at=start, now=at(4), explore_minutes=1, minute_s=4.0)
+    assert is_exploring(started_at=start, now=at(59), explore_minutes=1)
+
+
+@pytest.mark.django_db
+def test_a_short_schedule_minute_makes_a_new_slot_due_within_seconds(catalogue, settings):
+    settings.BANDIT_MINUTE_S = 4.0
+    experiment = _running_bandit()  # update every 30 minutes: 120 s of 4-second minutes
+    start = experiment.started_at
+    assert bandit_slot_due(experiment=experiment, now=start + timedelta(seconds=119)) == 0
+    assert bandit_slot_due(experiment=experiment, now=start + timedelta(seconds=121)) == 1

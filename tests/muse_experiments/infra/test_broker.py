@@ -196,3 +196,16 @@ def test_other_queues_are_recorded_at_delivery_as_kombu_records_them(consuming_l
     channel.basic_publish(channel.prepare_message('{"n": 2}'), "", "muse-test-other")
     conn.drain_events(timeout=5)
     assert recorded(client) == (1, 1)
+
+
+def test_each_test_process_takes_a_redis_database_of_its_own():
+    """Under pytest-xdist one ``redis://`` URL becomes one database per process, counting down from
+    the given one; a socket URL (a private server per process already) is kept."""
+    from muse_experiments.infra.redis_client import xdist_worker_url
+
+    assert xdist_worker_url("redis://127.0.0.1:6379/15", "gw0") == "redis://127.0.0.1:6379/15"
+    assert xdist_worker_url("redis://127.0.0.1:6379/15", "gw1") == "redis://127.0.0.1:6379/14"
+    assert xdist_worker_url("redis://:pw@h:6380/0", "gw1") == "redis://:pw@h:6380/15"
+    assert xdist_worker_url("redis://127.0.0.1:6379", "gw2") == "redis://127.0.0.1:6379/14"
+    assert xdist_worker_url("redis://127.0.0.1:6379/15", "") == "redis://127.0.0.1:6379/15"
+    assert xdist_worker_url("unix:///tmp/r.sock?db=0", "gw1") == "unix:///tmp/r.sock?db=0"

@@ -147,7 +147,7 @@ def test_metrics_expose_request_latency_by_route_pattern_not_raw_path():
         "muse_http_request_duration_seconds_count", {"method": "GET", "route": "/healthz", "status": "200"}
     )
     assert after == before + 1
-    assert 'route="/api/v1/completions/<uuid:job_id>"' in body
+    assert 'route="/api/v1/completions/<str:job_id>"' in body
     assert "00000000-0000" not in body
     assert "muse_queue_depth{" in body and "muse_broker_up" in body
     assert "muse_job_oldest_age_seconds" in body

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from routing.fake_upstreams import DEFAULT_API_KEYS, FakeUpstreams, Scenario
+from routing.simulated import DEFAULT_API_KEYS, FakeUpstreams, Scenario
 from tests.routing.conftest import API_VERSION, AZURE_DEPLOYMENT, AZURE_V1_DEPLOYMENT
 
 OPENAI_KEY = DEFAULT_API_KEYS["openai"]
@@ -584,7 +584,7 @@ def test_cli_main_serves(tmp_path: Path):
     scenarios = tmp_path / "s.json"
     scenarios.write_text(json.dumps({"demo-model": {"reply": "from cli", "quality": 0.8}}))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "routing.fake_upstreams", "--port", str(port), "--scenarios", str(scenarios)],
+        [sys.executable, "-m", "routing.simulated", "--port", str(port), "--scenarios", str(scenarios)],
         cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -693,9 +693,9 @@ def test_responses_refuses_a_reasoning_item_away_from_the_item_it_came_with(fake
 
 
 def test_the_simulated_upstream_answers_a_malformed_tool_schema_instead_of_crashing():
-    from routing.fake_upstreams import _tool_arguments
+    from routing.simulated.plan import tool_arguments
 
-    assert _tool_arguments({"type": "object", "properties": "x"}, "hi") == {}
-    assert _tool_arguments({"properties": {"a": "string"}, "required": "a"}, "hi") == {"a": "hi"}
-    assert _tool_arguments({"properties": {"n": {"type": "integer"}}}, "hi") == {"n": 1}
-    assert _tool_arguments(None, "hi") == {}
+    assert tool_arguments({"type": "object", "properties": "x"}, "hi") == {}
+    assert tool_arguments({"properties": {"a": "string"}, "required": "a"}, "hi") == {"a": "hi"}
+    assert tool_arguments({"properties": {"n": {"type": "integer"}}}, "hi") == {"n": 1}
+    assert tool_arguments(None, "hi") == {}
