@@ -122,7 +122,7 @@ def generate(*, units: int, calls_per_unit: int, rebuild: bool):
     from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
     from routing.models import ModelEndpoint
-    from routing.services import catalogue_seed
+    from routing.ops_services import catalogue_seed
 
     experiment = Experiment.objects.filter(key=EXPERIMENT_KEY).first()
     with connection.cursor() as cur:

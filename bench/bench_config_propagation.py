@@ -106,7 +106,7 @@ def main() -> int:
     from muse_experiments.experiments.services.variants import VariantInput
     from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
     from routing.models import ModelEndpoint
-    from routing.services import catalogue_seed
+    from routing.ops_services import catalogue_seed
 
     if not ModelEndpoint.objects.exists():
         catalogue_seed(

@@ -1,4 +1,4 @@
-"""The worker's share of a routed completion, in process: ``routing.router.execute_job`` alone.
+"""The worker's share of a routed completion, in process: ``routing.pipeline.router.execute_job`` alone.
 
 Starts the instant upstream, prepares the platform exactly as ``bench/bench_proxy.py`` does (a
 fresh PostgreSQL database on ``BENCH_DATABASE_URL``, Redis on ``BENCH_REDIS_URL`` flushed, the
@@ -6,9 +6,9 @@ catalogue at the upstream, a running 50/50 Avocado v14/v15 experiment), then run
 ``execute_job`` in this process on deferred jobs (the row in hand, as a drop-in call's task
 message carries it) — no web process, no broker, no Celery — and prints the wall time per call
 (p50, mean) and this process's CPU per call. Each job is a new unit; ``--anonymous`` marks the
-jobs anonymous (no session or user named: :func:`routing.planning.is_anonymous`), ``--profile``
+jobs anonymous (no session or user named: :func:`routing.pipeline.planning.is_anonymous`), ``--profile``
 prints the top of a cProfile of a second pass. ``--drain BATCH`` then times the records drainer's
-database write (:func:`routing.records.records_write`) of the calls the runs buffered in Redis, in
+database write (:func:`routing.pipeline.records.records_write`) of the calls the runs buffered in Redis, in
 batches of ``BATCH``, each rolled back so that repeats write the same rows.
 
     BENCH_DATABASE_URL=postgres://…/muse_bench_job BENCH_REDIS_URL=redis://…/3 \\
@@ -55,7 +55,7 @@ def main() -> int:
 
         from django.utils import timezone
 
-        from routing.router import execute_job
+        from routing.pipeline.router import execute_job
 
         request = {"messages": [{"role": "user", "content": "hi"}], "tools": [], "cancellable": True}
         if args.anonymous:
@@ -100,15 +100,15 @@ def main() -> int:
 
 def drain_records(batch: int, *, profile: bool) -> None:
     """The records drainer's CPU per call: the calls the runs buffered in Redis, written by
-    :func:`routing.records.records_write` in batches of ``batch`` (the drainer's 1-client batch is
+    :func:`routing.pipeline.records.records_write` in batches of ``batch`` (the drainer's 1-client batch is
     ~15 at the default 200 ms linger), each batch in a transaction rolled back so that every
     repeat writes the same rows; prints the best of 3 repeats (this process's CPU)."""
     from django.db import transaction
 
-    from routing import writebehind
-    from routing.records import records_write
+    from routing.pipeline.records import records_write
+    from routing.worker import drainer
 
-    entries = writebehind.redis_client().xrange(writebehind.STREAM)
+    entries = drainer.redis_client().xrange(drainer.STREAM)
     payloads = [json.loads(fields[b"p"]) for _, fields in entries]
     batches = [payloads[i : i + batch] for i in range(0, len(payloads), batch)]
     profiler = cProfile.Profile() if profile else None

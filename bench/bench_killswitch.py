@@ -6,7 +6,7 @@ Run (against the real services; the database is migrated first)::
     REDIS_URL=redis://127.0.0.1:6379/2 .venv/bin/python bench/bench_killswitch.py [--procs 4] [--flips 10]
 
 Starts ``--procs`` worker-like processes. Each loops the way a Celery worker does just before an
-upstream call: read :func:`routing.killswitch.kill_state` (the in-process snapshot, refreshed when
+upstream call: read :func:`routing.guards.killswitch.kill_state` (the in-process snapshot, refreshed when
 the cluster configuration version moves), then "work" for ``--work-ms``. The parent flips the
 ``all_external`` switch through the audited service (:func:`routing.ops_services.kill_switch_set`)
 and measures, per process, the time from the start of the flip (the operator's click) until that
@@ -42,7 +42,7 @@ def _setup() -> None:
 def child(work_ms: float) -> None:
     """Worker-like loop: print a line whenever the observed switch state changes."""
     _setup()
-    from routing.killswitch import kill_state
+    from routing.guards.killswitch import kill_state
 
     last = None
     while True:

@@ -101,7 +101,7 @@ def main() -> int:
     from muse_experiments.infra.logs import JsonFormatter
     from muse_experiments.infra.observability import ObservabilityMiddleware
     from routing.metrics import observe_outcome
-    from routing.serving import AttemptLog, ServeOutcome
+    from routing.pipeline.serving import AttemptLog, ServeOutcome
 
     handler = logging.StreamHandler(io.StringIO())
     handler.setFormatter(JsonFormatter())

@@ -1,5 +1,5 @@
 """The web process's publish of a completion task: ``Task.apply_async`` against what
-``routing.dispatch._send`` does on a Redis broker (``as_task_v2`` + ``send_task_message``).
+``routing.web.dispatch._send`` does on a Redis broker (``as_task_v2`` + ``send_task_message``).
 
 Run: ``DJANGO_DEBUG=true REDIS_URL=redis://127.0.0.1:6379/11 .venv/bin/python bench/bench_publish.py [--calls 3000]``
 
@@ -31,6 +31,7 @@ from muse_experiments.celery import app  # noqa: E402,F401 - the app the task is
 from muse_experiments.infra.queues import Queue  # noqa: E402
 from muse_experiments.infra.redis_client import redis_client  # noqa: E402
 from routing import dispatch  # noqa: E402
+from routing.worker.tasks import run_completion  # noqa: E402
 
 ROW = {
     "api_key_id": 1, "session_id": "bench-user-1", "user_id": "bench-user-1", "subagent": "",
@@ -43,7 +44,7 @@ KWARGS = {"stream": False, "pinned": True, "row": ROW}
 
 def apply_async() -> None:
     job_id = str(uuid.uuid4())
-    dispatch.run_completion.apply_async(
+    run_completion.apply_async(
         args=[job_id], kwargs=KWARGS, task_id=job_id, queue=Queue.COMPLETIONS, ignore_result=True,
         argsrepr=repr([job_id]), kwargsrepr=repr({**KWARGS, "row": "…"}),
     )  # fmt: skip

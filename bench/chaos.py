@@ -318,7 +318,7 @@ def platform_env(redis: PrivateRedis, pg: PrivatePostgres, broker_url: str, var:
         "AVOCADO_API_KEY": UPSTREAM_KEYS["native"],
         "AZURE_OPENAI_API_KEY": UPSTREAM_KEYS["azure"],
         "ANTHROPIC_API_KEY": UPSTREAM_KEYS["anthropic"],
-        # the keys may go to both simulated upstreams (routing.credentials)
+        # the keys may go to both simulated upstreams (routing.guards.credentials)
         "SIMULATED_UPSTREAMS": f"127.0.0.1:{PORTS['upstream_internal']},127.0.0.1:{PORTS['upstream_external']}",
     }
 
@@ -744,8 +744,8 @@ def database_checks(
     write-behind drain, polled up to ``drain_s``)."""
     from django.db import connections
 
+    from routing.jobs import WORKER_LOST
     from routing.models import CallRecord, CompletionJob, JobStatus
-    from routing.services import WORKER_LOST
 
     by_marker = Counter()
     for c in calls:

@@ -38,7 +38,7 @@ def parse(text: str) -> list[tuple[list[tuple[str, str]], int]]:
 
 
 def package_of(file: str) -> str:
-    """``django/db``, ``psycopg``, ``routing/recording.py`` … for a frame's file path."""
+    """``django/db``, ``psycopg``, ``routing/pipeline/recording.py`` … for a frame's file path."""
     if file.startswith(PROJECT):
         return file
     parts = file.split("/")

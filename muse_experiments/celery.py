@@ -23,7 +23,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # off), before and after each task as around a web request. PostgreSQL (CONN_MAX_AGE 0) still
 # closes (or returns to the pool) after every task.
 app.conf.CELERY_DB_REUSE_MAX = sys.maxsize // 4
-app.autodiscover_tasks(["routing", "analytics", "routing.shadow"])
+app.autodiscover_tasks(["routing.worker", "analytics", "routing.shadow"])
 
 
 @before_task_publish.connect(weak=False)

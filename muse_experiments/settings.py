@@ -26,7 +26,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 class _Env(environ.FileAwareEnv):
     """FileAwareEnv (every variable may instead name a file holding it: SECRET_KEY_FILE,
     DATABASE_URL_FILE …) that remembers the names it was asked for: SETTINGS_ENV_VARS below, which
-    a provider credential may never be (routing.credentials)."""
+    a provider credential may never be (routing.guards.credentials)."""
 
     def __init__(self, **scheme):
         super().__init__(**scheme)
@@ -338,23 +338,23 @@ REASONING_STORE_URL = env.str("REASONING_STORE_URL", default="") or REDIS_URL
 # A running job's lease (s), renewed by its worker every third of it; a lapsed lease means the
 # worker died and the job is failed ("worker_lost") by the next redelivery or the reaper.
 COMPLETION_LEASE_S = env.float("COMPLETION_LEASE_S", default=60.0)
-# A job still queued (never claimed) this long (s) has its task published again (routing.dispatch).
+# A job still queued (never claimed) this long (s) has its task published again (routing.web.dispatch).
 COMPLETION_REQUEUE_AFTER_S = env.float("COMPLETION_REQUEUE_AFTER_S", default=120.0)
 # How often (s) workers (and beat) fail running jobs whose lease lapsed.
 COMPLETION_REAP_INTERVAL_S = env.float("COMPLETION_REAP_INTERVAL_S", default=30.0)
 # A worker process's heartbeat (s): renewed every fifth of it; once it expires, the worker is
 # dead: its running jobs are failed "worker_lost" (their attempts recorded lost, cost unknown) and
-# the jobs published meanwhile are published again, by the next worker to beat (routing.leases).
+# the jobs published meanwhile are published again, by the next worker to beat (routing.worker.leases).
 WORKER_HEARTBEAT_TTL_S = env.float("WORKER_HEARTBEAT_TTL_S", default=5.0)
 # Write the records of each call (exposure, call record, attempts, transcript turn) behind the
-# answer: buffered in Redis, drained in bulk by a drainer (routing.writebehind). The test process
+# answer: buffered in Redis, drained in bulk by a drainer (routing.worker.drainer). The test process
 # writes them synchronously (no drainer runs in it, and each test's database transaction is rolled
 # back) unless a test turns this on; the worker processes tests start write behind.
 RECORDS_WRITE_BEHIND = env.bool("RECORDS_WRITE_BEHIND", default=not TESTING)
 # Whether each worker process runs a drainer thread (the Procfile turns it off: its drainer process,
 # manage.py drain_records, drains; beat's maintenance.drain_call_records is the safety net).
 RECORDS_DRAINER = env.bool("RECORDS_DRAINER", default=True)
-# Most buffered call records one drain writes in one transaction (routing.writebehind).
+# Most buffered call records one drain writes in one transaction (routing.worker.drainer).
 RECORDS_DRAIN_BATCH = env.int("RECORDS_DRAIN_BATCH", default=500)
 # How long (ms) a worker's drainer waits after a batch so the next one gathers the calls answered
 # meanwhile (fewer, larger transactions; adds at most this much to the records' lag).
@@ -369,7 +369,7 @@ CONFIG_REFRESH_INTERVAL_S = env.float("CONFIG_REFRESH_INTERVAL_S", default=0.5)
 # when Redis is unreachable (muse_experiments.infra.config_version).
 CONFIG_VERSION_MODEL = "muse_experiments.PlatformConfig"
 
-# --- Routing resilience (routing/retry.py, circuit.py, killswitch.py) -------------------------
+# --- Routing resilience (routing/pipeline/retry.py, routing/guards/) -------------------------
 # Retries per endpoint after the first attempt, for retryable failures (429, 5xx, 529, timeouts,
 # resets, malformed responses). Backoff: full jitter, uniform(0, min(cap, base * 2**retry)) ms.
 ROUTING_MAX_RETRIES = env.int("ROUTING_MAX_RETRIES", default=2)
@@ -388,9 +388,9 @@ ROUTING_CONCURRENCY_LEASE_S = env.float("ROUTING_CONCURRENCY_LEASE_S", default=3
 MUSE_KILL_EXTERNAL = env.bool("MUSE_KILL_EXTERNAL", default=False)
 # How the experiments app (which may not import routing) reads the kill switch of an experiment or
 # variant: a function (experiment key, variant key) -> {"scope", "target", "reason", "since"} | None.
-MUSE_ENROLMENT_KILL_LOOKUP = "routing.killswitch.enrolment_kill_info"
+MUSE_ENROLMENT_KILL_LOOKUP = "routing.guards.killswitch.enrolment_kill_info"
 
-# --- Provider credentials bound to their hosts (routing/credentials.py) ----------------------
+# --- Provider credentials bound to their hosts (routing/guards/credentials.py) ----------------------
 # Which environment variables a provider may name as its credential, and the hosts each may be
 # sent to: "host" (port 443), "host:port", or "*.domain" (exactly one label in front), always
 # over https. A catalogue row outside it is a form error, and the router refuses to send the
@@ -469,5 +469,5 @@ LOGGING = {
 }
 
 #: Every environment variable the settings read (some only in some configurations, so
-#: routing.credentials also keeps a fixed list): never a provider credential.
+#: routing.guards.credentials also keeps a fixed list): never a provider credential.
 SETTINGS_ENV_VARS = frozenset(env.names_read)

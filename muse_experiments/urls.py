@@ -17,8 +17,8 @@ from muse_experiments.experiments.apis_rollouts import (
 )
 from muse_experiments.infra.health import healthz, readyz
 from muse_experiments.infra.metrics import metrics_view
-from routing.apis import CompletionCreateApi, CompletionDetailApi
-from routing.apis_ops import KillSwitchListApi
+from routing.api.native import CompletionCreateApi, CompletionDetailApi
+from routing.api.ops import KillSwitchListApi
 from routing.shadow.apis import ShadowTestDetailApi, ShadowTestListApi, ShadowTestStartApi, ShadowTestStopApi
 from routing.shadow.results_apis import ShadowTestResultsApi, shadow_results_page
 from routing.transcripts.apis import (

@@ -3,7 +3,7 @@
 Catalogue edits and kill-switch changes go through :mod:`routing.ops_services` (audited, and the
 configuration version is bumped so every process sees them within about a second). The catalogue
 shows only the *name* of each credential's environment variable, never a value; where that
-credential may be sent is the credential binding's to say (:mod:`routing.credentials`), and who
+credential may be sent is the credential binding's to say (:mod:`routing.guards.credentials`), and who
 may change it is ``routing.change_provider_endpoint``'s.
 """
 
@@ -19,11 +19,10 @@ from muse_experiments.experiments.admin.history import AuditHistoryAdmin
 from muse_experiments.experiments.selectors import model_labels
 from muse_experiments.infra.admin_base import ReadOnlyAdmin
 from muse_experiments.infra.natural_sort import natural_key, natural_order
-
-from . import admin_killswitch  # noqa: F401 - importing registers the kill switch admin
-from .credentials import credential_binding_validate
-from .models import Attempt, CallRecord, CompletionJob, ModelEndpoint, Provider
-from .ops_services import PROVIDER_ENDPOINT_PERMISSION, catalogue_entry_save
+from routing import admin_killswitch  # noqa: F401 - importing registers the kill switch admin
+from routing.guards.credentials import credential_binding_validate
+from routing.models import Attempt, CallRecord, CompletionJob, ModelEndpoint, Provider
+from routing.ops_services import PROVIDER_ENDPOINT_PERMISSION, catalogue_entry_save
 
 
 class AuditedCatalogueAdmin(AuditHistoryAdmin, admin.ModelAdmin):
@@ -49,7 +48,7 @@ def may_change_provider_endpoint(user) -> bool:
 
 class ProviderForm(forms.ModelForm):
     """A provider's credential variable and base URL must be in the credential binding
-    (:func:`routing.credentials.credential_binding_validate`): field errors naming what is
+    (:func:`routing.guards.credentials.credential_binding_validate`): field errors naming what is
     allowed. When the two fields are read-only (no permission to change them) and the stored
     values are outside the binding, the error is the form's own: nothing else can be saved until
     someone allowed to fixes them. (The admin builds it for the model, without the read-only

@@ -18,9 +18,8 @@ from django.utils.html import escape, format_html
 from muse_experiments.experiments.admin.history import AuditHistoryAdmin
 from muse_experiments.experiments.models import Experiment, ExperimentStatus
 from muse_experiments.infra.natural_sort import natural_key
-
-from .models import KILL_SCOPE_NAMES, KillScope, KillSwitch, ModelEndpoint, Provider
-from .ops_services import kill_switch_set, kill_switch_validate
+from routing.models import KILL_SCOPE_NAMES, KillScope, KillSwitch, ModelEndpoint, Provider
+from routing.ops_services import kill_switch_set, kill_switch_validate
 
 
 def _models_by_label() -> list[tuple[str, str]]:

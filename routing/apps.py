@@ -9,7 +9,7 @@ class RoutingConfig(AppConfig):
         """Provider error messages are checked with the project's encrypted-reasoning detector;
         the credential binding is parsed now, so a bad one stops every process at start-up
         (ImproperlyConfigured) rather than failing calls later."""
-        from routing.credentials import credential_binding
+        from routing.guards.credentials import credential_binding
         from routing.providers.errors import register_reasoning_detector
 
         register_reasoning_detector(holds_encrypted_reasoning)

@@ -12,13 +12,13 @@ increments, no I/O):
 * ``muse_fallbacks_total{from_endpoint, reason}`` — calls served by a later candidate than the
   assigned one;
 * ``muse_attempts_cost_unknown_total{endpoint}`` — attempts that died with their worker
-  (outcome ``lost``, :mod:`routing.reaper`): they may have been billed, for an unknown cost.
+  (outcome ``lost``, :mod:`routing.worker.reaper`): they may have been billed, for an unknown cost.
 
 Read at scrape time (:class:`RoutingStateCollector`): ``muse_circuit_state{endpoint, state}``
 (1 for the endpoint's current state), ``muse_kill_switch_active{scope, target}``,
 ``muse_kill_state_unreadable`` and ``muse_job_oldest_age_seconds{status}`` (age of the oldest
 queued / running completion job *row*: a waiting caller's job has no row until a worker claims it,
-:func:`routing.services.completion_job_new`, so a broker backlog shows in
+:func:`routing.jobs.completion_job_new`, so a broker backlog shows in
 ``muse_queue_depth`` and ``muse_job_queue_wait_seconds`` instead).
 """
 
@@ -60,7 +60,7 @@ COST_UNKNOWN = Counter(
 
 
 def observe_outcome(*, experiment: str | None, variant: str | None, assigned: str, outcome: Any) -> None:
-    """Count one routed call from its :class:`routing.router.ServeOutcome` (no I/O)."""
+    """Count one routed call from its :class:`routing.pipeline.router.ServeOutcome` (no I/O)."""
     served = outcome.served.public_id if outcome.served is not None else "none"
     status = "succeeded" if outcome.result is not None else "cancelled" if outcome.cancelled else "failed"
     ROUTED_CALLS.labels(served, experiment or "", variant or "", outcome.reason, status).inc()
@@ -80,10 +80,10 @@ class RoutingStateCollector:
     """Scrape-time gauges for circuit breakers, kill switches and the oldest waiting jobs."""
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        from .circuit import breaker
-        from .killswitch import kill_state
-        from .models import CompletionJob, JobStatus
-        from .selectors import catalogue
+        from routing.guards.circuit import breaker
+        from routing.guards.killswitch import kill_state
+        from routing.models import CompletionJob, JobStatus
+        from routing.selectors import catalogue
 
         circuit = GaugeMetricFamily(
             "muse_circuit_state", "1 for each endpoint's current circuit state.", labels=["endpoint", "state"]

@@ -1,7 +1,7 @@
 """Routing data: the model catalogue, completion jobs and the record of every upstream call.
 
 The catalogue never stores a credential: a :class:`Provider` names the environment variable (or
-``<NAME>_FILE`` secret file) that holds it, and :mod:`routing.credentials` resolves it at call time.
+``<NAME>_FILE`` secret file) that holds it, and :mod:`routing.guards.credentials` resolves it at call time.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Provider(models.Model):
 
     #: The fields that say where the credential goes: changing them (or adding a provider) needs
     #: ``routing.change_provider_endpoint``, and their values must be in the credential binding
-    #: (:mod:`routing.credentials`).
+    #: (:mod:`routing.guards.credentials`).
     ENDPOINT_FIELDS = ("base_url", "credential_env")
 
     class Meta:
@@ -172,7 +172,7 @@ class JobStatus(models.TextChoices):
 
 #: Statuses a job never leaves.
 FINISHED_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-#: Error of a job whose row vanished after its task was queued (see routing.streaming.job_lost).
+#: Error of a job whose row vanished after its task was queued (see routing.pipeline.streaming.job_lost).
 JOB_LOST = "job_lost: the job's record was lost (database crash); it was not run"
 
 
@@ -195,7 +195,7 @@ class CompletionJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Streaming and delivery bookkeeping (see routing.services.completion_job_claim and routing.tasks).
+    # Streaming and delivery bookkeeping (see routing.jobs.completion_job_claim and routing.worker.tasks).
     stream = models.BooleanField(default=False, help_text="Deltas are published to the job's Redis stream.")
     cancel_requested = models.BooleanField(
         default=False,
@@ -234,7 +234,7 @@ class CompletionJob(models.Model):
 class RoutingReason(models.TextChoices):
     """Why a call was served where it was (``CallRecord.reason``).
 
-    The kill reasons name the switch that moved the call (see :mod:`routing.killswitch`):
+    The kill reasons name the switch that moved the call (see :mod:`routing.guards.killswitch`):
     ``experiment_killed`` / ``variant_killed`` (the unit's experiment or variant is killed: served
     by the control, no new enrolment), ``endpoint_killed`` (the endpoint's switch, or the endpoint
     is disabled), ``provider_killed``, ``external_killed`` (all external providers off, also when
@@ -400,8 +400,8 @@ KILL_SCOPE_NAMES = {
 
 
 class KillSwitch(models.Model):
-    """An operator's off switch. Written only through :func:`routing.services.kill_switch_set`
-    (audited, bumps the configuration version); read through :func:`routing.killswitch.kill_state`.
+    """An operator's off switch. Written only through :func:`routing.jobs.kill_switch_set`
+    (audited, bumps the configuration version); read through :func:`routing.guards.killswitch.kill_state`.
 
     ``target`` is empty for ``all_external``; otherwise a provider key, an endpoint public id, an
     experiment key, or ``<experiment key>/<variant key>``. One row per (scope, target): toggling

@@ -1,4 +1,4 @@
-"""Operator writes: kill switches and admin edits of the model catalogue.
+"""Operator writes: kill switches, admin edits of the model catalogue and its seeding.
 
 Each function is keyword-only, runs in one transaction, records an
 :class:`~muse_experiments.experiments.models.AuditEntry` (who, what, why) and bumps the cluster configuration
@@ -18,11 +18,11 @@ from django.utils import timezone
 from muse_experiments.experiments.models import AuditEntry
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra import config_version
-
-from .credentials import credential_binding_validate
-from .killswitch import build_kill_state
-from .models import KillScope, KillSwitch, ModelEndpoint, Provider
-from .selectors import catalogue, endpoint_public_id
+from routing.catalogue import EndpointSeed, ProviderSeed
+from routing.guards.credentials import credential_binding_validate
+from routing.guards.killswitch import build_kill_state
+from routing.models import KillScope, KillSwitch, ModelEndpoint, Provider
+from routing.selectors import catalogue, endpoint_public_id
 
 REASON_MAX = 500
 
@@ -53,7 +53,7 @@ def catalogue_entry_save(
     """Save an admin-edited provider or endpoint, audit it, and bump the configuration version.
 
     A provider's base URL and credential variable must be in the credential binding
-    (:func:`routing.credentials.credential_binding_validate`), whether they changed or not.
+    (:func:`routing.guards.credentials.credential_binding_validate`), whether they changed or not.
     Adding a provider or changing either field needs ``may_change_endpoint`` (the actor holds
     :data:`PROVIDER_ENDPOINT_PERMISSION`); the stored row is read under a lock to tell.
 
@@ -206,3 +206,58 @@ def kill_switch_set(
     )
     config_version.bump()
     return switch
+
+
+@transaction.atomic
+def catalogue_seed(
+    *, providers: Sequence[ProviderSeed], endpoints: Sequence[EndpointSeed], actor: str
+) -> tuple[int, int]:
+    """Create or update providers and endpoints by key/public id. Returns ``(n_providers, n_endpoints)``.
+
+    Every provider's credential variable and base URL must be in the credential binding
+    (:func:`routing.guards.credentials.credential_binding_validate`): otherwise ValidationError, keyed
+    ``<provider key>.<field>``, and nothing is written.
+    """
+    errors: dict[str, Any] = {}
+    for p in providers:
+        try:
+            credential_binding_validate(credential_env=p.credential_env, base_url=p.base_url)
+        except ValidationError as exc:
+            errors.update({f"{p.key}.{name}": messages for name, messages in exc.message_dict.items()})
+    if errors:
+        raise ValidationError(errors)
+    by_key = {}
+    for p in providers:
+        obj, _ = Provider.objects.update_or_create(
+            key=p.key,
+            defaults={
+                "kind": p.kind,
+                "base_url": p.base_url,
+                "credential_env": p.credential_env,
+                "api_version": p.api_version,
+            },
+        )
+        obj.full_clean()
+        by_key[p.key] = obj
+    for e in endpoints:
+        if e.is_platform_default:
+            ModelEndpoint.objects.filter(is_platform_default=True).exclude(public_id=e.public_id).update(
+                is_platform_default=False
+            )
+        obj, _ = ModelEndpoint.objects.update_or_create(
+            public_id=e.public_id,
+            defaults={
+                "version_label": e.version_label,
+                "provider": by_key[e.provider],
+                "upstream_model": e.upstream_model,
+                "api_style": e.api_style,
+                "supports_reasoning": e.supports_reasoning,
+                "supports_structured_output": e.supports_structured_output,
+                "supports_json_mode": e.supports_json_mode,
+                **e.price_fields(),
+                "is_platform_default": e.is_platform_default,
+            },
+        )
+        obj.full_clean()
+    config_version.bump()
+    return len(providers), len(endpoints)

@@ -13,13 +13,12 @@ from django.db.models import Q
 
 from muse_experiments.experiments.selectors import experiment_by_key
 from muse_experiments.infra.config_version import VersionedSnapshot
-
-from . import claims
-from .handoff import apply_final, final_state
-from .killswitch import KillInForce
-from .models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
-from .providers.contracts import JSON_MODE, STRUCTURED_OUTPUT, TOOLS
-from .services import job_from_row
+from routing.guards.killswitch import KillInForce
+from routing.messages import job_from_row
+from routing.models import CompletionJob, JobStatus, KillScope, KillSwitch, ModelEndpoint, RoutingReason
+from routing.providers.contracts import JSON_MODE, STRUCTURED_OUTPUT, TOOLS
+from routing.state import claims
+from routing.state.handoff import apply_final, final_state
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +164,7 @@ def experiment_kills_in_force(*, experiment_key: str) -> list[KillInForce]:
 
 def completion_job_current(job: CompletionJob) -> CompletionJob:
     """``job`` with its final state, including one a worker published to Redis but the records
-    drainer has not written yet (:mod:`routing.handoff`); the job row as stored otherwise."""
+    drainer has not written yet (:mod:`routing.state.handoff`); the job row as stored otherwise."""
     unfinished = job.status in (JobStatus.QUEUED, JobStatus.RUNNING) or (
         job.status == JobStatus.FAILED and job.error.startswith("worker_lost")
     )
@@ -177,7 +176,7 @@ def completion_job_current(job: CompletionJob) -> CompletionJob:
 
 
 def completion_job_unwritten(job_id, *, api_key_id: int | None = None) -> CompletionJob | None:
-    """A job published or claimed in Redis whose row is not written yet (:func:`routing.claims.unwritten`),
+    """A job published or claimed in Redis whose row is not written yet (:func:`routing.state.claims.unwritten`),
     ``queued`` or ``running`` and unsaved, for ``GET /api/v1/completions/{id}`` (which adds its final state if
     published: :func:`routing.selectors.completion_job_current`); None if there is none, if
     ``api_key_id`` is given and the job is another key's, or if Redis is unavailable (the caller
@@ -206,7 +205,7 @@ def session_started(*, api_key_id: int | None, session_id: str) -> bool:
     (``None``: without a key, i.e. by a signed-in user). One query on the indexed session id.
 
     A job answered moments ago whose row the records drainer has not written yet
-    (:mod:`routing.writebehind`: a few hundred ms, seconds under load) is not seen."""
+    (:mod:`routing.worker.drainer`: a few hundred ms, seconds under load) is not seen."""
     jobs = CompletionJob.objects.filter(session_id=session_id)
     jobs = jobs.filter(api_key__isnull=True) if api_key_id is None else jobs.filter(api_key_id=api_key_id)
     return jobs.exists()

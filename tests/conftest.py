@@ -72,7 +72,7 @@ def redis_store(redis_url, settings):
 
 @pytest.fixture(autouse=True)
 def no_claims_of_other_tests() -> None:
-    """Each test starts with no job claim in Redis's lease set (``routing.claims.LEASES``), no job
+    """Each test starts with no job claim in Redis's lease set (``routing.state.claims.LEASES``), no job
     published unclaimed or lost, and no worker heartbeat on record: another test's would otherwise
     be reaped (or published again) into this test's database. (Nothing to do for the
     Django-free tests run with ``-p no:django``.)"""
@@ -81,7 +81,7 @@ def no_claims_of_other_tests() -> None:
     if not settings.configured:
         return
     from muse_experiments.infra.redis_client import redis_client
-    from routing.claims import LEASES, LOST_JOBS, QUEUED_JOBS, WORKERS
+    from routing.state.claims import LEASES, LOST_JOBS, QUEUED_JOBS, WORKERS
 
     redis_client().delete(LEASES, QUEUED_JOBS, LOST_JOBS, WORKERS)
 
@@ -158,7 +158,7 @@ CREDENTIAL_ENV = {
 
 def allow_simulated_upstream(url: str) -> str:
     """Let provider credentials go to the simulated upstream at ``url``, as ``SIMULATED_UPSTREAMS``
-    does (routing.credentials): its ``host:port`` joins the setting in this process (the list
+    does (routing.guards.credentials): its ``host:port`` joins the setting in this process (the list
     itself, so it holds whatever a test's ``settings`` fixture overrides) and in the environment
     that worker subprocesses inherit. Returns the entry (see :func:`forget_simulated_upstream`)."""
     from django.conf import settings
@@ -321,14 +321,14 @@ class _SharedWorker:
 
         from muse_experiments.infra.queues import Queue
         from muse_experiments.infra.redis_client import redis_client
-        from routing import writebehind
+        from routing.worker import drainer
 
         client = redis_client()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             pipe = client.pipeline(transaction=False)
             pipe.llen(str(Queue.COMPLETIONS)).llen(str(Queue.ANALYTICS)).hlen(Channel.unacked_key)
-            if not any(pipe.execute()) and not writebehind.pending():
+            if not any(pipe.execute()) and not drainer.pending():
                 return True
             time.sleep(0.05)
         return False
@@ -393,7 +393,7 @@ def celery_worker_process(upstreams):
 
 def _purge_task_queues(*, unacknowledged: bool = False) -> None:
     """Drop task messages earlier tests published without a worker to run them. Their jobs' rows
-    were rolled back, but a waiting caller's message carries its row (routing.services.
+    were rolled back, but a waiting caller's message carries its row (routing.jobs.
     completion_job_new), so a worker would run them and keep this test's job waiting behind them.
 
     ``unacknowledged`` (only while no worker runs): also drop the messages workers that earlier
@@ -413,14 +413,14 @@ def wait_for_records_written(timeout_s: float = 30.0) -> None:
     """Wait until a worker's drainer has written every buffered call record to the database.
 
     The records of a call reach the database after the answer (write-behind,
-    ``routing.writebehind``); tests that read them after a worker process answered wait here.
+    ``routing.worker.drainer``); tests that read them after a worker process answered wait here.
     """
     import time
 
-    from routing import writebehind
+    from routing.worker import drainer
 
     deadline = time.monotonic() + timeout_s
-    while writebehind.pending():
+    while drainer.pending():
         if time.monotonic() > deadline:
             raise AssertionError(f"call records still buffered after {timeout_s:g}s")
         time.sleep(0.05)

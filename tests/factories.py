@@ -9,7 +9,7 @@ from muse_experiments.experiments.services.variants import VariantInput
 from muse_experiments.infra import config_version
 from routing.catalogue import avocado_id, endpoint_seeds, provider_seeds
 from routing.models import ModelEndpoint
-from routing.services import catalogue_seed
+from routing.ops_services import catalogue_seed
 
 ALL_SCOPES = ["completions", "events", "analytics:read", "ops"]
 

@@ -2,7 +2,7 @@
 
 Real Redis broker, real worker processes, simulated upstream with a long latency so the call is in
 flight when the worker dies. Worker A holds job one (in flight) while job two waits in the queue;
-A's whole process group is SIGKILLed; worker B starts. Expected (``routing.tasks`` docstring):
+A's whole process group is SIGKILLed; worker B starts. Expected (``routing.worker.tasks`` docstring):
 
 * job two is completed exactly once by worker B;
 * job one — whose attempt may have reached the provider — is failed ``worker_lost`` (by the
@@ -27,11 +27,11 @@ from django.conf import settings
 
 from muse_experiments.experiments.models import Exposure
 from muse_experiments.infra.redis_client import redis_client
-from routing import writebehind
 from routing.catalogue import avocado_id
+from routing.jobs import WORKER_LOST
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
-from routing.services import WORKER_LOST
 from routing.transcripts.models import TranscriptTurn
+from routing.worker import drainer
 from tests.conftest import (
     CREDENTIAL_ENV,
     database_url_for_subprocess,
@@ -165,7 +165,7 @@ def test_a_worker_killed_after_answering_loses_no_record(
     """The answer leaves the worker with its records buffered in Redis (one MULTI); worker A runs
     no drainer, answers, and is SIGKILLed before anything reached the database. Worker B's
     drainer writes every record of the call."""
-    redis_client().delete(writebehind.STREAM)
+    redis_client().delete(drainer.STREAM)
     seed_catalogue(upstreams.url)
     make_experiment()
     headers = {"Authorization": f"Bearer {api_key()}"}
@@ -186,7 +186,7 @@ def test_a_worker_killed_after_answering_loses_no_record(
         assert answer["status"] == "succeeded"
         job_id = answer["id"]
         assert not CallRecord.objects.filter(job_id=job_id).exists()  # not drained: A has no drainer
-        assert redis_client().xlen(writebehind.STREAM) == 1
+        assert redis_client().xlen(drainer.STREAM) == 1
         stop_process_group(worker_a, signal.SIGKILL)
 
         worker_b = start_worker("b", tmp_path / "b.log")
@@ -206,7 +206,7 @@ def test_a_worker_killed_after_answering_loses_no_record(
     assert list(Attempt.objects.filter(call=call).values_list("outcome", flat=True)) == ["ok"]
     assert Exposure.objects.filter(unit_id="s-kill", variant_key=call.variant_key).count() == 1
     assert TranscriptTurn.objects.get(job_id=job_id).output_text == answer["result"]["text"]
-    assert redis_client().xlen(writebehind.STREAM) == 0
+    assert redis_client().xlen(drainer.STREAM) == 0
 
 
 #: Leases and the requeue far beyond the test: only the heartbeat can make anything happen in time.

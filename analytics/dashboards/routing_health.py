@@ -8,8 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from routing.circuit import breaker
-from routing.killswitch import kill_state
+from routing.guards.circuit import breaker
+from routing.guards.killswitch import kill_state
 from routing.models import KillSwitch, ModelEndpoint
 
 from .. import histograms

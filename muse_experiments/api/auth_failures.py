@@ -19,7 +19,7 @@ Where the count is read, without a new Redis round trip for a request that authe
 * a valid key: its per-key rate-limit script (:mod:`muse_experiments.api.throttling`) reads the same
   counter in the same round trip, so an address refused by another process is refused here too.
 
-**Fails open** like the circuit breaker and the concurrency limiter (:mod:`routing.circuit`): if
+**Fails open** like the circuit breaker and the concurrency limiter (:mod:`routing.guards.circuit`): if
 Redis cannot be reached nothing is counted or refused, Redis is not asked again for
 :data:`REDIS_RETRY_S`, and one warning is logged for the outage (and one line when it ends).
 """

@@ -9,7 +9,7 @@ forms turn them into ``ValidationError`` field errors.
   nobody", so a typo (``$gte`` written ``$gteq``) would silently exclude every unit. We refuse
   those up front instead.
 * :func:`overrides_errors` -- routing overrides of a variant, the keys of
-  ``routing.planning.OVERRIDE_FIELDS`` with the types ``CompletionRequest`` accepts.
+  ``routing.pipeline.planning.OVERRIDE_FIELDS`` with the types ``CompletionRequest`` accepts.
 * :func:`unit_id_problem` -- the one rule for session and user ids (the strings the engine
   hashes), applied by every entry point: REST API, drop-ins, events, preview, QA pins.
 """

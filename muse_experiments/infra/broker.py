@@ -53,9 +53,9 @@ class QoS(kombu_redis.QoS):
     removes it at the acknowledgement (``MULTI``: ``ZREM`` + ``HDEL``), so that the message can be
     delivered again (after the visibility timeout, 1 h here) if its worker dies. For a completion
     task the job's own claim already is that record, written by the task a millisecond after it
-    starts (a Redis hash with a lease, :mod:`routing.claims`; or the job's row): a worker that dies
+    starts (a Redis hash with a lease, :mod:`routing.state.claims`; or the job's row): a worker that dies
     mid-call leaves a ``worker_lost`` job and an unclaimed one is published again by
-    :func:`routing.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
+    :func:`routing.worker.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
     first on the event loop the moment the task was handed to its pool thread, so the thread waited
     for the loop's ``MULTI`` before its claim could go out (a longer claim step,
     ``bench/bench_stages.py``; bench/README.md), and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
@@ -166,7 +166,7 @@ class Channel(kombu_redis.Channel):
         runs on, after this returns; a message the worker settled at once (rejected as
         malformed, say) is not recorded at all. What a worker killed in that moment loses is
         what kombu already loses between the pop and the record: the message, which
-        :func:`routing.tasks.requeue_lost_jobs` publishes again for a completion job. A completion
+        :func:`routing.worker.tasks.requeue_lost_jobs` publishes again for a completion job. A completion
         task's record waits longer still (:class:`QoS`, told the queue the message came from).
         """
         super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)

@@ -9,7 +9,7 @@ A worker publishes a JSON text under a name (:func:`handoff_queue`, in its own R
 The waiting request calls :func:`handoff_wait`: one ``BLPOP`` at a time, each at most
 :data:`STEP_S` (below ``REDIS_SOCKET_TIMEOUT_S``), until the deadline; nothing stays subscribed or
 registered in the web process when it returns, whether the work finished or not. Completions use
-it through :mod:`routing.handoff` (``muse:job:<id>``), results snapshots through
+it through :mod:`routing.state.handoff` (``muse:job:<id>``), results snapshots through
 :func:`analytics.services.results_wait` (``muse:results:<request id>``).
 
 Redis errors (``redis.RedisError``) reach the caller, who decides what to read instead.

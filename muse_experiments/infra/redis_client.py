@@ -13,35 +13,35 @@ Production rules, one line each; the module named owns the rule and logs it. A g
 open* (lets calls through) so that a broken store never takes healthy traffic down; what must
 not be lost falls back to the database.
 
-=================================  ==================================================================
-where                              when Redis is unreachable
-=================================  ==================================================================
-circuit breaker (routing.circuit)  every call allowed; Redis skipped for 5 s
-concurrency (routing.concurrency)  the slot granted (no limit); Redis skipped for 5 s
-cooling (routing.cooling)          the endpoint counts as not cooling
-config version (config_version)    read from the database row
-sticky cache (sticky)              exposures read from the database; Redis skipped for 5 s
-job claim (routing.claims)         the job is claimed through its database row
-claim read (routing.services)      a deferred job's row is written ``queued`` (its claim decides
-                                   later); ``GET /api/v1/completions/{id}`` of an unwritten job: 404
-reaper (routing.services)          Redis claims are reaped on the next tick; rows as usual
-worker heartbeat (routing.leases)  not set, dead workers not seen: leases and the requeue after
-                                   ``COMPLETION_REQUEUE_AFTER_S`` are the bounds
-job record at publish (routing.    not written: the job is known to its waiting request, which
-dispatch)                          writes its row before handing its id out
-attempt note (routing.attempts)    not written: a call dying with its worker leaves no attempt
-call records (routing.recording)   written to the database at once instead of buffered
-final state (routing.handoff)      not handed over: the waiting request re-reads the job row
-wait for a job (routing.dispatch)  the waiting request polls the job row
-cancel flag (routing.events)       set on the job row, where a stream's runner reads it; the cancel
-                                   watcher cuts no non-streamed call off until Redis answers
-reasoning (routing.reasoning_      load: none (the call goes out without it); save: dropped;
-store)                             session end: 503
-rate limit (throttling)            the request is refused 503 (the limit cannot be checked)
-failed auth (auth_failures)        failures not counted, nobody refused; Redis skipped for 5 s
-task publish (routing.dispatch)    retried (``CELERY_TASK_PUBLISH_RETRY_POLICY``), then the job is
-                                   failed ``broker_unavailable`` and the caller gets a 503
-=================================  ==================================================================
+============================================  =================================================================
+where                                         when Redis is unreachable
+============================================  =================================================================
+circuit breaker (routing.guards.circuit)      every call allowed; Redis skipped for 5 s
+concurrency (routing.guards.concurrency)      the slot granted (no limit); Redis skipped for 5 s
+cooling (routing.guards.cooling)              the endpoint counts as not cooling
+config version (config_version)               read from the database row
+sticky cache (sticky)                         exposures read from the database; Redis skipped for 5 s
+job claim (routing.state.claims)              the job is claimed through its database row
+claim read (routing.jobs)                     a deferred job's row is written ``queued`` (its claim decides
+                                              later); ``GET /api/v1/completions/{id}`` of an unwritten job: 404
+reaper (routing.jobs)                         Redis claims are reaped on the next tick; rows as usual
+worker heartbeat (routing.worker.leases)      not set, dead workers not seen: leases and the requeue after
+                                              ``COMPLETION_REQUEUE_AFTER_S`` are the bounds
+job record at publish (routing.web.dispatch)  not written: the job is known to its waiting request, which
+                                              writes its row before handing its id out
+attempt note (routing.pipeline.attempts)      not written: a call dying with its worker leaves no attempt
+call records (routing.pipeline.recording)     written to the database at once instead of buffered
+final state (routing.state.handoff)           not handed over: the waiting request re-reads the job row
+wait for a job (routing.web.dispatch)         the waiting request polls the job row
+cancel flag (routing.web.relay)               set on the job row, where a stream's runner reads it; the cancel
+                                              watcher cuts no non-streamed call off until Redis answers
+reasoning (routing.reasoning_store)           load: none (the call goes out without it); save: dropped;
+                                              session end: 503
+rate limit (throttling)                       the request is refused 503 (the limit cannot be checked)
+failed auth (auth_failures)                   failures not counted, nobody refused; Redis skipped for 5 s
+task publish (routing.web.dispatch)           retried (``CELERY_TASK_PUBLISH_RETRY_POLICY``), then the job is
+                                              failed ``broker_unavailable`` and the caller gets a 503
+============================================  =================================================================
 """
 
 from __future__ import annotations

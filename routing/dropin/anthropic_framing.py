@@ -28,8 +28,9 @@ from anthropic.types import (
     RawMessageStopEvent,
 )
 
-from ..models import CompletionJob
-from ..streaming import sse
+from routing.models import CompletionJob
+from routing.web.relay import sse
+
 from .errors import anthropic_error
 from .streams import contiguous_tool_calls, usage_numbers
 

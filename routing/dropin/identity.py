@@ -4,7 +4,7 @@ The user comes from, in order: the ``X-Muse-User-Id`` header, the body's ``user`
 ``safety_identifier`` (OpenAI's successor of ``user``), ``metadata.user_id``; the session from
 ``X-Muse-Session-Id``, else ``metadata.session_id``. Missing session → the user id; both missing
 → a fresh id per request (each call its own unit: no sticky lookup, and no encrypted reasoning
-kept for it, since no later call can continue it; :func:`routing.planning.is_anonymous`).
+kept for it, since no later call can continue it; :func:`routing.pipeline.planning.is_anonymous`).
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ from typing import Any
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response as OpenAIResponse
 
-from ..models import CompletionJob
-from ..streaming import sse
+from routing.models import CompletionJob
+from routing.web.relay import sse
+
 from .errors import openai_error
 from .streams import contiguous_tool_calls, tool_calls_in_index_order, usage_numbers
 

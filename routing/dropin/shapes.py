@@ -316,7 +316,7 @@ class DropinCall:
     """A drop-in request, validated and in our terms: what the view submits.
 
     ``model``: as sent (a routing alias or an endpoint id); ``messages`` / ``tools``: our stored
-    shapes (``routing.planning.build_request`` reads them); ``user`` / ``safety_identifier`` /
+    shapes (``routing.pipeline.planning.build_request`` reads them); ``user`` / ``safety_identifier`` /
     ``metadata``: where the caller's ids may be (:func:`~.identity.identity`); output contracts
     (``output_format``, ``tool_choice``, ``parallel_tool_calls``) and ``contract_fields``: the
     vendor's name of each contract's field, for errors (``{"output_format": "response_format"}``).

@@ -17,8 +17,8 @@ from typing import Any
 
 from django.conf import settings
 
-from ..models import CompletionJob
-from ..streaming import KEEPALIVE_FRAME, job_events
+from routing.models import CompletionJob
+from routing.web.relay import KEEPALIVE_FRAME, job_events
 
 
 def stream_frames(

@@ -1,14 +1,14 @@
 """A validated drop-in call becomes a job: model resolution, the output-contract check, submission
 and the wait for a non-streamed answer.
 
-* Model: an alias in :data:`routing.planning.ROUTING_ALIASES` (``muse-default``) lets the running
+* Model: an alias in :data:`routing.pipeline.planning.ROUTING_ALIASES` (``muse-default``) lets the running
   experiments decide; an endpoint public id (``avocado/<hex>``, ``azure/muse-special``) pins it
   (reason ``forced``, no experiment). Anything else is a 404 ``model_not_found``.
 * Output contracts (a JSON Schema or JSON mode for the answer, a forced tool call): a call whose
   plan has no model that honours them is a 400 naming the field, before any job exists
   (:func:`refuse_unhonoured_contracts`). For an alias the plan is the unit's chain (assigned
   variant, the experiment's control, the platform default); when some of it can honour them, the
-  others are skipped with reason ``unsupported_contract`` (:func:`routing.attempts.attempt`).
+  others are skipped with reason ``unsupported_contract`` (:func:`routing.pipeline.attempts.attempt`).
 * Jobs run through the same job + worker path as ``POST /api/v1/completions``; ``Idempotency-Key``
   makes a retry return the same job; ``X-Muse-Subagent`` names the subagent.
 * Answers carry ``x-muse-job-id``, ``x-muse-served-model``, ``x-muse-experiment`` and
@@ -23,13 +23,13 @@ from typing import Any
 from django.conf import settings
 
 from muse_experiments.api.auth import ApiClient
+from routing.guards.killswitch import kill_state
+from routing.models import CompletionJob, JobStatus
+from routing.pipeline.attempts import EndpointRefused
+from routing.pipeline.planning import ROUTING_ALIASES, unhonoured_contract
+from routing.selectors import catalogue
+from routing.web.dispatch import caller_gone_check, submit_completion, wait_for_job
 
-from ..attempts import EndpointRefused
-from ..dispatch import caller_gone_check, submit_completion, wait_for_job
-from ..killswitch import kill_state
-from ..models import CompletionJob, JobStatus
-from ..planning import ROUTING_ALIASES, unhonoured_contract
-from ..selectors import catalogue
 from .errors import DropinError, require
 from .identity import header_text, identity
 from .shapes import DropinCall
@@ -79,7 +79,7 @@ def refuse_unavailable_pinned_stream(model: str | None) -> None:
 def refuse_unhonoured_contracts(call: DropinCall, planned: Callable[[], CompletionJob]) -> None:
     """A 400 naming the field (``response_format``, ``text.format``, ``output_config.format``,
     ``tool_choice``) when no model of the plan of ``planned()`` (the job about to be submitted,
-    unsaved) can honour the call's output contracts (:func:`routing.planning.unhonoured_contract`).
+    unsaved) can honour the call's output contracts (:func:`routing.pipeline.planning.unhonoured_contract`).
     Calls without such contracts cost nothing here."""
     if call.output_format is None and (call.tool_choice is None or not call.tool_choice.forces_call):
         return
@@ -107,10 +107,10 @@ def submit(request, call: DropinCall, *, pinned: str | None) -> CompletionJob:
     )
     subagent = header_text(request, "X-Muse-Subagent")
     idempotency_key = header_text(request, "Idempotency-Key")
-    # "cancellable": a caller that gives up has its upstream call closed at once (routing.tasks)
+    # "cancellable": a caller that gives up has its upstream call closed at once (routing.worker.tasks)
     body: dict[str, Any] = {"messages": call.messages, "tools": call.tools, "cancellable": True}
     if anonymous:
-        # a unit of its own: no sticky lookup, no reasoning kept (routing.planning.is_anonymous)
+        # a unit of its own: no sticky lookup, no reasoning kept (routing.pipeline.planning.is_anonymous)
         body["anonymous"] = True
     if pinned:
         body["model"] = pinned

@@ -27,10 +27,10 @@ from rest_framework.views import APIView
 
 from muse_experiments.api.auth import ApiKeyAuthentication, HasScope
 from muse_experiments.api.base import RequestTooLarge
+from routing.jobs import IdempotencyConflict
+from routing.models import CompletionJob
+from routing.web.relay import sse_response
 
-from ..models import CompletionJob
-from ..services import IdempotencyConflict
-from ..streaming import sse_response
 from .anthropic_framing import message_frames, message_object
 from .anthropic_shapes import parse_messages
 from .errors import DropinError, anthropic_error, anthropic_message, openai_error

@@ -8,7 +8,7 @@ Isolation, in order:
   out of training (dropped ``opted_out``); the same holds for an external judge (no verdict);
 * the daily budget admits the call (:func:`~routing.shadow.budget.budget_admit`, else dropped
   ``budget``); the judge's call is admitted and costed the same way;
-* the call is one guarded attempt (:func:`routing.attempts.attempt`): kill switches, circuit
+* the call is one guarded attempt (:func:`routing.pipeline.attempts.attempt`): kill switches, circuit
   breaker, concurrency slot and credential binding apply; a killed or disabled candidate gets no
   call (dropped ``killed``). No retry, no fallback, no session state: the candidate gets the
   client's messages, tools and output contracts exactly as the primary got them before its
@@ -31,12 +31,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from muse_experiments.experiments.models import ShadowPair, ShadowStatus, ShadowTest
+from routing.guards.credentials import CredentialUnavailable
+from routing.pipeline.attempts import EndpointRefused, attempt, usage_cost_usd
+from routing.pipeline.planning import Candidate, stored_request
+from routing.selectors import EndpointInfo, catalogue
 
-from ..attempts import EndpointRefused, attempt, usage_cost_usd
-from ..credentials import CredentialUnavailable
-from ..planning import Candidate, stored_request
 from ..providers.errors import ProviderError
-from ..selectors import EndpointInfo, catalogue
 from ..transcripts.selectors import user_opted_out
 from .budget import budget_admit, budget_settle, dropped_count
 from .judge import judge_request, parse_verdict

@@ -9,7 +9,7 @@ version moves (starting or stopping a test bumps it), so a call with no test to 
 I/O at all.
 
 :func:`shadow_offer` runs in the worker after the primary's final state was handed to its caller
-(:func:`routing.router.execute_job`); it never raises.
+(:func:`routing.pipeline.router.execute_job`); it never raises.
 """
 
 from __future__ import annotations

@@ -133,9 +133,9 @@ def _fresh_routing_protection(request):
     if not apps.ready:  # Django-free provider tests
         yield
         return
-    from routing.circuit import breaker
-    from routing.concurrency import limiter
-    from routing.cooling import cooling_clear
+    from routing.guards.circuit import breaker
+    from routing.guards.concurrency import limiter
+    from routing.guards.cooling import cooling_clear
 
     breaker().reset()
     limiter.reset()

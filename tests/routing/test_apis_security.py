@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 from muse_experiments.api.auth import api_key_create, api_key_revoke, digest_key
 from muse_experiments.api.throttling import sliding_wait_s
 from muse_experiments.experiments.models import ApiKey
+from routing.jobs import completion_job_create
 from routing.models import CompletionJob
-from routing.services import completion_job_create
 
 pytestmark = pytest.mark.django_db
 
@@ -120,7 +120,7 @@ def test_a_job_for_a_key_deleted_after_it_was_cached_is_a_401_not_a_500():
     the worker, without the key: tests/routing/test_deferred_jobs.py.)"""
     from rest_framework.exceptions import AuthenticationFailed
 
-    from routing.dispatch import submit_completion
+    from routing.web.dispatch import submit_completion
 
     key, _ = api_key_create(name="stale", scopes=["completions"])
     ApiKey.objects.filter(pk=key.pk).delete()  # as another process would, behind this one's cache

@@ -1,4 +1,4 @@
-"""The worker's cancel watcher (:data:`routing.events.cancel_watcher`) on real Redis: a job's cancel
+"""The worker's cancel watcher (:data:`routing.pipeline.cancel.cancel_watcher`) on real Redis: a job's cancel
 flag cuts off its non-streamed upstream call, over real HTTP to the fake upstreams."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ import uuid
 
 import pytest
 
-from routing.events import CancelWatcher, cancel_key, job_cancel_request, redis_client
+from routing.pipeline.cancel import CancelWatcher
 from routing.providers import CompletionRequest, Message, client_for
 from routing.providers.errors import ConnectionFailed
+from routing.state.events import cancel_key, redis_client
+from routing.web.relay import job_cancel_request
 from tests.conftest import UPSTREAM_KEYS
 from tests.routing.conftest import make_endpoint
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from routing.circuit import CLOSED, OPEN, PROBE, breaker
+from routing.guards.circuit import CLOSED, OPEN, PROBE, breaker
 from tests.conftest import REPO
 
 EP = "azure/muse-special"
@@ -92,7 +92,7 @@ def test_an_open_circuit_is_seen_by_another_process_through_redis(redis_url, set
     b.record_failure(EP)
     code = (
         "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='muse_experiments.settings'; django.setup();"
-        f"from routing.circuit import breaker; print(breaker().allow({EP!r}), breaker().state({EP!r}))"
+        f"from routing.guards.circuit import breaker; print(breaker().allow({EP!r}), breaker().state({EP!r}))"
     )
     env = {**os.environ, "REDIS_URL": redis_url, "ROUTING_CIRCUIT_COOLDOWN_S": "60", "DJANGO_DEBUG": "true"}
     out = subprocess.run(

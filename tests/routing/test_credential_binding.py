@@ -25,10 +25,10 @@ from django.core.management import CommandError, call_command
 from muse_experiments.experiments.models import AuditEntry
 from muse_experiments.infra.config_version import invalidate_all
 from routing.catalogue import avocado_id
-from routing.credentials import CredentialBinding, CredentialNotAllowed, credential_for
+from routing.guards.credentials import CredentialBinding, CredentialNotAllowed, credential_for
+from routing.jobs import completion_job_create
 from routing.models import Attempt, CompletionJob, Provider
-from routing.services import completion_job_create
-from routing.streaming import stream_job_events
+from routing.pipeline.streaming import stream_job_events
 from tests.conftest import REPO, UPSTREAM_KEYS, allow_simulated_upstream, forget_simulated_upstream
 from tests.factories import UNUSED_UPSTREAM, make_experiment, seed_catalogue
 from tests.routing.test_router import job, run

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from muse_experiments.api.auth import api_key_create
 from muse_experiments.experiments.models import AuditEntry
 from routing.catalogue import avocado_id
-from routing.credentials import MissingCredential, fingerprint, resolve_credential
+from routing.guards.credentials import MissingCredential, fingerprint, resolve_credential
 from routing.models import CallRecord, CompletionJob, ModelEndpoint, Provider
 from routing.ops_services import kill_switch_set
 from routing.simulated import FakeUpstreams

@@ -11,15 +11,16 @@ from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims, dispatch
-from routing.handoff import final_state
-from routing.models import CompletionJob, JobStatus
-from routing.services import (
+from routing.jobs import (
     WORKER_LOST,
     completion_job_claim,
     completion_jobs_reap_expired,
     completion_jobs_renew_leases,
 )
+from routing.models import CompletionJob, JobStatus
+from routing.state import claims
+from routing.state.handoff import final_state
+from routing.web import dispatch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -257,24 +258,13 @@ def test_the_task_message_carries_the_row_but_its_printable_arguments_never_hold
     assert args == [str(job.id)] and json.loads(kwargs["row"]["request"])["messages"] == MESSAGES
 
 
-def test_work_done_while_the_claim_is_on_its_way_counts_only_for_the_delivery_that_won_it(published):
+def test_a_deferred_job_is_claimed_by_one_delivery_and_a_redelivery_gets_nothing(published):
     job = submit()
     row = published[0]["row"]
-    seen: list = []
-
-    def plan(claimed_job):
-        # the script is sent before this runs: its reply is read after (one connection is out)
-        seen.append(
-            (claimed_job, claimed_job.status, len(redis_client().connection_pool._in_use_connections))
-        )
-        raise ValueError("a planning error")
-
-    with pytest.raises(ValueError, match="a planning error"):  # the claim was won: it propagates
-        completion_job_claim(job_id=str(job.id), row=row, worker="w1:1", meanwhile=plan)
-    [(planned_job, status, in_use)] = seen
-    assert (str(planned_job.pk), status) == (str(job.id), JobStatus.RUNNING) and in_use >= 1
+    claimed = completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
+    assert (str(claimed.pk), claimed.status, claimed.worker) == (str(job.id), JobStatus.RUNNING, "w1:1")
+    assert claimed._state.adding  # claimed in Redis: its row comes with its records
     assert claims.running(str(job.id))[0] == "w1:1"
-    # a redelivery while the lease lives: its plan is made and dropped, its error too
-    assert completion_job_claim(job_id=str(job.id), row=row, worker="w2:2", meanwhile=plan) is None
-    assert len(seen) == 2
+    # a redelivery while the lease lives does nothing, and the claim stays the first worker's
+    assert completion_job_claim(job_id=str(job.id), row=row, worker="w2:2") is None
     assert claims.running(str(job.id))[0] == "w1:1"

@@ -7,14 +7,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from routing.models import CompletionJob, JobStatus
-from routing.services import (
+from routing.jobs import (
     WORKER_LOST,
     completion_job_claim,
     completion_job_create,
     completion_jobs_reap_expired,
     completion_jobs_renew_leases,
 )
+from routing.models import CompletionJob, JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +72,7 @@ def _synchronous_commit() -> str:
 def test_a_job_for_a_waiting_caller_commits_without_the_wal_flush_and_only_that_transaction(postgres):
     from django.db import transaction
 
-    from routing.services import relax_commit_durability
+    from routing.jobs import relax_commit_durability
 
     with transaction.atomic():
         relax_commit_durability()
@@ -92,10 +92,10 @@ def test_a_task_whose_job_row_is_gone_fails_its_waiting_caller_at_once(redis_url
     through Redis instead of leaving it to time out, and a waiter re-reading the row answers the same."""
     import uuid
 
-    from routing.dispatch import wait_for_job
-    from routing.handoff import final_state
     from routing.models import JOB_LOST
-    from routing.streaming import stream_job_events
+    from routing.pipeline.streaming import stream_job_events
+    from routing.state.handoff import final_state
+    from routing.web.dispatch import wait_for_job
 
     ghost = str(uuid.uuid4())
     assert list(stream_job_events(job_id=ghost)) == [

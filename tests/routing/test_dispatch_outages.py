@@ -14,9 +14,10 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from muse_experiments.api.errors import DependencyOutageMiddleware
-from routing import dispatch, tasks
+from routing.jobs import completion_job_create
 from routing.models import CompletionJob, JobStatus
-from routing.services import completion_job_create
+from routing.web import dispatch
+from routing.worker import tasks
 from tests.factories import seed_catalogue
 
 

@@ -1,4 +1,4 @@
-"""The web process's publish of a completion task (``routing.dispatch._send``) on a Redis broker:
+"""The web process's publish of a completion task (``routing.web.dispatch._send``) on a Redis broker:
 the message it pushes is the one ``Task.apply_async`` would push, so every Celery worker reads
 it the same way."""
 
@@ -15,7 +15,8 @@ from muse_experiments.celery import app
 from muse_experiments.infra.logs import request_id_var
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import client_url, redis_client
-from routing import dispatch
+from routing.web import dispatch
+from routing.worker.tasks import run_completion
 
 #: What differs between two messages by construction (ids, clocks, the publishing host/thread).
 PER_MESSAGE = {"id", "root_id", "muse_published_at", "muse_request_id", "argsrepr", "origin"}
@@ -45,7 +46,7 @@ def test_the_lean_publish_pushes_what_apply_async_would(queue):
     finally:
         request_id_var.reset(token)
     lean = pushed(queue)
-    dispatch.run_completion.apply_async(
+    run_completion.apply_async(
         args=[reference_id], kwargs=kwargs, task_id=reference_id, queue=Queue.COMPLETIONS,
         ignore_result=True, argsrepr=repr([reference_id]), kwargsrepr=repr({**kwargs, "row": "…"}),
     )  # fmt: skip
@@ -77,13 +78,19 @@ def test_the_lean_publish_pushes_what_apply_async_would(queue):
 
 def test_without_redis_or_in_eager_mode_the_publish_is_apply_async(monkeypatch):
     calls = []
-    monkeypatch.setattr(dispatch.run_completion, "apply_async", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(run_completion, "apply_async", lambda **kw: calls.append(kw))
     app.conf.task_always_eager = True
     try:
         dispatch._send("job-1", {"stream": False})
     finally:
         app.conf.task_always_eager = False
     assert [c["task_id"] for c in calls] == ["job-1"]
+
+
+def test_the_web_side_finds_the_worker_task_by_its_registered_name():
+    # routing.web never imports routing.worker (.importlinter): eager mode looks the task up by name
+    assert dispatch._registered(app, "routing.run_completion") is run_completion._get_current_object()
+    assert (run_completion.time_limit, run_completion.soft_time_limit) == (330, 300)
 
 
 def _app(broker: str, **conf):

@@ -327,7 +327,7 @@ def test_a_pinned_model_whose_circuit_is_open_answers_503_model_unavailable(plat
     not a 502 "no endpoint could serve this call"."""
     from django.conf import settings
 
-    from routing.circuit import breaker
+    from routing.guards.circuit import breaker
 
     url, key, upstreams = platform
     for _ in range(settings.ROUTING_CIRCUIT_FAILURES):

@@ -12,9 +12,9 @@ from muse_experiments.experiments.services.edits import experiment_create, exper
 from muse_experiments.experiments.services.lifecycle import experiment_start
 from muse_experiments.experiments.services.variants import VariantInput
 from muse_experiments.infra.config_version import invalidate_all
-from routing import killswitch
 from routing.catalogue import avocado_id
-from routing.killswitch import kill_state
+from routing.guards import killswitch
+from routing.guards.killswitch import kill_state
 from routing.models import CallRecord, KillSwitch, ModelEndpoint
 from routing.ops_services import kill_switch_set
 from tests.factories import api_key, make_experiment, seed_catalogue
@@ -393,7 +393,7 @@ def test_a_kill_enrols_nobody_new_and_keeps_earlier_units_for_analysis(
     catalogue, upstreams, client, scope, target, reason
 ):
     from muse_experiments.experiments.selectors import sticky_variants
-    from routing.killswitch import KillInForce
+    from routing.guards.killswitch import KillInForce
     from routing.selectors import experiment_kills_in_force
 
     experiment = make_experiment(key="exp-k", arms=[("control", CONTROL, 0.5), ("treat", avocado_id(2), 0.5)])

@@ -23,19 +23,16 @@ from analytics.rollups import call_rollup_refresh
 from muse_experiments.api.auth import api_key_create
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims, dispatch, reaper, tasks
+from routing.jobs import WORKER_LOST, completion_job_claim, completion_job_create, completion_job_materialize
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
-from routing.planning import build_request, job_plan
-from routing.recording import record_call
-from routing.records import records_write
-from routing.router import execute_job
-from routing.services import (
-    WORKER_LOST,
-    completion_job_claim,
-    completion_job_create,
-    completion_job_materialize,
-)
-from routing.serving import serve
+from routing.pipeline.planning import build_request, job_plan
+from routing.pipeline.recording import record_call
+from routing.pipeline.records import records_write
+from routing.pipeline.router import execute_job
+from routing.pipeline.serving import serve
+from routing.state import claims
+from routing.web import dispatch
+from routing.worker import reaper, tasks
 from tests.factories import make_experiment, seed_catalogue
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]

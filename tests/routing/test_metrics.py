@@ -26,7 +26,7 @@ def fast_backoff(settings):
     settings.ROUTING_BACKOFF_CAP_MS = 4.0
     settings.ROUTING_MAX_RETRIES = 2
     # a fresh breaker per test (its state lives in Redis)
-    from routing.circuit import breaker
+    from routing.guards.circuit import breaker
 
     breaker().reset()
 
@@ -60,7 +60,7 @@ def test_a_call_that_falls_back_after_retries_is_counted_once_with_its_retries_a
 
 
 def test_scrape_shows_circuit_and_kill_switch_state(upstreams):
-    from routing.circuit import breaker
+    from routing.guards.circuit import breaker
     from routing.ops_services import kill_switch_set
 
     seed_catalogue(upstreams.url)

@@ -13,9 +13,9 @@ import openai
 import pytest
 
 from muse_experiments.infra.redis_client import redis_client
-from routing import writebehind
 from routing.models import CallRecord
-from routing.streaming import publish_job_events
+from routing.pipeline.streaming import publish_job_events
+from routing.worker import drainer as writebehind
 from tests.conftest import wait_for_records_written
 from tests.factories import api_key, seed_catalogue
 from tests.routing.test_router import job

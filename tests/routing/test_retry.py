@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from routing.retry import RetryPolicy
+from routing.pipeline.retry import RetryPolicy
 
 
 def test_full_jitter_stays_within_the_exponential_ceiling_and_the_cap():

@@ -8,9 +8,9 @@ import pytest
 
 from muse_experiments.experiments.models import Exposure, PlatformConfig
 from routing.catalogue import avocado_id
+from routing.jobs import completion_job_create
 from routing.models import CallRecord, CompletionJob, ModelEndpoint
-from routing.router import execute_job
-from routing.services import completion_job_create
+from routing.pipeline.router import execute_job
 from tests.factories import make_experiment, seed_catalogue
 
 pytestmark = pytest.mark.django_db
@@ -165,7 +165,7 @@ def test_an_anonymous_job_looks_up_no_sticky_assignment_and_keeps_no_reasoning(
 ):
     """A unit id made for one call (the drop-ins' ``request["anonymous"]``) has no exposures to
     look up, and nothing can continue its session, so its encrypted reasoning is not kept."""
-    from routing.planning import decide
+    from routing.pipeline.planning import decide
     from routing.reasoning_store import KEYLESS_OWNER, OwnedSession, session_end
 
     make_experiment(arms=[("control", avocado_id(14), 0.0), ("treatment", "azure/muse-special", 1.0)])
@@ -187,7 +187,7 @@ def test_a_model_that_cannot_honour_the_output_contract_is_never_asked_and_the_j
     check) fails ``unsupported_contract`` unsent; the stored contracts reach the request."""
     from routing.dropin.errors import DropinError
     from routing.dropin.submission import finished_job
-    from routing.planning import build_request
+    from routing.pipeline.planning import build_request
     from routing.providers.contracts import OutputFormat, ToolChoice
 
     contracts = {

@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from muse_experiments.infra.config_version import invalidate_all
-from routing.attempts import EndpointRefused, _guard, answer_first, attempt, attempt_stream
-from routing.circuit import PROBE, breaker
-from routing.concurrency import limiter
-from routing.cooling import cool
+from routing.guards.circuit import PROBE, breaker
+from routing.guards.concurrency import limiter
+from routing.guards.cooling import cool
 from routing.ops_services import kill_switch_set
-from routing.planning import Candidate
+from routing.pipeline.attempts import EndpointRefused, _guard, answer_first, attempt, attempt_stream
+from routing.pipeline.planning import Candidate
 from routing.providers.errors import ProviderError, StreamFailed
 from routing.providers.types import CompletionRequest, Message
 from routing.selectors import catalogue
@@ -110,7 +110,7 @@ def shared_stores(candidate, redis_url, monkeypatch):
 def half_open(endpoint: str) -> None:
     """Open ``endpoint``'s circuit (one failure opens it here) and let its cooldown pass."""
     from muse_experiments.infra.redis_client import redis_client
-    from routing.circuit import KEY_PREFIX
+    from routing.guards.circuit import KEY_PREFIX
 
     breaker().record_failure(endpoint)
     redis_client().hset(KEY_PREFIX + endpoint + ":state", "opened_at", 0)

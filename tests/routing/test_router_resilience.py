@@ -9,9 +9,9 @@ import pytest
 
 from muse_experiments.infra.config_version import invalidate_all
 from routing.catalogue import avocado_id
-from routing.circuit import breaker
-from routing.concurrency import limiter
-from routing.cooling import cooling_until
+from routing.guards.circuit import breaker
+from routing.guards.concurrency import limiter
+from routing.guards.cooling import cooling_until
 from routing.models import CallRecord, ModelEndpoint
 from tests.factories import make_experiment, seed_catalogue
 from tests.routing.test_router import job, run

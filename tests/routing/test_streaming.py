@@ -131,7 +131,7 @@ def test_async_answers_202_at_once_and_the_job_url_gives_the_result_without_reas
 
 
 def test_a_late_subscriber_reads_the_whole_stream_from_redis(api, redis_url):
-    from routing.events import relay_events
+    from routing.web.relay import relay_events
 
     client, _ = api
     with client.stream("POST", "/api/v1/completions", json=body(stream=True, tools=TOOLS[:1])) as r:

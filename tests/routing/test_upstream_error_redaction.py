@@ -41,8 +41,8 @@ MESSAGES = {
 
 def closed_circuits() -> None:
     """Forget the failures so far: each call below reaches the upstream (no circuit_open)."""
-    from routing.circuit import breaker
-    from routing.cooling import cooling_clear
+    from routing.guards.circuit import breaker
+    from routing.guards.cooling import cooling_clear
 
     breaker().reset()
     cooling_clear()

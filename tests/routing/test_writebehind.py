@@ -15,15 +15,17 @@ from rest_framework.test import APIClient
 from muse_experiments.api.auth import api_key_create
 from muse_experiments.experiments.models import ApiKey, Exposure
 from muse_experiments.infra.redis_client import redis_client
-from routing import claims, writebehind
 from routing.catalogue import avocado_id
-from routing.handoff import final_state
+from routing.jobs import completion_job_claim, completion_job_new, worker_identity
+from routing.messages import job_row
 from routing.models import Attempt, CallRecord, CompletionJob, JobStatus
-from routing.records import records_write
-from routing.router import execute_job
+from routing.pipeline.records import records_write
+from routing.pipeline.router import execute_job
 from routing.selectors import completion_job_current
-from routing.services import completion_job_claim, completion_job_new, job_row, worker_identity
+from routing.state import claims
+from routing.state.handoff import final_state
 from routing.transcripts.models import TranscriptTurn
+from routing.worker import drainer
 from tests.factories import make_experiment, seed_catalogue
 from tests.routing.test_router import job
 
@@ -34,22 +36,22 @@ pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 def write_behind(redis_url, settings, upstreams):
     settings.RECORDS_WRITE_BEHIND = True
     client = redis_client()
-    client.delete(writebehind.STREAM, writebehind.DEAD_LETTERS)
+    client.delete(drainer.STREAM, drainer.DEAD_LETTERS)
     seed_catalogue(upstreams.url)
     make_experiment()  # control avocado v14, treatment avocado v15, 50/50
     yield
-    client.delete(writebehind.STREAM, writebehind.DEAD_LETTERS)
+    client.delete(drainer.STREAM, drainer.DEAD_LETTERS)
 
 
 def drain_all() -> int:
     total = 0
-    while n := writebehind.drain():
+    while n := drainer.drain():
         total += n
     return total
 
 
 def buffered_entries() -> list[dict]:
-    return [json.loads(f[b"p"]) for _, f in redis_client().xrange(writebehind.STREAM)]
+    return [json.loads(f[b"p"]) for _, f in redis_client().xrange(drainer.STREAM)]
 
 
 def test_the_answer_is_handed_back_before_the_records_are_written_and_the_drain_writes_them_all():
@@ -87,7 +89,7 @@ def test_a_batch_of_calls_is_written_in_one_drain_with_turns_numbered_in_order()
     for j in jobs:
         execute_job(job_id=str(j.id))
     assert len(buffered_entries()) == 4
-    assert writebehind.drain() == 4
+    assert drainer.drain() == 4
     turns = {
         t.job_id: (t.transcript.session_id, t.number)
         for t in TranscriptTurn.objects.select_related("transcript")
@@ -102,38 +104,38 @@ def test_entries_of_a_drainer_that_died_mid_batch_are_claimed_and_written_once(m
     j = job(session_id="s-1", user_id="u-1")
     execute_job(job_id=str(j.id))
     client = redis_client()
-    writebehind._ensure_group(client)
+    drainer._ensure_group(client)
     # a drainer reads the entry, then dies before writing and acknowledging it
-    taken = client.xreadgroup(writebehind.GROUP, "dead-drainer", {writebehind.STREAM: ">"}, count=10)
+    taken = client.xreadgroup(drainer.GROUP, "dead-drainer", {drainer.STREAM: ">"}, count=10)
     assert len(taken[0][1]) == 1
-    assert writebehind.drain() == 0  # not stale yet: left to its owner
-    monkeypatch.setattr(writebehind, "STALE_MS", 0)
-    assert writebehind.drain() == 1
+    assert drainer.drain() == 0  # not stale yet: left to its owner
+    monkeypatch.setattr(drainer, "STALE_MS", 0)
+    assert drainer.drain() == 1
     assert CallRecord.objects.filter(job=j).count() == 1
     # replaying the same payload (e.g. the dead drainer had committed before dying) changes nothing
     payload = json.loads(taken[0][1][0][1][b"p"])
     assert records_write([payload]) == 0
     assert (CallRecord.objects.count(), Attempt.objects.count(), Exposure.objects.count()) == (1, 1, 1)
     assert TranscriptTurn.objects.count() == 1
-    assert client.xlen(writebehind.STREAM) == 0
+    assert client.xlen(drainer.STREAM) == 0
 
 
 def test_an_entry_that_cannot_be_written_goes_to_dead_letters_without_blocking_the_others():
     good, other = job(session_id="s-1", user_id="u-1"), job(session_id="s-2", user_id="u-2")
     execute_job(job_id=str(good.id))
     client = redis_client()
-    client.xadd(writebehind.STREAM, {"p": json.dumps({"job": {"id": str(other.id)}}), "t": "0"})  # malformed
-    assert writebehind.drain() == 2
+    client.xadd(drainer.STREAM, {"p": json.dumps({"job": {"id": str(other.id)}}), "t": "0"})  # malformed
+    assert drainer.drain() == 2
     assert CallRecord.objects.filter(job=good).count() == 1
-    assert client.xlen(writebehind.DEAD_LETTERS) == 1
-    assert client.xlen(writebehind.STREAM) == 0
+    assert client.xlen(drainer.DEAD_LETTERS) == 1
+    assert client.xlen(drainer.STREAM) == 0
 
 
 def test_records_of_a_job_that_no_longer_exists_are_dropped():
     j = job(session_id="s-1", user_id="u-1")
     execute_job(job_id=str(j.id))
     CompletionJob.objects.filter(pk=j.id).delete()
-    assert writebehind.drain() == 1
+    assert drainer.drain() == 1
     assert CallRecord.objects.count() == 0 and TranscriptTurn.objects.count() == 0
 
 
@@ -202,8 +204,10 @@ def deferred_job(api_key=None) -> tuple[CompletionJob, dict]:
     return j, job_row(j)
 
 
-def test_a_deferred_job_is_planned_once_while_its_claim_is_on_its_way(upstreams, monkeypatch):
-    from routing import router
+def test_a_deferred_job_is_planned_once_after_its_claim_and_a_redelivery_is_not_planned(
+    upstreams, monkeypatch
+):
+    from routing.pipeline import router
 
     plans: list[str] = []
     real_plan = router.job_plan
@@ -211,8 +215,8 @@ def test_a_deferred_job_is_planned_once_while_its_claim_is_on_its_way(upstreams,
     j, row = deferred_job()
     assert execute_job(job_id=str(j.id), row=row) == JobStatus.SUCCEEDED
     assert plans == [str(j.id)] and upstreams.call_count() == 1
-    assert execute_job(job_id=str(j.id), row=row) == "missing"  # a redelivery: planned, dropped
-    assert plans == [str(j.id)] * 2 and upstreams.call_count() == 1
+    assert execute_job(job_id=str(j.id), row=row) == "missing"  # a redelivery: its claim is lost
+    assert plans == [str(j.id)] and upstreams.call_count() == 1
 
 
 def test_a_job_claimed_in_redis_reaches_the_database_with_its_records_and_is_never_run_twice(upstreams):

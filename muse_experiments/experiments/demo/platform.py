@@ -111,7 +111,7 @@ class DemoPlatform:
         path = self.logs / "demo-scenarios.json"
         path.write_text(json.dumps(scenarios()))
         self.upstream_url = f"http://127.0.0.1:{port}"
-        # the provider keys may go to the simulated upstreams (routing.credentials): in the web and
+        # the provider keys may go to the simulated upstreams (routing.guards.credentials): in the web and
         # worker processes, and in this one, which seeds the catalogue pointing there
         self.env["SIMULATED_UPSTREAMS"] = f"127.0.0.1:{port}"
         settings.SIMULATED_UPSTREAMS = [self.env["SIMULATED_UPSTREAMS"]]

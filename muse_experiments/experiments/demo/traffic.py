@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from django.core.management.base import CommandError
 
-from routing import writebehind
+from routing.worker import drainer
 
 from . import config
 
@@ -65,7 +65,7 @@ def wait_records_written(alive: Callable[[], None], timeout_s: float = 300) -> N
     jobs) to the database, so the analysis counts every session. ``alive()`` raises when a
     platform process died. Raises CommandError past ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while writebehind.pending():
+    while drainer.pending():
         alive()
         if time.monotonic() > deadline:
             raise CommandError(f"Call records still buffered after {timeout_s:.0f}s; see var/logs/.")

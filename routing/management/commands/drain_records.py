@@ -1,6 +1,6 @@
 """``manage.py drain_records``: the ``drainer`` process of the Procfile.
 
-Writes the call records that workers buffered in Redis (:mod:`routing.writebehind`) to the
+Writes the call records that workers buffered in Redis (:mod:`routing.worker.drainer`) to the
 database, continuously, in batches, until SIGTERM or SIGINT. Run one or more per deployment (each
 takes its own entries); workers started with ``RECORDS_DRAINER=false`` leave the draining to it.
 """
@@ -13,7 +13,7 @@ import threading
 from django.core.management.base import BaseCommand
 
 from muse_experiments.infra.runtime import tune_gc
-from routing.writebehind import drain_forever
+from routing.worker.drainer import drain_forever
 
 
 class Command(BaseCommand):

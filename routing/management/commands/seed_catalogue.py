@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from routing.catalogue import endpoint_seeds, provider_seeds
-from routing.services import catalogue_seed
+from routing.ops_services import catalogue_seed
 
 
 class Command(BaseCommand):

@@ -35,9 +35,9 @@ from muse_experiments.experiments.models import Experiment, PlatformConfig, Roll
 from muse_experiments.experiments.services.rollouts import rollout_create, rollout_start
 from muse_experiments.infra.config_version import invalidate_all
 from routing import reasoning_store
+from routing.jobs import completion_job_create
 from routing.models import CompletionJob, KillSwitch, ModelEndpoint
 from routing.providers.types import ReasoningState
-from routing.services import completion_job_create
 from routing.transcripts.models import TrainingOptOut, TrainingRecord, Transcript, TranscriptTurn
 from routing.transcripts.services import training_opt_out
 from tests.factories import make_experiment

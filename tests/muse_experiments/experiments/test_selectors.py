@@ -1,6 +1,6 @@
 """Selectors: the routing snapshot, stickiness across phases, previews and the audit history.
 
-Routing's ``decide()`` (:func:`routing.planning.decide`) is ``route(assignment_snapshot(), ...,
+Routing's ``decide()`` (:func:`routing.pipeline.planning.decide`) is ``route(assignment_snapshot(), ...,
 sticky=sticky_variants(...))``, and routing records with ``exposure_record``; these tests drive
 ``decide`` itself on an unsaved job, then record (database path: the sticky cache is off here, see
 test_sticky.py for Redis).
@@ -18,8 +18,8 @@ from muse_experiments.experiments.services.forced import ForcedInput, forced_ass
 from muse_experiments.experiments.services.layers import platform_config_update
 from muse_experiments.experiments.services.lifecycle import experiment_pause, experiment_rerandomise
 from muse_experiments.infra.config_version import invalidate_all
-from routing import planning
 from routing.models import CompletionJob
+from routing.pipeline import planning
 from tests.factories import make_experiment, variant_inputs
 from tests.muse_experiments.conftest import V14, V15
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db
 
 
 def decide(session_id: str, user_id: str = "", attributes=None):
-    """routing.planning.decide for this unit, then records the exposure as routing does."""
+    """routing.pipeline.planning.decide for this unit, then records the exposure as routing does."""
     job = CompletionJob(session_id=session_id, user_id=user_id, attributes=attributes or {}, request={})
     decision = planning.decide(job)
     if decision.in_experiment:

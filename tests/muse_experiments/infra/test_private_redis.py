@@ -115,12 +115,14 @@ def redis62(tmp_path, monkeypatch, settings):
 def test_the_claims_drainer_guards_streams_and_hand_off_work_on_redis_6_2(redis62, settings, monkeypatch):
     """XAUTOCLAIM replies with 2 elements on 6.2 (3 from Redis 7 on), which the drainer read as
     3; the Lua scripts, ``SET … PXAT``, streams and a float ``BLPOP`` timeout need 6.2."""
-    from routing import claims, writebehind
-    from routing.circuit import OPEN, breaker
-    from routing.concurrency import limiter
-    from routing.cooling import cool, cooling_until
-    from routing.events import RedisEventLog, relay_events
-    from routing.handoff import publish_final, wait_final
+    from routing.guards.circuit import OPEN, breaker
+    from routing.guards.concurrency import limiter
+    from routing.guards.cooling import cool, cooling_until
+    from routing.state import claims
+    from routing.state.events import RedisEventLog
+    from routing.state.handoff import publish_final, wait_final
+    from routing.web.relay import relay_events
+    from routing.worker import drainer
 
     assert redis62.info("server")["redis_version"].startswith("6.2.")
 
@@ -130,13 +132,13 @@ def test_the_claims_drainer_guards_streams_and_hand_off_work_on_redis_6_2(redis6
 
     # a drainer that died holding an entry: another drainer claims it (XAUTOCLAIM) and writes it
     written: list = []
-    monkeypatch.setattr(writebehind, "records_write", written.extend)
-    monkeypatch.setattr(writebehind, "STALE_MS", 0)
-    redis62.xgroup_create(writebehind.STREAM, writebehind.GROUP, id="0", mkstream=True)
-    redis62.xadd(writebehind.STREAM, {"p": json.dumps({"job": {"id": "job-2"}}), "t": repr(time.time())})
-    redis62.xreadgroup(writebehind.GROUP, "dead-drainer", {writebehind.STREAM: ">"}, count=10)
-    assert writebehind.drain() == 1
-    assert written == [{"job": {"id": "job-2"}}] and writebehind.pending() == 0
+    monkeypatch.setattr(drainer, "records_write", written.extend)
+    monkeypatch.setattr(drainer, "STALE_MS", 0)
+    redis62.xgroup_create(drainer.STREAM, drainer.GROUP, id="0", mkstream=True)
+    redis62.xadd(drainer.STREAM, {"p": json.dumps({"job": {"id": "job-2"}}), "t": repr(time.time())})
+    redis62.xreadgroup(drainer.GROUP, "dead-drainer", {drainer.STREAM: ">"}, count=10)
+    assert drainer.drain() == 1
+    assert written == [{"job": {"id": "job-2"}}] and drainer.pending() == 0
 
     settings.ROUTING_CIRCUIT_FAILURES = 2
     breaker().reset()

@@ -185,8 +185,8 @@ def test_beyond_the_backlog_shadow_calls_are_dropped_and_counted(catalogue, upst
 
 
 def test_a_streamed_primary_is_mirrored_after_its_stream_ends(catalogue, upstreams):
-    from routing.services import completion_job_create
-    from routing.streaming import stream_job_events
+    from routing.jobs import completion_job_create
+    from routing.pipeline.streaming import stream_job_events
 
     start(judge=None)
     streamed, _ = completion_job_create(

@@ -20,13 +20,12 @@ from typing import Any
 from muse_experiments.experiments.assignment.engine import route
 from muse_experiments.experiments.assignment.specs import Decision
 from muse_experiments.experiments.selectors import assignment_snapshot, assignment_state, sticky_variants
-
-from .killswitch import KillState, kill_state
-from .models import CompletionJob, RoutingReason
-from .providers.contracts import OutputFormat, ToolChoice, contract_needs
-from .providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec
-from .reasoning_store import OwnedSession, session_owner
-from .selectors import Catalogue, EndpointInfo, catalogue
+from routing.guards.killswitch import KillState, kill_state
+from routing.models import CompletionJob, RoutingReason
+from routing.providers.contracts import OutputFormat, ToolChoice, contract_needs
+from routing.providers.types import CompletionRequest, ContentPart, Message, ToolCall, ToolSpec
+from routing.reasoning_store import OwnedSession, session_owner
+from routing.selectors import Catalogue, EndpointInfo, catalogue
 
 #: Aliases a drop-in client may send as ``model``: the experiments decide the endpoint.
 ROUTING_ALIASES = frozenset({"muse-default"})
@@ -235,7 +234,7 @@ def reason_for(decision: Decision, kills: KillState | None = None) -> str:
 
     A kill of the unit's experiment or assigned variant (``kills``, default :func:`kill_state`)
     says so instead (``experiment_killed`` / ``variant_killed``): the unit is not enrolled --
-    :func:`routing.recording.record_call` records no exposure (so no sticky assignment) for it.
+    :func:`routing.pipeline.recording.record_call` records no exposure (so no sticky assignment) for it.
     """
     kill = (kills if kills is not None else kill_state()).enrolment_kill(
         decision.experiment_key if decision.in_experiment else None, decision.variant_key
@@ -293,7 +292,7 @@ def unhonoured_contract(job: CompletionJob) -> str | None:
     (:func:`~routing.providers.types.contract_needs`). Named: the first contract no candidate
     honours, else (each is honoured by some candidate, never all by one) the first. The drop-ins
     answer 400 naming it before the job exists; when some candidate can, the attempts skip the
-    others (``unsupported_contract``, :func:`routing.attempts.attempt`)."""
+    others (``unsupported_contract``, :func:`routing.pipeline.attempts.attempt`)."""
     needs = contract_needs(*_contracts(job.request))
     if not needs:
         return None

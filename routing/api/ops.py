@@ -20,11 +20,10 @@ from rest_framework.views import APIView
 from muse_experiments.api.auth import ApiClient, HasScope
 from muse_experiments.api.base import IdentifierField, StrictSerializer
 from muse_experiments.api.keyed import field_errors
-
-from .killswitch import kill_state
-from .models import KillScope
-from .ops_services import REASON_MAX, kill_switch_set
-from .selectors import kill_switch_list
+from routing.guards.killswitch import kill_state
+from routing.models import KillScope
+from routing.ops_services import REASON_MAX, kill_switch_set
+from routing.selectors import kill_switch_list
 
 
 class KillSwitchOutputSerializer(serializers.Serializer):

@@ -3,14 +3,14 @@
 Delivery guarantees (``acks_late`` + ``reject_on_worker_lost``): a task message is
 acknowledged only after the task returns, so a worker that dies mid-task leaves it unacknowledged
 and Redis redelivers it after the visibility timeout (``CELERY_VISIBILITY_TIMEOUT_S``). The job's
-lease (``routing.services.completion_job_claim``, kept alive by ``routing.leases``) decides what a
+lease (``routing.jobs.completion_job_claim``, kept alive by ``routing.worker.leases``) decides what a
 redelivery does: a queued job runs; a job whose live worker still holds it is left alone; a job
 whose worker died mid-call is failed ``worker_lost`` — never re-run, so the provider is never
 called twice for the same attempt; the attempt is recorded ``lost``, its cost unknown. Jobs whose
 task is never redelivered are failed by :func:`reap_lost` (every worker's lease keeper, within
 seconds of the dead worker's heartbeat expiring; and beat's :func:`reap_expired_completion_jobs`),
 which also publishes again the jobs the dead worker may have taken before claiming them
-(:mod:`routing.reaper`).
+(:mod:`routing.worker.reaper`).
 
 Time limits apply with the prefork pool; with ``--pool threads`` Celery cannot enforce them, and
 each upstream call is bounded by its endpoint's ``timeout_s`` instead. No task uses a countdown.
@@ -29,14 +29,14 @@ from django.utils import timezone
 
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.runtime import tune_gc
-
-from .leases import keeper
-from .models import CompletionJob, JobStatus
-from .reaper import reap_lost_work
-from .router import execute_job
-from .services import completion_job_fail
-from .streaming import publish_job_events
-from .writebehind import drain, drainer
+from routing.jobs import completion_job_fail
+from routing.messages import RUN_COMPLETION
+from routing.models import CompletionJob, JobStatus
+from routing.pipeline.router import execute_job
+from routing.pipeline.streaming import publish_job_events
+from routing.worker.drainer import drain, drainer
+from routing.worker.leases import keeper
+from routing.worker.reaper import reap_lost_work
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +53,21 @@ class CompletionTask(Task):
 
 @shared_task(
     base=CompletionTask,
-    name="routing.run_completion",
+    name=RUN_COMPLETION.name,  # published by name (routing.web.dispatch): never renamed
     queue=Queue.COMPLETIONS,
     acks_late=True,
     reject_on_worker_lost=True,
-    soft_time_limit=300,
-    time_limit=330,
+    soft_time_limit=RUN_COMPLETION.soft_time_limit,
+    time_limit=RUN_COMPLETION.time_limit,
 )
 def run_completion(
     job_id: str, stream: bool | None = None, pinned: bool | None = None, row: dict | None = None
 ) -> str:
     """Route and run one completion job (streamed jobs publish their deltas). Returns its final status.
 
-    ``stream`` comes with the message (:func:`routing.dispatch.enqueue_completion`); a message
+    ``stream`` comes with the message (:func:`routing.web.dispatch.enqueue_completion`); a message
     without it (:func:`requeue_lost_jobs`) reads it from the job row. ``pinned`` (sent by earlier
-    versions) is ignored. ``row``: a job not written yet (:func:`routing.services.completion_job_new`;
+    versions) is ignored. ``row``: a job not written yet (:func:`routing.jobs.completion_job_new`;
     non-streamed), written as it is claimed.
     """
     with keeper.hold(job_id):
@@ -79,7 +79,7 @@ def run_completion(
                 return "missing"
         if stream:
             return publish_job_events(job_id=job_id)
-        # one non-streamed upstream call per attempt; a cancel cuts it off (routing.events)
+        # one non-streamed upstream call per attempt; a cancel cuts it off (routing.state.events)
         return execute_job(job_id=job_id)
 
 
@@ -113,13 +113,13 @@ def requeue_lost_jobs(*, older_than_s: float | None = None) -> int:
 def reap_expired_completion_jobs() -> int:
     """Fail running jobs whose worker died (lease or heartbeat expired) and record their lost
     attempts, and publish again the tasks of jobs lost in the broker (:func:`requeue_lost_jobs`,
-    :func:`routing.reaper.republish_unclaimed`). Returns how many were failed."""
+    :func:`routing.worker.reaper.republish_unclaimed`). Returns how many were failed."""
     requeue_lost_jobs()
     return reap_lost(False)
 
 
 def reap_lost(death: bool) -> int:
-    """:func:`routing.reaper.reap_lost_work` publishing with :func:`republish`: what beat's task
+    """:func:`routing.worker.reaper.reap_lost_work` publishing with :func:`republish`: what beat's task
     and every worker's lease keeper run (``death``: a worker's heartbeat was just found expired)."""
     return reap_lost_work(death=death, publish=republish, heartbeats=keeper.steady())
 

@@ -1,9 +1,9 @@
 """One Redis round trip for checks that belong to different modules.
 
-An attempt's guards (:func:`routing.attempts._guard`) ask three shared stores before every
-upstream call: is the endpoint cooling (:mod:`routing.cooling`), is a concurrency slot free
-(:mod:`routing.concurrency`), does the circuit breaker let the call through
-(:mod:`routing.circuit`). Each module *queues* its command on one non-transactional pipeline and
+An attempt's guards (:func:`routing.pipeline.attempts._guard`) ask three shared stores before every
+upstream call: is the endpoint cooling (:mod:`routing.guards.cooling`), is a concurrency slot free
+(:mod:`routing.guards.concurrency`), does the circuit breaker let the call through
+(:mod:`routing.guards.circuit`). Each module *queues* its command on one non-transactional pipeline and
 returns a :class:`Pending`; :func:`run` sends them together and hands each module its own reply
 to read. Each module keeps its own rules, including how it fails open when Redis is down (a
 reply may be the exception its command raised, or the one the whole round trip raised).

@@ -5,37 +5,33 @@ outcome) into a plain dict: the job's final state (what the caller gets), the ex
 record with its attempts, and the transcript turn. :func:`records_write` writes a batch of such
 payloads in ONE transaction with a fixed number of queries; replaying a payload that was already
 written changes nothing (a job that has a call record is skipped), so a buffer can be drained at
-least once (:mod:`routing.writebehind`).
+least once (:mod:`routing.worker.drainer`).
 
 Only ``CompletionResult.to_public_dict()`` enters a payload: encrypted reasoning never does.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Q
+from django.db import transaction
 from django.utils import timezone
 
 from muse_experiments.experiments.assignment.specs import Decision
 from muse_experiments.experiments.selectors import assignment_snapshot
 from muse_experiments.experiments.services.exposures import ExposureInput, exposures_record_many
-from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
-
-from .killswitch import kill_state
-from .models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
-from .planning import Candidate
-from .services import WORKER_LOST, completion_jobs_insert, job_from_row, job_row
-from .serving import ServeOutcome
-from .transcripts.services import TurnInput, transcript_record_turns
+from routing.guards.killswitch import kill_state
+from routing.jobs import completion_jobs_finish, completion_jobs_insert
+from routing.messages import job_from_row, job_row
+from routing.models import KILL_REASONS, Attempt, CallRecord, CompletionJob, JobStatus, RoutingReason
+from routing.pipeline.planning import Candidate
+from routing.pipeline.serving import ServeOutcome
+from routing.transcripts.services import TurnInput, transcript_record_turns
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +125,7 @@ def call_payload(
     """Everything :func:`records_write` needs for one call, as JSON-able values.
 
     ``final`` is :func:`job_final_state`. Keys: ``job`` (id, final state), ``row`` (the job's row
-    when it was claimed without one, :mod:`routing.claims`; else None), ``exposure`` (or None
+    when it was claimed without one, :mod:`routing.state.claims`; else None), ``exposure`` (or None
     outside experiments), ``call`` (the CallRecord's fields), ``attempts`` and ``turn`` (or None
     for a failed call).
     """
@@ -207,7 +203,7 @@ def call_payload(
 
 
 def _claimed_row(job: CompletionJob, turn: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The row of a job claimed without one (:mod:`routing.claims`), else None: :func:`job_row`
+    """The row of a job claimed without one (:mod:`routing.state.claims`), else None: :func:`job_row`
     and its claim. The ``request`` is left out when the turn carries it (the same conversation,
     carried once)."""
     if not job._state.adding:
@@ -240,7 +236,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     payload) are skipped, except that the answer of a job whose call was recorded lost (error
     kind :data:`LOST_KIND`: its worker's heartbeat lapsed while it still worked) replaces it, and so are repeats within the batch and payloads whose job no longer
     exists (logged). For each new call: the job's row if it was claimed without one
-    (:mod:`routing.claims`; ``row`` in the payload), the exposure
+    (:mod:`routing.state.claims`; ``row`` in the payload), the exposure
     (first variant wins, :func:`muse_experiments.experiments.services.exposures.exposures_record_many`), the call record
     and its attempts, the job's final state (unless another path already finished the job, except
     a ``worker_lost`` verdict, which the answered call overrides), and the transcript turn. Every
@@ -254,7 +250,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
     with transaction.atomic():
         done = dict(CallRecord.objects.filter(job_id__in=list(by_job)).values_list("job_id", "error_kind"))
         done = {str(j): kind for j, kind in done.items()}
-        # a call recorded lost (its worker was thought dead, routing.reaper) gives way to its answer
+        # a call recorded lost (its worker was thought dead, routing.worker.reaper) gives way to its answer
         superseded = [j for j, kind in done.items() if kind == LOST_KIND and not _is_lost(by_job[j])]
         if superseded:
             CallRecord.objects.filter(job_id__in=superseded).delete()
@@ -284,62 +280,16 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
             for call, p in zip(calls, new, strict=True)
             for i, a in enumerate(p["attempts"], start=1)
         )
-        _finish_jobs(new)
+        completion_jobs_finish([p["job"] for p in new])
         transcript_record_turns(
             turns=[TurnInput(job_id=p["job"]["id"], **p["turn"]) for p in new if p["turn"] is not None]
         )
     return len(new)
 
 
-#: ``error_kind`` of a call whose attempts died with its worker (:mod:`routing.reaper`).
+#: ``error_kind`` of a call whose attempts died with its worker (:mod:`routing.worker.reaper`).
 LOST_KIND = "worker_lost"
 
 
 def _is_lost(payload: Mapping[str, Any]) -> bool:
     return payload["call"].get("error_kind") == LOST_KIND
-
-
-def _finish_jobs(payloads: Sequence[Mapping[str, Any]]) -> None:
-    """Store each job's final state unless it already finished (a ``worker_lost`` verdict excepted).
-
-    One ``UPDATE`` for the batch (:func:`muse_experiments.infra.bulk_sql.update_from_values`; Django's
-    ``bulk_update`` builds a CASE expression per row and field, which cost more CPU than the rest
-    of the drain); one per job where that is not supported.
-    """
-    states = [p["job"] for p in payloads]
-    if not bulk_sql.supported():
-        unfinished = Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(
-            status=JobStatus.FAILED, error=WORKER_LOST
-        )
-        for state in states:
-            CompletionJob.objects.filter(unfinished, pk=state["id"]).update(
-                status=state["status"],
-                result=state["result"],
-                error=state["error"],
-                finished_at=datetime.fromisoformat(state["finished_at"]),
-            )
-        return
-    pk, ops = CompletionJob._meta.pk, connection.ops
-    bulk_sql.update_from_values(
-        CompletionJob._meta.db_table,
-        columns=[
-            ("id", "uuid"),
-            ("status", "text"),
-            ("result", "jsonb"),
-            ("error", "text"),
-            ("finished_at", "timestamptz"),
-        ],
-        rows=[
-            (
-                pk.get_db_prep_value(uuid.UUID(str(state["id"])), connection),
-                state["status"],
-                json.dumps(state["result"]) if state["result"] is not None else None,
-                state["error"],
-                ops.adapt_datetimefield_value(datetime.fromisoformat(state["finished_at"])),
-            )
-            for state in states
-        ],
-        assign="status = v.status, result = v.result, error = v.error, finished_at = v.finished_at",
-        where="x.id = v.id AND (x.status IN (%s, %s) OR (x.status = %s AND x.error = %s))",
-        where_params=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, WORKER_LOST],
-    )

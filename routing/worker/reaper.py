@@ -1,13 +1,13 @@
 """The reaper: nothing a dead worker held stays unknown.
 
-A worker's death (its heartbeat expired, :func:`routing.claims.beat`, or its lease lapsed) leaves
+A worker's death (its heartbeat expired, :func:`routing.state.claims.beat`, or its lease lapsed) leaves
 three kinds of work behind, and :func:`reap_lost_work` settles each, idempotently (any number of
 reapers may run it, any number of times):
 
-1. jobs it was running: failed ``worker_lost`` (:func:`routing.services.completion_jobs_reap_expired`),
+1. jobs it was running: failed ``worker_lost`` (:func:`routing.jobs.completion_jobs_reap_expired`),
    never re-run — their attempt may have reached the provider, which must not be called twice;
 2. the attempts those jobs had started (noted before each upstream call,
-   :func:`routing.claims.queue_attempt_note`): recorded as a failed call whose attempts are
+   :func:`routing.state.claims.queue_attempt_note`): recorded as a failed call whose attempts are
    ``lost`` with their cost unknown (:func:`lost_attempts_record`), so a billed call is never
    silently absent; they count in ``cost_unknown`` of the call rollups and in
    ``muse_attempts_cost_unknown_total``;
@@ -28,19 +28,19 @@ from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
-from . import claims
-from .metrics import observe_outcome
-from .models import CompletionJob, JobStatus
-from .planning import job_plan
-from .records import call_payload, records_write
-from .services import WORKER_LOST, completion_jobs_reap_expired
-from .serving import AttemptLog, ServeOutcome
+from routing.jobs import WORKER_LOST, completion_jobs_reap_expired
+from routing.metrics import observe_outcome
+from routing.models import CompletionJob, JobStatus
+from routing.pipeline.planning import job_plan
+from routing.pipeline.records import call_payload, records_write
+from routing.pipeline.serving import AttemptLog, ServeOutcome
+from routing.state import claims
 
 log = logging.getLogger(__name__)
 
 #: The outcome of an attempt that died with its worker (its cost is unknown).
 LOST_OUTCOME = "lost"
-#: ``publish(job_id, row, stream)``: publish a job's task again (:func:`routing.tasks.republish`).
+#: ``publish(job_id, row, stream)``: publish a job's task again (:func:`routing.worker.tasks.republish`).
 Publish = Callable[[str, "dict | None", bool], None]
 
 
@@ -63,7 +63,7 @@ def reap_lost_work(*, death: bool, publish: Publish, heartbeats: bool = True) ->
 
 
 def lost_attempts_record(*, limit: int = 500) -> int:
-    """Record the attempts of jobs failed ``worker_lost`` (:data:`routing.claims.LOST_JOBS`): one
+    """Record the attempts of jobs failed ``worker_lost`` (:data:`routing.state.claims.LOST_JOBS`): one
     failed call record (error kind ``worker_lost``) whose attempts are ``lost``, cost unknown,
     latency up to when the job was found lost. A job with no noted attempt died before calling
     upstream: nothing to record. Returns how many calls were recorded. Idempotent (the write
@@ -87,7 +87,7 @@ def lost_attempts_record(*, limit: int = 500) -> int:
 
 
 def lost_call_payload(job: CompletionJob, notes: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The :func:`routing.records.call_payload` of a call that died with its worker: planned again
+    """The :func:`routing.pipeline.records.call_payload` of a call that died with its worker: planned again
     (the plan is the job's, as the worker made it unless the configuration changed meanwhile),
     failed ``worker_lost``, with one ``lost`` attempt per note."""
     finished = job.finished_at or timezone.now()
@@ -120,7 +120,7 @@ def _lost_attempt(note: Mapping[str, Any], finished: datetime) -> AttemptLog:
 
 
 def republish_unclaimed(*, death: bool, publish: Publish) -> int:
-    """Publish again the jobs published and not claimed (:func:`routing.claims.unclaimed`): all of
+    """Publish again the jobs published and not claimed (:func:`routing.state.claims.unclaimed`): all of
     them after a worker's death, else those that waited ``COMPLETION_REQUEUE_AFTER_S``. Returns
     how many. Raises ``redis.RedisError``."""
     now_ms = int(timezone.now().timestamp() * 1000)

@@ -1,7 +1,7 @@
 """The kill switch as routing reads it: which endpoints, experiments and variants are off.
 
 Scopes (rows of :class:`routing.models.KillSwitch`, written by
-:func:`routing.services.kill_switch_set`):
+:func:`routing.jobs.kill_switch_set`):
 
 * ``all_external`` — every provider whose kind is not ``native``;
 * ``provider`` — one provider (target: provider key, e.g. ``azure``);
@@ -42,8 +42,7 @@ from django.conf import settings
 from django.db import transaction
 
 from muse_experiments.infra.config_version import VersionedSnapshot
-
-from .models import KillScope, KillSwitch, RoutingReason
+from routing.models import KillScope, KillSwitch, RoutingReason
 
 log = logging.getLogger(__name__)
 

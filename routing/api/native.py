@@ -2,7 +2,7 @@
 
 ``POST`` is synchronous by default (waits up to ``COMPLETION_SYNC_WAIT_S`` for the worker, then
 answers 202 with a ``Location``); ``async=true`` answers 202 at once; ``stream=true`` answers with
-Server-Sent Events (see :mod:`routing.streaming` for the event list). A job is visible only to the
+Server-Sent Events (see :mod:`routing.pipeline.streaming` for the event list). A job is visible only to the
 API key that created it (staff sessions see all).
 """
 
@@ -23,13 +23,12 @@ from muse_experiments.api.auth import ApiClient, HasScope
 from muse_experiments.api.base import AttributesField, StrictSerializer
 from muse_experiments.experiments.fields import UnitIdField
 from muse_experiments.experiments.validation import tool_parameters_problem
-
-from .dispatch import submit_completion, wait_for_job
-from .dropin.errors import DropinError
-from .dropin.identity import header_text
-from .models import FINISHED_STATUSES, CompletionJob, JobStatus
-from .selectors import completion_job_current, completion_job_unwritten
-from .streaming import KEEPALIVE_FRAME, job_events, sse, sse_response
+from routing.dropin.errors import DropinError
+from routing.dropin.identity import header_text
+from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
+from routing.selectors import completion_job_current, completion_job_unwritten
+from routing.web.dispatch import submit_completion, wait_for_job
+from routing.web.relay import KEEPALIVE_FRAME, job_events, sse, sse_response
 
 
 class ToolCallSerializer(StrictSerializer):
@@ -245,7 +244,7 @@ class CompletionDetailApi(APIView):
 
 
 def _api_stream(job: CompletionJob) -> Iterator[bytes]:
-    """Our own SSE dialect: ``event: <type>`` + ``data: <json>`` per :mod:`routing.streaming` event."""
+    """Our own SSE dialect: ``event: <type>`` + ``data: <json>`` per :mod:`routing.pipeline.streaming` event."""
     yield sse("job", {"type": "job", "id": str(job.id), "status": job.status})
     for event in job_events(job_id=str(job.id)):
         if event["type"] == "keepalive":

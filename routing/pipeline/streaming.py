@@ -5,10 +5,10 @@ Flow:
 1. the web process creates the job (``stream=True``) and enqueues the task as for any job;
 2. the worker runs :func:`stream_job_events` and appends every event to the job's Redis Stream
    ``muse:job:<id>:events`` (``XADD``; the key expires ``COMPLETION_STREAM_TTL_S`` after the
-   first event) through :class:`routing.events.RedisEventLog`;
+   first event) through :class:`routing.state.events.RedisEventLog`;
 3. the web process reads the stream from the beginning (``XREAD BLOCK`` from id ``0``), so a
    subscriber that arrives late misses nothing, and relays each event as it arrives
-   (:func:`routing.events.relay_events`). Nothing holds the whole answer: each event is written to the socket
+   (:func:`routing.web.relay.relay_events`). Nothing holds the whole answer: each event is written to the socket
    as soon as the worker has it.
 
 Events (dicts; the SSE ``event`` name is ``type``):
@@ -23,9 +23,9 @@ Events (dicts; the SSE ``event`` name is ``type``):
   public result (text, tool calls, served model, experiment, variant, usage, cost, reason);
 * ``{"type": "error", "id", "status": "failed", "error"}`` — last, when the call failed.
 
-Each upstream call is one guarded attempt (:func:`routing.attempts.attempt_stream`: kill switch,
+Each upstream call is one guarded attempt (:func:`routing.pipeline.attempts.attempt_stream`: kill switch,
 circuit breaker, concurrency limit, credential, session reasoning kept server-side), with the
-router's retry policy and fallback chain (:func:`routing.serving.serve_stream`) — but only before the first delta; once content has been
+router's retry policy and fallback chain (:func:`routing.pipeline.serving.serve_stream`) — but only before the first delta; once content has been
 sent, a failure ends the stream with ``error`` (a half-sent answer is never restarted elsewhere).
 
 Encrypted reasoning never appears in an event: provider stream events carry none, and ``done``
@@ -34,22 +34,21 @@ carries the stored public result.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from typing import Any
 
-from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from .events import CancelWatch, RedisEventLog, job_cancel_request, relay_events, terminal_event
-from .handoff import publish_final
-from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from .planning import build_request, job_plan, state_session
-from .recording import record_call
-from .services import completion_job_claim, completion_job_fail
-from .serving import ServeOutcome, serve_stream
-from .shadow.sampling import shadow_offer
+from routing.jobs import completion_job_claim, completion_job_fail
+from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
+from routing.pipeline.cancel import CancelWatch
+from routing.pipeline.planning import build_request, job_plan, state_session
+from routing.pipeline.recording import record_call
+from routing.pipeline.serving import ServeOutcome, serve_stream
+from routing.shadow.sampling import shadow_offer
+from routing.state.events import RedisEventLog, terminal_event
+from routing.state.handoff import publish_final
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
 
     Safe to call twice: a job another worker holds yields nothing; a finished job yields only its
     terminal event. If the caller goes away — the relay sets the job's cancel flag
-    (:func:`routing.events.job_cancel_request`, checked between upstream chunks), or the consumer
+    (:func:`routing.web.relay.job_cancel_request`, checked between upstream chunks), or the consumer
     closes this generator — the upstream stream is closed at once, freeing its
     concurrency slot, and the call is recorded ``cancelled`` / ``client_disconnected`` with the
     tokens received so far, costed.
@@ -103,9 +102,9 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
 
 def job_lost(job_id: str) -> dict[str, Any]:
     """The ``error`` event of a task whose job row does not exist, its final state handed to any
-    waiting request at once (:func:`routing.handoff.publish_final`), so the caller gets a failure
+    waiting request at once (:func:`routing.state.handoff.publish_final`), so the caller gets a failure
     now rather than a timeout. It happens only when a PostgreSQL crash forgot the row of a job
-    created without the WAL flush (:func:`routing.services.relax_commit_durability`)."""
+    created without the WAL flush (:func:`routing.jobs.relax_commit_durability`)."""
     log.error("completion job %s does not exist; its task is dropped", job_id)
     state = {"status": JobStatus.FAILED, "result": None, "error": JOB_LOST, "finished_at": timezone.now()}
     publish_final(job_id=job_id, state=state)
@@ -120,32 +119,3 @@ def publish_job_events(*, job_id: str) -> str:
         events.publish(event)
         status = event.get("status", status)
     return status
-
-
-def job_events(*, job_id: str, start_timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
-    """The events a web request streams for a job: relayed from the job's Redis stream (the worker
-    produces them, :func:`publish_job_events`). If the request's consumer goes away, the job's
-    cancel flag is set (the worker closes the upstream call)."""
-    try:
-        yield from relay_events(job_id=job_id, start_timeout_s=start_timeout_s)
-    except GeneratorExit:  # the caller went away: tell the worker to close the upstream call
-        job_cancel_request(job_id=job_id)
-        raise
-
-
-def sse(event: str | None, data: Any) -> bytes:
-    """One Server-Sent Events frame: optional ``event:`` line, one ``data:`` line of JSON."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), default=str)
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {payload}\n\n".encode()
-
-
-KEEPALIVE_FRAME = b": keep-alive\n\n"
-
-
-def sse_response(frames: Iterator[bytes]) -> StreamingHttpResponse:
-    """A ``text/event-stream`` response that proxies must not buffer."""
-    response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response

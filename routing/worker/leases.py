@@ -1,13 +1,13 @@
 """Worker liveness and job leases, kept alive by the worker that holds them.
 
 In each worker process (:class:`LeaseKeeper`), one daemon thread sets the process's heartbeat
-(:func:`routing.claims.beat`, a Redis key with a TTL of ``WORKER_HEARTBEAT_TTL_S``) every fifth
+(:func:`routing.state.claims.beat`, a Redis key with a TTL of ``WORKER_HEARTBEAT_TTL_S``) every fifth
 of that TTL and does nothing else; another renews the leases of every job the process holds
-(``COMPLETION_LEASE_S``, taken by ``routing.services.completion_job_claim``) every third of the
+(``COMPLETION_LEASE_S``, taken by ``routing.jobs.completion_job_claim``) every third of the
 lease, and reaps. If the worker dies
 (SIGKILL, OOM, machine lost), its heartbeat expires within ``WORKER_HEARTBEAT_TTL_S``; the next
 worker to beat (having beaten steadily itself for a TTL, so that a Redis outage is not taken
-for deaths) learns it and reaps at once (``reap``: :func:`routing.tasks.reap_lost`): the
+for deaths) learns it and reaps at once (``reap``: :func:`routing.worker.tasks.reap_lost`): the
 dead worker's running jobs are failed ``worker_lost`` with their attempts recorded lost, and the
 jobs published meanwhile are published again. The lease is the bound when heartbeats are
 unreadable, and the periodic reaper (``maintenance.reap_expired_completion_jobs``, and each
@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import close_old_connections
 
-from . import claims
-from .services import completion_jobs_renew_leases, worker_identity
+from routing.jobs import completion_jobs_renew_leases, worker_identity
+from routing.state import claims
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class LeaseKeeper:
         return since is not None and time.monotonic() - since >= settings.WORKER_HEARTBEAT_TTL_S
 
     def _beat(self) -> None:
-        """Set this process's heartbeat; workers found dead (:func:`routing.claims.beat`) are
+        """Set this process's heartbeat; workers found dead (:func:`routing.state.claims.beat`) are
         handed to the reaping thread."""
         try:
             dead = claims.beat(self.worker, find_dead=self._reap is not None and self.steady())

@@ -1,17 +1,17 @@
 """Hand a completion job to a Celery worker and wait (bounded) for it to finish.
 
-The web process waits on the job's hand-off list (:mod:`routing.handoff`: one ``BLPOP``) and
+The web process waits on the job's hand-off list (:mod:`routing.state.handoff`: one ``BLPOP``) and
 answers from the final state the worker published, without reloading the job from the database;
 it re-reads the job row once a second as a safety net (a job failed by another path).
 
 A caller that waits on this request, without an idempotency key and without streaming, costs no
 database round trip before the publish: the message carries the job's row
-(:func:`routing.services.job_row`) and the worker writes it as it claims the job. The
+(:func:`routing.messages.job_row`) and the worker writes it as it claims the job. The
 waiting request writes it itself (``queued``) before handing the id out unanswered, and when no
 worker has claimed it after ``COMPLETION_REQUEUE_AFTER_S`` (then it also publishes the task again).
 
 Every job is findable from its publish on: :func:`_send` writes its record with the message
-(:func:`routing.claims.queue_published`, ``queued``, the row included), which
+(:func:`routing.state.claims.queue_published`, ``queued``, the row included), which
 ``GET /api/v1/completions/{id}`` reads until the row is written, whether or not anyone still
 waits for the job.
 
@@ -20,7 +20,7 @@ beyond ``CELERY_TASK_PUBLISH_RETRY_POLICY``) is failed ``broker_unavailable`` at
 queued, and the caller gets a 503; a result channel lost while waiting (Redis restarted) falls
 back to reading the job row. A task message lost in the broker (Redis hands a message to a
 worker with BRPOP and records it as unacknowledged a moment later; a worker SIGKILLed in
-between takes it along) is published again by :mod:`routing.reaper` within seconds of that
+between takes it along) is published again by :mod:`routing.worker.reaper` within seconds of that
 worker's heartbeat expiring, and in any case once its job has waited
 ``COMPLETION_REQUEUE_AFTER_S`` unclaimed; the job's claim makes any second delivery a no-op.
 """
@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from kombu.transport import redis as kombu_redis
@@ -43,19 +44,17 @@ from rest_framework.exceptions import AuthenticationFailed
 from muse_experiments.infra.broker import direct_publisher
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
-
-from . import claims
-from .events import job_cancel_request
-from .handoff import apply_final, wait_final
-from .models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from .services import (
+from routing.jobs import (
     completion_job_create,
     completion_job_fail,
     completion_job_hand_out,
     completion_job_new,
-    job_row,
 )
-from .tasks import run_completion
+from routing.messages import RUN_COMPLETION, job_row
+from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
+from routing.state import claims
+from routing.state.handoff import apply_final, wait_final
+from routing.web.relay import job_cancel_request
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +80,9 @@ def publish_completion(
 ) -> None:
     """Publish the job's task; if the broker refuses it, fail the job (never left queued) and re-raise.
 
-    ``row``: a deferred job's row (:func:`routing.services.job_row`), which the worker writes as
+    ``row``: a deferred job's row (:func:`routing.messages.job_row`), which the worker writes as
     it claims the job. No Celery result is stored: the final state travels through
-    :mod:`routing.handoff`.
+    :mod:`routing.state.handoff`.
     """
     kwargs: dict[str, Any] = {"stream": stream} if stream is not None else {}
     if row is not None:
@@ -97,11 +96,11 @@ def publish_completion(
 
 def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     """``run_completion`` for ``job_id`` on the completions queue (task id = job id), with the
-    job's record (:func:`routing.claims.queue_published`: from now on the job is findable, and
+    job's record (:func:`routing.state.claims.queue_published`: from now on the job is findable, and
     published again if the worker that takes the message dies before claiming it), in the same
     ``MULTI`` as the message where the broker is this Redis, else just after it.
 
-    No Celery result is stored (the answer travels through :mod:`routing.handoff`): the message
+    No Celery result is stored (the answer travels through :mod:`routing.state.handoff`): the message
     is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
     headers and signals), and pushed onto the queue's Redis list by
     :class:`muse_experiments.infra.broker.DirectPublisher` in kombu's wire format, with Celery's
@@ -118,41 +117,50 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     # tools) never holds the conversation, and costs nothing to build
     argsrepr = repr([job_id])
     kwargsrepr = repr({k: "…" if k == "row" else v for k, v in kwargs.items()})
-    task = run_completion._get_current_object()  # the shared task's proxy, resolved once
-    app = task.app
+    app = current_app._get_current_object()  # the project's app (muse_experiments.celery)
+    name = RUN_COMPLETION.name  # by name: the web side never imports the worker's tasks
 
     def record(pipe) -> None:
         claims.queue_published(pipe, job_id, row=kwargs.get("row"), stream=bool(kwargs.get("stream")))
 
     if app.conf.task_always_eager:
         _record_published(record)
-        run_completion.apply_async(
+        _registered(app, name).apply_async(
             args=[job_id], kwargs=kwargs, task_id=job_id, queue=Queue.COMPLETIONS,
             argsrepr=argsrepr, kwargsrepr=kwargsrepr,
         )  # fmt: skip
         return
     message = app.amqp.as_task_v2(
-        job_id, task.name, args=[job_id], kwargs=kwargs, ignore_result=True,
-        time_limit=task.time_limit, soft_time_limit=task.soft_time_limit,
+        job_id, name, args=[job_id], kwargs=kwargs, ignore_result=True,
+        time_limit=RUN_COMPLETION.time_limit, soft_time_limit=RUN_COMPLETION.soft_time_limit,
         argsrepr=argsrepr, kwargsrepr=kwargsrepr,
     )  # fmt: skip
     publisher = direct_publisher(app)
     if publisher is not None and publisher.client is redis_client():
-        publisher.push(message, name=task.name, queue=Queue.COMPLETIONS, along=record)
+        publisher.push(message, name=name, queue=Queue.COMPLETIONS, along=record)
         return
     if publisher is not None:
-        publisher.push(message, name=task.name, queue=Queue.COMPLETIONS)
+        publisher.push(message, name=name, queue=Queue.COMPLETIONS)
     else:
         with app.producer_or_acquire() as producer:
             app.amqp.send_task_message(
-                producer, task.name, message, queue=Queue.COMPLETIONS,
+                producer, name, message, queue=Queue.COMPLETIONS,
                 declare=[] if _redis_broker(producer) else None,
             )  # fmt: skip
     _record_published(record)
 
 
+def _registered(app, name: str):
+    """The task registered as ``name``, for eager mode (tests), where the web process runs it
+    itself. Its module is loaded the way a worker loads it (the app's autodiscovered task modules,
+    :mod:`muse_experiments.celery`), not imported here."""
+    if name not in app.tasks:
+        app.loader.import_default_modules()
+    return app.tasks[name]
+
+
 def _record_published(record: Callable[[Any], None]) -> None:
-    """Write a published job's record (:func:`routing.claims.queue_published`) on its own, where
+    """Write a published job's record (:func:`routing.state.claims.queue_published`) on its own, where
     the broker is not this Redis. Best effort: without it the job is still known to the request
     waiting for it, and a claim that took it already is left as it is."""
     try:
@@ -184,7 +192,7 @@ def submit_completion(
     """Create the job (or find it by idempotency key) and hand it to a worker. Returns ``(job, created)``.
 
     ``durable=False`` for callers that wait for the answer on this request
-    (:func:`routing.services.completion_job_create`).
+    (:func:`routing.jobs.completion_job_create`).
     """
     try:
         job, created = _create_and_enqueue(
@@ -238,13 +246,13 @@ def wait_for_job(
     row if the hand-off channel broke, e.g. Redis restarted). With ``caller_gone`` (see
     :func:`caller_gone_check`), the caller's connection is checked every :data:`CALLER_CHECK_S`
     seconds of the wait, without a database read: once it has gone (its HTTP client gave up) the
-    job's cancel flag is set (:func:`routing.events.job_cancel_request`: the worker closes the
+    job's cancel flag is set (:func:`routing.web.relay.job_cancel_request`: the worker closes the
     upstream call and records the job ``cancelled``) and the wait ends.
     """
     started = time.monotonic()
     deadline = started + timeout_s
     next_recheck = started + RECHECK_S
-    unwritten = job._state.adding  # a deferred job: its row comes with its records (routing.claims)
+    unwritten = job._state.adding  # a deferred job: its row comes with its records (routing.state.claims)
     channel = True
     while True:
         remaining = max(deadline - time.monotonic(), 0.0)
@@ -277,7 +285,7 @@ def wait_for_job(
             try:
                 job.refresh_from_db()
             except CompletionJob.DoesNotExist:
-                if not unwritten:  # a database crash forgot it (routing.streaming.job_lost)
+                if not unwritten:  # a database crash forgot it (routing.pipeline.streaming.job_lost)
                     return apply_final(
                         job, {"status": JobStatus.FAILED, "error": JOB_LOST, "finished_at": None}
                     )
@@ -290,7 +298,7 @@ def wait_for_job(
 
 def _publish_again(job_id: str) -> None:
     """Publish a deferred job's task again (its row now written, unclaimed). A safety net: if the
-    broker refuses it, the job stays queued for :func:`routing.tasks.requeue_lost_jobs` (its first
+    broker refuses it, the job stays queued for :func:`routing.worker.tasks.requeue_lost_jobs` (its first
     message may only be waiting behind others) rather than being failed."""
     try:
         _send(job_id, {})

@@ -19,8 +19,7 @@ import uuid
 from django.conf import settings
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import roundtrip
+from routing.guards import roundtrip
 
 log = logging.getLogger(__name__)
 KEY_PREFIX = "muse:conc:"
@@ -62,7 +61,7 @@ class ConcurrencyLimiter:
         return slot
 
     def acquire_check(self, pipe, endpoint_id: str, limit: int) -> roundtrip.Pending[Slot | None]:
-        """:meth:`acquire` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open: a
+        """:meth:`acquire` as a check queued on ``pipe`` (:mod:`routing.guards.roundtrip`). Fails open: a
         Redis error grants the slot and Redis is skipped for :data:`REDIS_RETRY_S`."""
         if time.monotonic() < self._skip_redis_until:
             return roundtrip.Pending(lambda _: Slot(None), queued=False)

@@ -2,7 +2,8 @@
 
 The exposure (intent-to-treat: recorded even when a fallback served), the call record with every
 attempt, the job's public final state, and the session's transcript turn
-(:mod:`routing.records`). They are written behind (:mod:`routing.writebehind`): one Redis
+(:mod:`routing.pipeline.records`). They are written behind (:func:`buffer_call`, drained by
+:mod:`routing.worker.drainer`): one Redis
 transaction buffers them and hands the final state to the waiting request, and a drainer writes
 them to the database in bulk, normally within tens of milliseconds and within 5 s under load.
 Encrypted reasoning never reaches either: only ``CompletionResult.to_public_dict()`` is stored.
@@ -10,21 +11,29 @@ Encrypted reasoning never reaches either: only ``CompletionResult.to_public_dict
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from collections.abc import Mapping
+from typing import Any
 
 from django.conf import settings
 
 from muse_experiments.experiments.assignment.specs import Decision
-
-from .handoff import apply_final, publish_final
-from .metrics import observe_outcome
-from .models import CompletionJob
-from .planning import Candidate
-from .records import call_payload, job_final_state, records_write
-from .serving import ServeOutcome
-from .writebehind import buffer_call
+from muse_experiments.infra.redis_client import redis_client
+from routing.metrics import observe_outcome
+from routing.models import CompletionJob
+from routing.pipeline.planning import Candidate
+from routing.pipeline.records import call_payload, job_final_state, records_write
+from routing.pipeline.serving import ServeOutcome
+from routing.state.claims import queue_done
+from routing.state.handoff import apply_final, publish_final, queue_final
 
 log = logging.getLogger(__name__)
+
+#: The Redis Stream that buffers call records until a drainer writes them
+#: (:mod:`routing.worker.drainer`).
+STREAM = "muse:records"
 
 
 def record_call(
@@ -55,3 +64,16 @@ def record_call(
             log.exception("could not buffer the records of job %s in Redis; writing them now", job.id)
     records_write([payload])
     publish_final(job_id=str(job.id), state=final)
+
+
+def buffer_call(payload: Mapping[str, Any]) -> None:
+    """Buffer one call's records and publish its job's final state, atomically (``MULTI``)."""
+    job = payload["job"]
+    final = json.dumps(
+        {k: job[k] for k in ("status", "result", "error", "finished_at")}, separators=(",", ":")
+    )
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.xadd(STREAM, {"p": json.dumps(payload, separators=(",", ":")), "t": repr(time.time())})
+    queue_final(pipe, job["id"], final)
+    queue_done(pipe, job["id"])
+    pipe.execute()

@@ -1,4 +1,18 @@
-"""Routing services: writes to the catalogue and to completion jobs."""
+"""Every write of a :class:`~routing.models.CompletionJob` row, and the row's message form.
+
+The one module that creates or updates job rows (``tests/test_architecture.py`` holds that line):
+
+* the web side's queued write (:func:`completion_job_create`, :func:`completion_job_materialize`,
+  :func:`completion_job_hand_out`) and a job failed before it ran (:func:`completion_job_fail`);
+* the worker's claim (:func:`completion_job_claim`), lease renewal
+  (:func:`completion_jobs_renew_leases`) and reaping (:func:`completion_jobs_reap_expired`);
+* the drainer's writes (:func:`completion_jobs_insert` for jobs claimed without a row,
+  :func:`completion_jobs_finish` for every final state);
+* the cancel flag set when Redis refused it (:func:`completion_job_flag_cancel`).
+
+A deferred job's row travels in its task message (:func:`routing.messages.job_row`,
+:func:`routing.messages.job_from_row`).
+"""
 
 from __future__ import annotations
 
@@ -8,83 +22,25 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from rest_framework import exceptions
 
-from muse_experiments.infra import config_version
+from muse_experiments.infra import bulk_sql
 from muse_experiments.infra.storage_text import storable
-
-from . import claims
-from .catalogue import EndpointSeed, ProviderSeed
-from .credentials import credential_binding_validate
-from .events import publish_failure
-from .handoff import publish_final
-from .models import CompletionJob, JobStatus, ModelEndpoint, Provider
+from routing.messages import job_from_row
+from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
+from routing.state import claims
+from routing.state.events import publish_failure
+from routing.state.handoff import publish_final
 
 log = logging.getLogger(__name__)
-
-
-@transaction.atomic
-def catalogue_seed(
-    *, providers: Sequence[ProviderSeed], endpoints: Sequence[EndpointSeed], actor: str
-) -> tuple[int, int]:
-    """Create or update providers and endpoints by key/public id. Returns ``(n_providers, n_endpoints)``.
-
-    Every provider's credential variable and base URL must be in the credential binding
-    (:func:`routing.credentials.credential_binding_validate`): otherwise ValidationError, keyed
-    ``<provider key>.<field>``, and nothing is written.
-    """
-    errors: dict[str, Any] = {}
-    for p in providers:
-        try:
-            credential_binding_validate(credential_env=p.credential_env, base_url=p.base_url)
-        except ValidationError as exc:
-            errors.update({f"{p.key}.{name}": messages for name, messages in exc.message_dict.items()})
-    if errors:
-        raise ValidationError(errors)
-    by_key = {}
-    for p in providers:
-        obj, _ = Provider.objects.update_or_create(
-            key=p.key,
-            defaults={
-                "kind": p.kind,
-                "base_url": p.base_url,
-                "credential_env": p.credential_env,
-                "api_version": p.api_version,
-            },
-        )
-        obj.full_clean()
-        by_key[p.key] = obj
-    for e in endpoints:
-        if e.is_platform_default:
-            ModelEndpoint.objects.filter(is_platform_default=True).exclude(public_id=e.public_id).update(
-                is_platform_default=False
-            )
-        obj, _ = ModelEndpoint.objects.update_or_create(
-            public_id=e.public_id,
-            defaults={
-                "version_label": e.version_label,
-                "provider": by_key[e.provider],
-                "upstream_model": e.upstream_model,
-                "api_style": e.api_style,
-                "supports_reasoning": e.supports_reasoning,
-                "supports_structured_output": e.supports_structured_output,
-                "supports_json_mode": e.supports_json_mode,
-                **e.price_fields(),
-                "is_platform_default": e.is_platform_default,
-            },
-        )
-        obj.full_clean()
-    config_version.bump()
-    return len(providers), len(endpoints)
 
 
 def completion_job_create(
@@ -102,7 +58,7 @@ def completion_job_create(
     """Create a queued job, or return the existing one for the same idempotency key.
 
     ``request`` is ``{"messages": [...], "tools": [...]}`` plus, for a caller that pins a model,
-    ``"model": <endpoint public id>``. ``stream`` makes the worker publish deltas (routing.streaming).
+    ``"model": <endpoint public id>``. ``stream`` makes the worker publish deltas (routing.pipeline.streaming).
     Returns ``(job, created)``. The caller enqueues the worker task on commit when ``created``.
 
     ``durable=False`` is for a caller that waits for the answer on this request (drop-ins, native
@@ -145,7 +101,7 @@ def completion_job_new(
     """A queued, non-streamed job that is *not* written yet (``job._state.adding`` stays True).
 
     For a caller that waits for the answer on this request and gave no idempotency key: no
-    database round trip before the task is published. Its message carries :func:`job_row`; the
+    database round trip before the task is published. Its message carries :func:`routing.messages.job_row`; the
     worker claims the job from it (:func:`completion_job_claim` with ``row``: in Redis, its row
     written with the call's records; the row written ``running`` when Redis fails) — still before
     any upstream call — and the waiting request writes it itself
@@ -162,42 +118,6 @@ def completion_job_new(
         request=storable(dict(request)),
         created_at=timezone.now(),
     )
-
-
-def job_row(job: CompletionJob, *, request: bool = True) -> dict[str, Any]:
-    """A job's row as a task-message field (JSON-serialisable; read back by :func:`job_from_row`).
-
-    ``attributes`` and ``request`` travel as JSON *text*: the message's own JSON (kombu) turns
-    client objects shaped ``{"__type__": …, "__value__": …}`` into Python values, or refuses to
-    decode the message at all. ``request=False`` leaves the request out (``None``) for a reader
-    that has it from elsewhere.
-    """
-    return {
-        "api_key_id": job.api_key_id,
-        "session_id": job.session_id,
-        "user_id": job.user_id,
-        "subagent": job.subagent,
-        "attributes": json.dumps(job.attributes, ensure_ascii=False),
-        "request": json.dumps(job.request, ensure_ascii=False) if request else None,
-        "created_at": job.created_at.isoformat(),
-    }
-
-
-#: Fields a deferred job's row carries in its task message (:func:`completion_job_new`).
-_ROW_FIELDS = frozenset(
-    {"api_key_id", "session_id", "user_id", "subagent", "attributes", "request", "created_at"}
-)
-
-
-def job_from_row(job_id, row: Mapping[str, Any], **state: Any) -> CompletionJob:
-    """The job a deferred message describes, with ``state`` (status, lease, …) set; unsaved."""
-    fields = {k: v for k, v in row.items() if k in _ROW_FIELDS}
-    for name in ("attributes", "request"):
-        if isinstance(fields.get(name), str):
-            fields[name] = json.loads(fields[name])
-    created = fields.get("created_at")
-    fields["created_at"] = datetime.fromisoformat(created) if isinstance(created, str) else timezone.now()
-    return CompletionJob(id=uuid.UUID(str(job_id)), **fields, **state)
 
 
 def _insert_statement(jobs: Sequence[CompletionJob]) -> tuple[str, list[Any]]:
@@ -237,7 +157,7 @@ def _insert_new(job: CompletionJob) -> bool:
 
 
 def completion_jobs_insert(jobs: Sequence[CompletionJob]) -> int:
-    """Write the rows of jobs claimed without one (:mod:`routing.claims`), in one statement,
+    """Write the rows of jobs claimed without one (:mod:`routing.state.claims`), in one statement,
     skipping those already written. Returns how many it wrote. Meant for a caller's transaction
     (the write-behind drainer's): a job whose API key was deleted meanwhile is written without it
     (checked first: PostgreSQL checks the foreign key only at the commit)."""
@@ -270,7 +190,7 @@ def completion_job_materialize(job: CompletionJob) -> bool:
 
 def completion_job_hand_out(job: CompletionJob) -> bool:
     """Write a deferred job's row before its id is handed out or its task published again: as its
-    Redis claim says (``running``, :func:`routing.claims.running`) if a worker took it, else
+    Redis claim says (``running``, :func:`routing.state.claims.running`) if a worker took it, else
     ``queued``. Returns True if this call wrote it unclaimed (the caller may publish it again)."""
     taken = None
     try:
@@ -338,12 +258,11 @@ def completion_job_claim(
     job_id,
     worker: str | None = None,
     row: Mapping[str, Any] | None = None,
-    meanwhile: Callable[[CompletionJob], None] | None = None,
 ) -> CompletionJob | None:
     """Take a job for this worker, under a row lock. Returns the running job, or None to do nothing.
 
     * ``queued`` → ``running``: ``deliveries`` + 1, a lease of ``settings.COMPLETION_LEASE_S``
-      seconds (renewed by :class:`routing.leases.LeaseKeeper` while the worker lives). Committing
+      seconds (renewed by :class:`routing.worker.leases.LeaseKeeper` while the worker lives). Committing
       this *before* any upstream call is the attempt's intent record.
     * ``running`` with a live lease (a redelivery while the first worker still works): None.
     * ``running`` with an expired lease (the first worker died mid-call): the attempt may or may
@@ -357,16 +276,11 @@ def completion_job_claim(
     ``INSERT … ON CONFLICT DO NOTHING``; if the row exists (a redelivery, or the waiting request
     wrote it), the cases above apply.
 
-    Every delivery first goes through :func:`routing.claims.claim` (one script, one round trip);
+    Every delivery first goes through :func:`routing.state.claims.claim` (one script, one round trip);
     if Redis fails, the row is the claim, as above. A deferred job is claimed there alone: the returned job is *not written*
     (``_state.adding``), and its row reaches the database with the call's records
-    (:func:`routing.records.records_write`). A job claimed there whose lease ran out is failed
+    (:func:`routing.pipeline.records.records_write`). A job claimed there whose lease ran out is failed
     ``worker_lost`` here; every other job (state ``db``) is claimed through its row, as above.
-
-    ``meanwhile(job)`` (a deferred job only) runs on the job this claim returns if it
-    wins, while the script's reply is on its way: work that needs the job but changes nothing
-    (the routing plan, :func:`routing.router.execute_job`). If the claim is not won, its result
-    is dropped and its exception too; if it is, its exception propagates.
     """
     now = timezone.now()
     identity = (worker or worker_identity())[:200]
@@ -376,12 +290,8 @@ def completion_job_claim(
             job_id, row, status=JobStatus.RUNNING, started_at=now, deliveries=1, worker=identity,
             lease_expires_at=now + timedelta(seconds=settings.COMPLETION_LEASE_S),
         )  # fmt: skip
-    state, lost_row, failure = _claim_in_redis(
-        job_id, worker=identity, row=row, meanwhile=(lambda: meanwhile(job)) if meanwhile and job else None
-    )  # fmt: skip
+    state, lost_row = _claim_in_redis(job_id, worker=identity, row=row)
     if state == claims.CLAIMED:
-        if failure is not None:
-            raise failure
         return job
     if state == claims.LOST and lost_row is not None:  # its worker died mid-call
         completion_job_fail(job_id=job_id, reason=WORKER_LOST, row=lost_row)
@@ -424,28 +334,14 @@ def completion_job_claim(
         return None
 
 
-def _claim_in_redis(
-    job_id, *, worker: str, row: Mapping[str, Any] | None, meanwhile: Callable[[], None] | None = None
-) -> tuple[str, dict | None, BaseException | None]:
-    """:func:`routing.claims.claim` (running ``meanwhile()`` between sending it and reading its
-    reply); if Redis fails, :data:`routing.claims.DB` (claim through the row).
-    Returns ``(state, lost row, what meanwhile raised)``."""
-    failure = None
+def _claim_in_redis(job_id, *, worker: str, row: Mapping[str, Any] | None) -> tuple[str, dict | None]:
+    """:func:`routing.state.claims.claim`; if Redis fails, :data:`routing.state.claims.DB` (claim
+    through the row). Returns ``(state, lost row)``."""
     try:
-        read = claims.claim_send(str(job_id), worker=worker, row=dict(row) if row is not None else None)
-        if meanwhile is not None:
-            try:
-                meanwhile()
-            except Exception as exc:  # noqa: BLE001 - raised by the caller once the claim is known
-                failure = exc
-            except BaseException:  # interrupted: still read the reply (the connection goes back)
-                with contextlib.suppress(Exception):
-                    read()
-                raise
-        return (*read(), failure)
+        return claims.claim(str(job_id), worker=worker, row=dict(row) if row is not None else None)
     except Exception as exc:  # noqa: BLE001 - Redis down: the database row is the claim
         log.warning("claiming job %s in Redis failed (%s); claiming its row", job_id, type(exc).__name__)
-        return claims.DB, None, None
+        return claims.DB, None
 
 
 def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
@@ -477,7 +373,7 @@ def _claim_queued(*, job_id, now, worker: str) -> CompletionJob | None:
 
 def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
     """Extend the leases of running jobs this worker holds by ``COMPLETION_LEASE_S`` from now:
-    their rows, and their claims in Redis (:func:`routing.claims.renew`). Returns how many rows it
+    their rows, and their claims in Redis (:func:`routing.state.claims.renew`). Returns how many rows it
     extended. Raises what the database or Redis raised."""
     job_ids = list(job_ids)
     claims.renew(job_ids, worker=worker)
@@ -488,14 +384,14 @@ def completion_jobs_renew_leases(*, job_ids, worker: str) -> int:
 
 def completion_jobs_reap_expired(*, now=None, heartbeats: bool = True) -> int:
     """Fail running jobs whose worker died: their lease expired, or (with ``heartbeats``: the
-    caller has beaten steadily, :meth:`routing.leases.LeaseKeeper.steady`) their worker's
-    heartbeat did (:func:`routing.claims.beat`). Returns how many were failed.
+    caller has beaten steadily, :meth:`routing.worker.leases.LeaseKeeper.steady`) their worker's
+    heartbeat did (:func:`routing.state.claims.beat`). Returns how many were failed.
 
     The maintenance task and every worker's lease keeper run this (the keeper within a second of
     a worker's heartbeat expiring), so no job stays ``running`` forever even when its task message
     is never redelivered. It also fails the deferred jobs claimed in Redis whose lease ran out or
-    whose worker died (:func:`routing.claims.reap`). Each failed job's id is left for
-    :func:`routing.reaper.lost_attempts_record` (:data:`routing.claims.LOST_JOBS`).
+    whose worker died (:func:`routing.state.claims.reap`). Each failed job's id is left for
+    :func:`routing.worker.reaper.lost_attempts_record` (:data:`routing.state.claims.LOST_JOBS`).
     """
     lost = _reap_redis_claims(heartbeats)
     now = now or timezone.now()
@@ -527,7 +423,7 @@ def _dead_workers(running) -> list[str]:
 
 
 def _note_lost(jobs) -> None:
-    """Leave lost jobs' attempts to the reaper (:data:`routing.claims.LOST_JOBS`); best effort."""
+    """Leave lost jobs' attempts to the reaper (:data:`routing.state.claims.LOST_JOBS`); best effort."""
     try:
         claims.mark_lost(str(j.id) for j in jobs)
     except Exception as exc:  # noqa: BLE001 - the job is failed; only its attempt records wait
@@ -580,3 +476,60 @@ def completion_job_fail(*, job_id, reason: str, row: Mapping[str, Any] | None = 
         job.save(update_fields=["status", "error", "finished_at"])
         _announce_failure([job])
     return True
+
+
+def completion_jobs_finish(states: Sequence[Mapping[str, Any]]) -> None:
+    """Store each job's final state unless it already finished (a ``worker_lost`` verdict excepted).
+
+    ``states``: the ``job`` part of :func:`routing.pipeline.records.call_payload` s, ``{"id",
+    "status", "result", "error", "finished_at"}`` (``finished_at`` ISO 8601). Meant for the
+    caller's transaction (:func:`routing.pipeline.records.records_write`).
+
+    One ``UPDATE`` for the batch (:func:`muse_experiments.infra.bulk_sql.update_from_values`; Django's
+    ``bulk_update`` builds a CASE expression per row and field, which cost more CPU than the rest
+    of the drain); one per job where that is not supported.
+    """
+    if not bulk_sql.supported():
+        unfinished = Q(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]) | Q(
+            status=JobStatus.FAILED, error=WORKER_LOST
+        )
+        for state in states:
+            CompletionJob.objects.filter(unfinished, pk=state["id"]).update(
+                status=state["status"],
+                result=state["result"],
+                error=state["error"],
+                finished_at=datetime.fromisoformat(state["finished_at"]),
+            )
+        return
+    pk, ops = CompletionJob._meta.pk, connection.ops
+    bulk_sql.update_from_values(
+        CompletionJob._meta.db_table,
+        columns=[
+            ("id", "uuid"),
+            ("status", "text"),
+            ("result", "jsonb"),
+            ("error", "text"),
+            ("finished_at", "timestamptz"),
+        ],
+        rows=[
+            (
+                pk.get_db_prep_value(uuid.UUID(str(state["id"])), connection),
+                state["status"],
+                json.dumps(state["result"]) if state["result"] is not None else None,
+                state["error"],
+                ops.adapt_datetimefield_value(datetime.fromisoformat(state["finished_at"])),
+            )
+            for state in states
+        ],
+        assign="status = v.status, result = v.result, error = v.error, finished_at = v.finished_at",
+        where="x.id = v.id AND (x.status IN (%s, %s) OR (x.status = %s AND x.error = %s))",
+        where_params=[JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, WORKER_LOST],
+    )
+
+
+def completion_job_flag_cancel(*, job_id) -> None:
+    """Set an unfinished job's ``cancel_requested`` flag: its caller went away and Redis refused
+    the cancel key (:func:`routing.web.relay.job_cancel_request`). Harmless on a finished job."""
+    CompletionJob.objects.filter(pk=job_id).exclude(status__in=FINISHED_STATUSES).update(
+        cancel_requested=True
+    )

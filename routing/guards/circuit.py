@@ -17,7 +17,7 @@ States (per endpoint public id)::
 
 The state lives in Redis (atomic Lua scripts; keys ``muse:cb:<endpoint>:*``). **Fail open**: if Redis cannot be reached the breaker allows every
 call (and stops asking Redis for :data:`REDIS_RETRY_S`), because a broken breaker must never take
-healthy traffic down. (The kill switch, by contrast, fails closed: see :mod:`routing.killswitch`.)
+healthy traffic down. (The kill switch, by contrast, fails closed: see :mod:`routing.guards.killswitch`.)
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import roundtrip
+from routing.guards import roundtrip
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ class RedisCircuitBreaker:
         return permission
 
     def allow_check(self, pipe, endpoint_id: str, *, probe_lease_s: float = 65.0) -> roundtrip.Pending[str]:
-        """:meth:`allow` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open."""
+        """:meth:`allow` as a check queued on ``pipe`` (:mod:`routing.guards.roundtrip`). Fails open."""
         if time.monotonic() < self._skip_until:
             return roundtrip.Pending(lambda _: CLOSED, queued=False)
         cfg = BreakerSettings.from_settings()

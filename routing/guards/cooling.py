@@ -1,7 +1,7 @@
 """Endpoints cooling down: an upstream asked us to stay away longer than the retry policy waits.
 
 When an attempt fails with a ``retry-after`` (or ``retry-after-ms``, or Anthropic's
-``anthropic-ratelimit-*-reset``) beyond :attr:`routing.retry.RetryPolicy.retry_after_cap_s`,
+``anthropic-ratelimit-*-reset``) beyond :attr:`routing.pipeline.retry.RetryPolicy.retry_after_cap_s`,
 retrying the same endpoint cannot succeed before the upstream's own deadline. Serving then falls
 back at once (reason ``cooling``) and calls :func:`cool`, so every call skips the endpoint until
 that deadline (the guard refuses it with outcome ``cooling``, nothing is sent upstream).
@@ -19,8 +19,7 @@ import logging
 import time
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import roundtrip
+from routing.guards import roundtrip
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ def cooling_until(endpoint_id: str) -> float | None:
 
 
 def cooling_check(pipe, endpoint_id: str) -> roundtrip.Pending[float | None]:
-    """:func:`cooling_until` as a check queued on ``pipe`` (:mod:`routing.roundtrip`). Fails open:
+    """:func:`cooling_until` as a check queued on ``pipe`` (:mod:`routing.guards.roundtrip`). Fails open:
     a Redis error reads as not cooling."""
     pipe.get(KEY_PREFIX + endpoint_id)
 

@@ -1,10 +1,10 @@
 """Routing step 3, serve: try the candidate chain with retries and fallback.
 
-Per candidate, up to ``1 + ROUTING_MAX_RETRIES`` guarded attempts (:mod:`routing.attempts`) with
+Per candidate, up to ``1 + ROUTING_MAX_RETRIES`` guarded attempts (:mod:`routing.pipeline.attempts`) with
 exponential backoff and full jitter (or the upstream's ``retry-after``, capped;
-:mod:`routing.retry`) for retryable failures; then the next candidate. :func:`serve` is the
+:mod:`routing.pipeline.retry`) for retryable failures; then the next candidate. :func:`serve` is the
 non-streamed call; :func:`serve_stream` the streamed one, which never restarts a stream that has
-already sent content. Fallback reasons are listed in :mod:`routing.router`.
+already sent content. Fallback reasons are listed in :mod:`routing.pipeline.router`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import Any
 
 from django.conf import settings
 
-from .attempts import (
+from routing.guards.cooling import cool
+from routing.guards.credentials import CredentialUnavailable
+from routing.models import RoutingReason
+from routing.pipeline.attempts import (
     AttemptCancelled,
     AttemptKilled,
     EndpointRefused,
@@ -26,15 +29,12 @@ from .attempts import (
     kill_for,
     usage_cost_usd,
 )
-from .cooling import cool
-from .credentials import CredentialUnavailable
-from .models import RoutingReason
-from .planning import Candidate
-from .providers.errors import AuthFailed, ClientRequestError, ProviderError
-from .providers.types import CompletionRequest, CompletionResult, Usage, add_usage
-from .reasoning_store import OwnedSession
-from .retry import RetryPolicy
-from .selectors import EndpointInfo
+from routing.pipeline.planning import Candidate
+from routing.pipeline.retry import RetryPolicy
+from routing.providers.errors import AuthFailed, ClientRequestError, ProviderError
+from routing.providers.types import CompletionRequest, CompletionResult, Usage, add_usage
+from routing.reasoning_store import OwnedSession
+from routing.selectors import EndpointInfo
 
 
 @dataclass
@@ -48,7 +48,7 @@ class AttemptLog:
     wait before it; ``retry_after_s``: what the upstream asked for. ``usage`` / ``cost_usd``: what
     the provider billed for this attempt (tokens; USD) — a failed, incomplete or abandoned attempt
     costs what it had consumed; the call's cost is the sum over its attempts. ``cost_unknown``:
-    the attempt died with its worker (outcome ``lost``, :mod:`routing.reaper`): it may have been
+    the attempt died with its worker (outcome ``lost``, :mod:`routing.worker.reaper`): it may have been
     billed, for what no one knows; its ``cost_usd`` is 0.
     """
 
@@ -132,10 +132,10 @@ def serve(
     :func:`retry_policy`; ``sleep`` (seconds) is the backoff wait. Returns the first success, or the
     failure (``error_kind``/``error_message`` of the last error; messages never hold credentials).
     See the module docstring for fallback triggers and reasons. ``session`` (its owner's session,
-    :func:`routing.planning.state_session`) is where each attempt reads and keeps reasoning.
+    :func:`routing.pipeline.planning.state_session`) is where each attempt reads and keeps reasoning.
 
     With ``job_id`` each attempt is one non-streamed upstream call that the job's cancel flag cuts
-    off (:func:`routing.attempts.attempt`): the attempt is logged ``client_disconnected`` (with the
+    off (:func:`routing.pipeline.attempts.attempt`): the attempt is logged ``client_disconnected`` (with the
     request's estimated input tokens once it had been sent), ``outcome.cancelled`` is set and no
     further attempt is made.
     """
@@ -293,18 +293,18 @@ def serve_stream(
     job_id: str = "",
 ) -> Iterator[dict[str, Any]]:
     """Stream from the chain with :func:`serve`'s rules; yields public delta events and returns
-    (``StopIteration.value``) a :class:`ServeOutcome` for :func:`routing.recording.record_call`.
+    (``StopIteration.value``) a :class:`ServeOutcome` for :func:`routing.pipeline.recording.record_call`.
 
     ``request`` is the base request (no variant overrides). ``outcome`` (optional) is the object
     filled in and returned, so a caller whose consumer went away (``GeneratorExit``) still holds
     what happened. ``job_id`` notes each attempt before it calls upstream
-    (:func:`routing.attempts.attempt_stream`). ``cancelled`` is checked between upstream events: once it says True (the
-    caller went away; :class:`routing.events.CancelWatch`), or when this generator is closed, the
+    (:func:`routing.pipeline.attempts.attempt_stream`). ``cancelled`` is checked between upstream events: once it says True (the
+    caller went away; :class:`routing.pipeline.cancel.CancelWatch`), or when this generator is closed, the
     upstream stream is closed at once (which frees its concurrency slot), the attempt is logged
     ``client_disconnected`` with the tokens it had cost, and ``outcome.cancelled`` is set.
 
     Each candidate gets up to ``retry_policy().max_attempts`` guarded attempts
-    (:func:`routing.attempts.attempt_stream`: kill switch, circuit breaker, concurrency, credential) while
+    (:func:`routing.pipeline.attempts.attempt_stream`: kill switch, circuit breaker, concurrency, credential) while
     no content has been sent: retryable failures back off and retry, then fall back to the next
     candidate; a request the upstream rejected (4xx other than auth) ends the call. Once a delta
     has been yielded, a failure ends the call (``error`` event): a half-sent answer is never

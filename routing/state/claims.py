@@ -1,31 +1,31 @@
 """The intent record of a deferred job, in Redis: one round trip before the upstream call.
 
 A drop-in call whose caller waits for the answer is *deferred*: its row travels in the task
-message and is not in the database yet (:func:`routing.services.completion_job_new`). Its worker
+message and is not in the database yet (:func:`routing.jobs.completion_job_new`). Its worker
 must still record, before any upstream call, that this attempt is under way, so that a
 redelivered task never calls the provider a second time and a worker that dies mid-call leaves
 a ``worker_lost`` job behind. That record used to be the job's row, inserted ``running`` (one
 PostgreSQL commit on the critical path). With Redis it is a hash instead, written by one Lua
 script (atomic, one round trip; bench/README.md, "Measured outside bench/"), and the row reaches the database with the call's
-other records through the write-behind drainer (:mod:`routing.writebehind`).
+other records through the write-behind drainer (:mod:`routing.worker.drainer`).
 
 ``muse:claim:<job id>`` (a hash, kept :func:`ttl_s`) holds ``st``, the job's state for claims:
 
 * ``queued`` — published, not claimed yet (:func:`queue_published`, written with the task
-  message by :func:`routing.dispatch.publish_completion`): the job is findable from then on
+  message by :func:`routing.web.dispatch.publish_completion`): the job is findable from then on
   (``row`` keeps a deferred job's row, ``s`` whether it streams) and its id is in
   :data:`QUEUED_JOBS`, scored by when it was published, until a claim takes it; the reaper publishes
   it again when a worker died meanwhile (it may have taken the message with it) or when it
   waited ``COMPLETION_REQUEUE_AFTER_S`` (:func:`unclaimed`).
 * ``running`` — a worker (``w``) took it at ``at`` and holds it until ``lease`` (epoch ms); ``row`` keeps the job's
   row (JSON) so that a lost job can still be written. Its id is in the sorted set
-  :data:`LEASES`, scored by the lease's end. :class:`routing.leases.LeaseKeeper` renews both
+  :data:`LEASES`, scored by the lease's end. :class:`routing.worker.leases.LeaseKeeper` renews both
   every third of ``COMPLETION_LEASE_S`` while the worker lives (:func:`renew`).
 * ``done`` — the call's records and final state were buffered (:func:`queue_done`, in the same
-  ``MULTI`` as :func:`routing.writebehind.buffer_call`): a redelivery does nothing.
+  ``MULTI`` as :func:`routing.pipeline.recording.buffer_call`): a redelivery does nothing.
 * ``lost`` — the lease ran out, or the worker's heartbeat (:func:`beat`) expired, before the
   job finished: its worker died mid-call. The job is failed ``worker_lost``
-  (:func:`routing.services.completion_job_fail`), by the redelivery that found it (:func:`claim`)
+  (:func:`routing.jobs.completion_job_fail`), by the redelivery that found it (:func:`claim`)
   or by the reaper (:func:`reap`), and never run again; its id waits in :data:`LOST_JOBS` until the
   reaper has recorded the attempts that died with it (:func:`attempt_notes`).
 * ``db`` — the job is claimed through its database row (a task without a row: streams, durable
@@ -62,7 +62,7 @@ KEY_PREFIX = "muse:claim:"
 LEASES = "muse:claims:leases"
 #: Published, unclaimed jobs by when they were published (epoch ms): what :func:`unclaimed` scans.
 QUEUED_JOBS = "muse:claims:queued"
-#: Lost jobs whose attempts the reaper has not recorded yet (:mod:`routing.reaper`).
+#: Lost jobs whose attempts the reaper has not recorded yet (:mod:`routing.worker.reaper`).
 LOST_JOBS = "muse:claims:lost"
 #: Worker identities that have beaten (:func:`beat`); a member whose key expired is dead.
 WORKERS = "muse:workers"
@@ -270,7 +270,7 @@ def reap(*, limit: int = 500, heartbeats: bool = True) -> list[tuple[str, dict |
     heartbeat expired (after :func:`heartbeat_ttl_ms` of grace from the claim, for a worker's
     first beat). Returns
     ``[(job id, row)]`` of the jobs to fail ``worker_lost`` (the caller writes them;
-    :func:`routing.services.completion_jobs_reap_expired`); their ids join :data:`LOST_JOBS`."""
+    :func:`routing.jobs.completion_jobs_reap_expired`); their ids join :data:`LOST_JOBS`."""
     client = redis_client()
     now = _now_ms()
     ids = [i.decode() for i in client.zrange(LEASES, 0, limit - 1)]

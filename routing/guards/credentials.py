@@ -413,7 +413,7 @@ def _refusal(binding: CredentialBinding, env_name: str, base_url: str) -> tuple[
 def credential_for(*, provider: str, env_name: str, base_url: str) -> str:
     """The secret a call of ``provider`` to ``base_url`` carries: the binding is checked first
     (whatever wrote the catalogue row), then :func:`resolve_credential`. Every upstream call
-    gets its credential here (:func:`routing.attempts._guard`: worker attempts, streams, the
+    gets its credential here (:func:`routing.pipeline.attempts._guard`: worker attempts, streams, the
     native transport; the drop-ins' early check).
 
     Raises :class:`CredentialNotAllowed` (message: the provider and the host, never the

@@ -2,7 +2,7 @@
 (:mod:`muse_experiments.infra.handoff` under the name ``muse:job:<id>``).
 
 The worker publishes ``{status, result, error, finished_at}`` (the job's public final state) in
-the same Redis transaction that buffers the call's records (:mod:`routing.writebehind`):
+the same Redis transaction that buffers the call's records (:mod:`routing.worker.drainer`):
 
 * ``SET muse:job:<id>:final`` — readable by anyone until it expires (``COMPLETION_STREAM_TTL_S``);
 * ``RPUSH muse:job:<id>:done`` — wakes the one request blocked on it (``BLPOP``).

@@ -3,20 +3,18 @@
 ``execute_job`` is what the Celery task runs. It reads as a line of steps, one module per step,
 each importable on its own:
 
-1. claim the job (:func:`routing.services.completion_job_claim`; with Redis, a job whose row
-   came in the task message is claimed in Redis, :mod:`routing.claims`, and its row written
-   with its records; a redelivered task for a finished or claimed job does nothing). Such a
-   job is planned (step 2) while the claim's reply is on its way, and the plan dropped if the
-   claim is lost: planning changes nothing;
-2. plan (:mod:`routing.planning`): the pure assignment engine on the cached configuration snapshot, with the unit's
+1. claim the job (:func:`routing.jobs.completion_job_claim`; with Redis, a job whose row
+   came in the task message is claimed in Redis, :mod:`routing.state.claims`, and its row written
+   with its records; a redelivered task for a finished or claimed job does nothing);
+2. plan (:mod:`routing.pipeline.planning`): the pure assignment engine on the cached configuration snapshot, with the unit's
    durable sticky assignments (one indexed query);
-3. serve (:mod:`routing.serving`, each try one guarded call of :mod:`routing.attempts`): try
+3. serve (:mod:`routing.pipeline.serving`, each try one guarded call of :mod:`routing.pipeline.attempts`): try
    the candidate chain — assigned variant, the experiment's control, the platform
    default — each candidate with its own variant's overrides. Per candidate, up to
    ``1 + ROUTING_MAX_RETRIES`` guarded attempts (:func:`attempt`) with exponential backoff and
-   full jitter (or the upstream's ``retry-after``, capped; :mod:`routing.retry`) for retryable
+   full jitter (or the upstream's ``retry-after``, capped; :mod:`routing.pipeline.retry`) for retryable
    failures; then the next candidate;
-4. record (:mod:`routing.recording`), in one transaction: the exposure (intent-to-treat: recorded even when a fallback
+4. record (:mod:`routing.pipeline.recording`), in one transaction: the exposure (intent-to-treat: recorded even when a fallback
    served), the call record with every attempt, and the job's public result.
 
 Fallback triggers and the ``reason`` a CallRecord gets when a later candidate serves (the cause
@@ -28,14 +26,14 @@ that made routing leave the *first* candidate):
   kill of the unit's experiment or assigned variant gives that reason even when the control is the
   first candidate, and the unit is not enrolled (no exposure, no sticky write);
 * ``cooling`` — the endpoint answered with a ``retry-after`` beyond the retry policy's cap, or is
-  still cooling from one (:mod:`routing.cooling`): no retry, no call until then;
+  still cooling from one (:mod:`routing.guards.cooling`): no retry, no call until then;
 * ``circuit_open`` — the endpoint's circuit breaker is open (or half-open with its probe in
   flight), or the endpoint is at ``max_concurrency`` (Attempt outcome ``concurrency_limited``):
   in both cases the endpoint is protected and was not called;
 * ``error_fallback`` — retries exhausted on retryable errors (429, 5xx, 529, timeout, reset,
   malformed body, in-stream error before content), an authentication failure, a missing
   credential, or a credential the binding does not let go to the endpoint's host
-  (``credential_not_allowed``, :func:`routing.credentials.credential_for`: nothing is sent) --
+  (``credential_not_allowed``, :func:`routing.guards.credentials.credential_for`: nothing is sent) --
   endpoint problems, not retried on the same endpoint.
 
 A 4xx caused by the request itself (``ClientRequestError`` other than 401/403) is not retried
@@ -44,9 +42,9 @@ reason is the decision's (``assigned``, ``forced``, ``sticky``, ``holdout``, ``d
 no candidate could serve because each was killed fails ``model_unavailable`` (a pinned model
 under a kill: the drop-ins answer 503) with the kill's reason.
 
-Streaming (:mod:`routing.streaming`) runs the same steps with :func:`routing.serving.serve_stream`.
+Streaming (:mod:`routing.pipeline.streaming`) runs the same steps with :func:`routing.pipeline.serving.serve_stream`.
 A stream that has already sent content to the client is never restarted:
-:func:`routing.attempts.attempt_stream` yields a final ``error`` event whose
+:func:`routing.pipeline.attempts.attempt_stream` yields a final ``error`` event whose
 ``StreamFailed.after_content`` is True, and the caller must end the response there instead of
 trying the next candidate.
 
@@ -56,35 +54,29 @@ only ``CompletionResult.to_public_dict()`` is stored.
 
 from __future__ import annotations
 
-from .attempts import answer_first
-from .models import CompletionJob
-from .planning import build_request, job_plan, state_session
-from .recording import record_call
-from .services import completion_job_claim
-from .serving import serve
-from .shadow.sampling import shadow_offer
+from routing.jobs import completion_job_claim
+from routing.models import CompletionJob
+from routing.pipeline.attempts import answer_first
+from routing.pipeline.planning import build_request, job_plan, state_session
+from routing.pipeline.recording import record_call
+from routing.pipeline.serving import serve
+from routing.shadow.sampling import shadow_offer
 
 
 def execute_job(*, job_id: str, row: dict | None = None) -> str:
     """Run one completion job end to end. Returns the job's final status; safe to call twice.
 
-    ``row``: the job's row when it is not written yet (:func:`routing.services.completion_job_new`).
+    ``row``: the job's row when it is not written yet (:func:`routing.jobs.completion_job_new`).
 
     Each upstream call is non-streamed; with Redis, a caller that goes away (the job's cancel flag,
-    :func:`routing.events.job_cancel_request`) has it cut off within ~0.2 s and the job ends
-    ``cancelled`` / ``client_disconnected`` (:data:`routing.events.cancel_watcher`)."""
+    :func:`routing.web.relay.job_cancel_request`) has it cut off within ~0.2 s and the job ends
+    ``cancelled`` / ``client_disconnected`` (:data:`routing.pipeline.cancel.cancel_watcher`)."""
 
-    planned: list = []  # the plan of a deferred job, made while its claim's reply is on its way
-    job = completion_job_claim(
-        job_id=job_id, row=row, meanwhile=lambda j: planned.append((j, *job_plan(j), build_request(j, {})))
-    )
+    job = completion_job_claim(job_id=job_id, row=row)
     if job is None:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
-    if planned and planned[0][0] is job:
-        _, decision, chain, reason, request = planned[0]
-    else:
-        decision, chain, reason = job_plan(job)
-        request = build_request(job, {})
+    decision, chain, reason = job_plan(job)
+    request = build_request(job, {})
     with answer_first():
         outcome = serve(request, chain, reason, session=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)

@@ -11,7 +11,7 @@ Delay before retry ``n`` (``n = 0`` is the first retry):
   (the server told us when; waiting less is pointless);
 * a ``retry-after`` *beyond* the cap (:meth:`RetryPolicy.outlasts`) is not retried at all: a
   retry before the upstream's own deadline cannot succeed, so the caller falls back at once and
-  parks the endpoint until then (:mod:`routing.cooling`);
+  parks the endpoint until then (:mod:`routing.guards.cooling`);
 * otherwise "full jitter" (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015):
   ``uniform(0, min(cap_ms, base_ms * 2**n))`` milliseconds.
 """

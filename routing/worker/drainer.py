@@ -1,16 +1,18 @@
-"""Write-behind of call records through Redis: the caller's wait ends before the database write.
+"""Write-behind of call records through Redis, the draining half: records reach the database.
 
-The worker that served a call does ONE Redis transaction (``MULTI``):
+The worker that served a call does ONE Redis transaction (``MULTI``,
+:func:`routing.pipeline.recording.buffer_call`), so the caller's wait ends before the database
+write:
 
-1. ``XADD muse:records`` — the call's records (:func:`routing.records.call_payload`);
+1. ``XADD muse:records`` — the call's records (:func:`routing.pipeline.records.call_payload`);
 2. ``SET muse:job:<id>:final`` + ``RPUSH muse:job:<id>:done`` — the job's final state, which wakes
-   the web request waiting for it (:mod:`routing.handoff`);
-3. the job's claim marked ``done`` (:mod:`routing.claims`): a redelivered task does nothing.
+   the web request waiting for it (:mod:`routing.state.handoff`);
+3. the job's claim marked ``done`` (:mod:`routing.state.claims`): a redelivered task does nothing.
 
 Both or neither: once a caller can see the answer, the records are in Redis. A drainer
 (:func:`drain`; the Procfile's ``drainer`` process, :func:`drain_forever`, else a thread in each
 worker started with ``RECORDS_DRAINER``) reads the stream through the consumer group
-``drain`` (``XREADGROUP``), writes each batch in one transaction (:func:`routing.records.records_write`)
+``drain`` (``XREADGROUP``), writes each batch in one transaction (:func:`routing.pipeline.records.records_write`)
 and only then acknowledges and deletes the entries. A drainer that dies mid-batch leaves its
 entries pending; any drainer claims entries pending longer than :data:`STALE_MS`
 (``XAUTOCLAIM``) and writes them again — the write is idempotent, so a replay changes nothing.
@@ -37,21 +39,17 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from muse_experiments.infra.redis_client import redis_client
-
-from .claims import queue_done, queue_forget_row
-from .handoff import queue_final
-from .records import records_write
+from routing.pipeline.recording import STREAM
+from routing.pipeline.records import records_write
+from routing.state.claims import queue_forget_row
 
 log = logging.getLogger(__name__)
 
-STREAM = "muse:records"
 GROUP = "drain"
 #: Entries that could not be written even on their own (kept for inspection and replay).
 DEAD_LETTERS = "muse:records:dead"
@@ -59,19 +57,6 @@ DEAD_LETTERS = "muse:records:dead"
 DATABASE_DOWN = (OperationalError, InterfaceError)
 #: Entries pending this long (ms) belong to a dead drainer and are claimed by another.
 STALE_MS = 30_000
-
-
-def buffer_call(payload: Mapping[str, Any]) -> None:
-    """Buffer one call's records and publish its job's final state, atomically (``MULTI``)."""
-    job = payload["job"]
-    final = json.dumps(
-        {k: job[k] for k in ("status", "result", "error", "finished_at")}, separators=(",", ":")
-    )
-    pipe = redis_client().pipeline(transaction=True)
-    pipe.xadd(STREAM, {"p": json.dumps(payload, separators=(",", ":")), "t": repr(time.time())})
-    queue_final(pipe, job["id"], final)
-    queue_done(pipe, job["id"])
-    pipe.execute()
 
 
 def _consumer() -> str:
@@ -129,7 +114,7 @@ def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     pipe.xack(STREAM, GROUP, *ids)
     pipe.xdel(STREAM, *ids)
     for payload in payloads:
-        if payload.get("row"):  # written now: the claim need not keep it (routing.claims)
+        if payload.get("row"):  # written now: the claim need not keep it (routing.state.claims)
             queue_forget_row(pipe, payload["job"]["id"])
     pipe.execute()
     lag_s = time.time() - min(float(fields[b"t"]) for _, fields in entries)

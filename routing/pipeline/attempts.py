@@ -19,21 +19,20 @@ from decimal import Decimal
 from typing import Any
 
 from muse_experiments.infra.redis_client import redis_client
-
-from . import claims, roundtrip
-from .circuit import OPEN, PROBE, breaker
-from .concurrency import Slot, limiter
-from .cooling import cooling_check
-from .credentials import CredentialUnavailable, credential_for
-from .events import cancel_watcher
-from .killswitch import KillInForce, kill_state
-from .models import RoutingReason
-from .planning import Candidate, candidate_kill_reason
-from .providers.base import ProviderStream, estimate_input_tokens
-from .providers.errors import AuthFailed, ProviderError, StreamFailed
-from .providers.pricing import compute_cost_usd
-from .providers.registry import client_for
-from .providers.types import (
+from routing.guards import roundtrip
+from routing.guards.circuit import OPEN, PROBE, breaker
+from routing.guards.concurrency import Slot, limiter
+from routing.guards.cooling import cooling_check
+from routing.guards.credentials import CredentialUnavailable, credential_for
+from routing.guards.killswitch import KillInForce, kill_state
+from routing.models import RoutingReason
+from routing.pipeline.cancel import cancel_watcher
+from routing.pipeline.planning import Candidate, candidate_kill_reason
+from routing.providers.base import ProviderStream, estimate_input_tokens
+from routing.providers.errors import AuthFailed, ProviderError, StreamFailed
+from routing.providers.pricing import compute_cost_usd
+from routing.providers.registry import client_for
+from routing.providers.types import (
     CompletionRequest,
     CompletionResult,
     EndpointConfig,
@@ -41,8 +40,9 @@ from .providers.types import (
     StreamEvent,
     Usage,
 )
-from .reasoning_store import OwnedSession, reasoning_load, reasoning_save
-from .selectors import EndpointInfo
+from routing.reasoning_store import OwnedSession, reasoning_load, reasoning_save
+from routing.selectors import EndpointInfo
+from routing.state import claims
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class AttemptKilled(EndpointRefused):
 
 class AttemptCancelled(Exception):
     """The job's caller went away during a non-streamed attempt and its upstream connection was
-    shut down (:data:`routing.events.cancel_watcher`). ``usage``: what the attempt may have cost,
+    shut down (:data:`routing.pipeline.cancel.cancel_watcher`). ``usage``: what the attempt may have cost,
     in tokens: the request's input, estimated (``vendor["estimated"] = 1``), once it had been sent;
     None if nothing reached the upstream."""
 
@@ -182,7 +182,7 @@ _answer = threading.local()
 def answer_first() -> Iterator[None]:
     """Within this block, a successful attempt's bookkeeping that its caller's answer need not
     wait for (its circuit-breaker report and the release of its concurrency slot,
-    :func:`after_answer`) runs when the block exits, once :func:`routing.router.execute_job` has
+    :func:`after_answer`) runs when the block exits, once :func:`routing.pipeline.router.execute_job` has
     handed the job's final state back: one Redis round trip less before every answer
     (``bench/bench_stages.py``; bench/README.md). A slot is held that much longer. Failures
     are still reported at once (the next attempt's guards must see them). Errors of the deferred
@@ -226,14 +226,14 @@ def kill_for(candidate: Candidate) -> KillInForce | None:
 def _guard(candidate: Candidate, request: CompletionRequest, job_id: str = "") -> _Permit:
     """Every check that must pass immediately before an upstream call: the endpoint can honour the
     request's output contracts (:meth:`~routing.providers.types.CompletionRequest.needs`), enabled,
-    kill switch, cooling (:mod:`routing.cooling`), concurrency slot, circuit breaker, credential.
+    kill switch, cooling (:mod:`routing.guards.cooling`), concurrency slot, circuit breaker, credential.
     With ``job_id``, the attempt is noted as started in the same round trip
-    (:func:`routing.claims.queue_attempt_note`; the note is dropped if a check refuses), so that
-    a worker dying during the call leaves it to be recorded ``lost`` (:mod:`routing.reaper`).
+    (:func:`routing.state.claims.queue_attempt_note`; the note is dropped if a check refuses), so that
+    a worker dying during the call leaves it to be recorded ``lost`` (:mod:`routing.worker.reaper`).
 
     Raises EndpointRefused (nothing was called) or a
-    :class:`~routing.credentials.CredentialUnavailable` (missing, or not allowed to go to the
-    endpoint's host: :func:`~routing.credentials.credential_for`; nothing was sent).
+    :class:`~routing.guards.credentials.CredentialUnavailable` (missing, or not allowed to go to the
+    endpoint's host: :func:`~routing.guards.credentials.credential_for`; nothing was sent).
     """
     info = candidate.endpoint
     for contract, capability in request.needs().items():
@@ -244,7 +244,7 @@ def _guard(candidate: Candidate, request: CompletionRequest, job_id: str = "") -
     kill = kill_for(candidate)
     if kill is not None:
         raise EndpointRefused(info.public_id, "killed", kill.reason, kill)
-    # the three shared stores in one Redis round trip (routing.roundtrip); what one of them refuses
+    # the three shared stores in one Redis round trip (routing.guards.roundtrip); what one of them refuses
     # is given back to the others (a slot, a half-open probe) before the refusal is raised
     pipe = roundtrip.pipeline(redis_client())
     checks = [
@@ -313,19 +313,19 @@ def attempt(
     (:meth:`Candidate.request_for`).
 
     Returns the :class:`CompletionResult` (latency in ms, cost in USD). Raises
-    :class:`EndpointRefused` (not called), :class:`~routing.credentials.CredentialUnavailable`
+    :class:`EndpointRefused` (not called), :class:`~routing.guards.credentials.CredentialUnavailable`
     (missing, or bound to other hosts: not called), or a
     :class:`~routing.providers.errors.ProviderError` (called and failed; ``retryable`` and
     ``retry_after_s`` drive the caller's retry). The outcome is reported to the circuit breaker and
     the slot released before returning.
 
-    With ``session`` (the caller's session under its owner: :func:`routing.planning.state_session`),
+    With ``session`` (the caller's session under its owner: :func:`routing.pipeline.planning.state_session`),
     encrypted reasoning from that session's earlier turns on *this* endpoint and credential is
     passed back (:func:`routing.reasoning_store.reasoning_load`; state from any other endpoint, and
     any other owner's session of the same id, is never forwarded) and the new state is kept
     server-side for the next turn.
 
-    With ``job_id`` (and Redis) the call is watched (:data:`routing.events.cancel_watcher`): once the
+    With ``job_id`` (and Redis) the call is watched (:data:`routing.pipeline.cancel.cancel_watcher`): once the
     job's cancel flag is set its upstream connection is shut down and :class:`AttemptCancelled` is
     raised; once a kill switch covers the candidate (:func:`kill_for`) the same happens and
     :class:`AttemptKilled` is raised (the caller falls back). Either way the slot is freed without
