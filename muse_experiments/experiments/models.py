@@ -387,7 +387,7 @@ class RolloutEvent(models.Model):
     reason = models.CharField(
         max_length=40,
         help_text="started, advanced, completed, paused, resumed, "
-        "rolled_back_guardrail, rolled_back_manual, held_kill_switch",
+        "rolled_back_guardrail, rolled_back_manual, held_kill_switch, waiting_for_data",
     )
     message = models.CharField(max_length=500, blank=True)
     actor = models.CharField(max_length=200, blank=True)

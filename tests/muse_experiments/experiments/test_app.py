@@ -22,6 +22,7 @@ MIGRATIONS = [
     "0010_bandit",
     "0011_rollout_roles",
     "0012_exposure_time_not_write_time",
+    "0013_rollout_event_waiting_reason",
 ]
 
 
