@@ -110,6 +110,17 @@ def statistic_for(metric: MetricSpec, stats: VariantStats | None):
     return MeanStatistic(sums.n, sums.sum, sums.sum_squares)
 
 
+def units_with_data(metric: MetricSpec, stats: VariantStats | None, stat) -> int:
+    """Units of an arm with an observation of the metric: of any of its components (an event of
+    its name, a call with its value; :attr:`ComponentSums.with_data`), for a quantile metric the
+    units with an observation (``stat.n``). A unit without one still counts in ``n`` with value 0
+    for sums, counts and yes/no metrics, so ``n`` alone cannot tell "no data" from "all zero"."""
+    if isinstance(stat, QuantileStatistic):
+        return int(stat.n)
+    components = (stats or VariantStats()).components
+    return max((components[k].with_data for k in metric.keys if k in components), default=0)
+
+
 def _inputs_of(metric: MetricSpec, stat) -> dict[str, Any]:
     """The sufficient statistics of one arm, as stored in the snapshot."""
     if isinstance(stat, QuantileStatistic):
@@ -217,7 +228,8 @@ def analyse_population(
 
     Returns:
         ``(results, inputs)``; ``results`` = ``{"srm", "variants": [...], "metrics": [{name, role,
-        type, higher_is_better, status, variants: [{key, n, mean}], comparisons: [...]}],
+        type, higher_is_better, status, variants: [{key, n, mean, units_with_data}], comparisons:
+        [...]}],
         "guardrails": [...]}``, JSON-safe. ``inputs`` = per-metric per-variant sufficient stats.
 
     Raises:
@@ -263,7 +275,12 @@ def analyse_population(
         inputs[metric.name] = {k: _inputs_of(metric, s) for k, s in stats.items()}
         for v in variants:
             s = stats[v.key]
-            row = {"key": v.key, "n": s.n, "mean": s.mean if s.n else None}
+            row = {
+                "key": v.key,
+                "n": s.n,
+                "mean": s.mean if s.n else None,
+                "units_with_data": units_with_data(metric, population.get(v.key), s),
+            }
             if isinstance(s, RatioStatistic):
                 row.update(
                     numerator_mean=s.m.mean if s.n else None, denominator_mean=s.d.mean if s.n else None

@@ -45,6 +45,7 @@ from .stats.bandit import (
     period_srm,
     rounded_weights,
     stratified_lift,
+    weights_moved,
     winner_weights,
 )
 from .stats.statistics import CovariateStatistic, RatioStatistic
@@ -206,7 +207,9 @@ def bandit_update(*, experiment: Experiment, now: datetime | None = None) -> Ban
     every arm from all its units so far, the new weights (equal while exploring, Thompson weights
     with the floor after; arms credibly over ``max_cost_usd_per_call`` at the floor) and the
     winner once P(best) reaches the threshold, which gets
-    :func:`~analytics.stats.bandit.winner_weights`; written through
+    :func:`~analytics.stats.bandit.winner_weights`. Weights that move no arm by more than
+    :data:`~analytics.stats.bandit.WEIGHT_CHANGE_TOLERANCE` are not applied: the update is recorded
+    (P(best), units) with the weights in force, decision ``unchanged``, and no phase opens. Written through
     :func:`muse_experiments.experiments.services.bandit.bandit_update_record`.
 
     Safe to run twice or late: one update per slot (a late run makes the update of the slot it
@@ -254,6 +257,13 @@ def bandit_update(*, experiment: Experiment, now: datetime | None = None) -> Ban
     p_best = dict(zip(keys, decision.probability_best, strict=True))
     winner = keys[decision.winner] if decision.winner is not None else ""
     current = periods[-1].weights if periods else {}
+    noise = (
+        not winner
+        and set(current) == set(keys)
+        and not weights_moved([current[k] for k in keys], [weights[k] for k in keys])
+    )
+    if noise:  # Monte Carlo noise, not news: the phase and its weights stay
+        weights = dict(current)
     label = (
         "winner" if winner else "explore" if exploring else "update" if weights != current else "unchanged"
     )

@@ -14,7 +14,8 @@ The database does the heavy lifting in **one statement per analysis**, on Postgr
 6. ``capN`` — percentile caps: the nearest-rank quantile (rank ``ceil(q·n)``) over the analysed
    units of all arms, with window functions (both databases have them).
 7. final — ``GROUP BY variant, multiple, deviates``: units, and per component ``n, Σy, Σy²``
-   (+ ``Σx, Σx², Σxy``), and ``Σ y_a·y_b`` for ratio pairs.
+   (+ ``Σx, Σx², Σxy``) and the units with data (an observation of the component: a unit
+   with no event of its name has ``y = 0`` but no data), and ``Σ y_a·y_b`` for ratio pairs.
 
 Python only sees a handful of numbers per variant and metric, whatever the number of units, and
 derives the intent-to-treat and served-as-assigned populations from the same rows
@@ -317,6 +318,12 @@ def aggregate(
         src = "c" if comp.source == "call" else "e"
         y = f"{src}.{comp.key}" if comp.aggregation == "mean" else f"COALESCE({src}.{comp.key}, 0.0)"
         ucols.append(f"{y} AS y_{comp.key}")
+        observed = (
+            f"COALESCE({src}.{comp.key}, 0) > 0"
+            if comp.aggregation == "count"
+            else f"{src}.{comp.key} IS NOT NULL"
+        )
+        ucols.append(f"CASE WHEN {observed} THEN 1 ELSE 0 END AS o_{comp.key}")
         if comp.covariate_days > 0:
             pre = "pc" if comp.source == "call" else "pe"
             x = f"COALESCE({pre}.{comp.key}, 0.0)"
@@ -350,6 +357,7 @@ def aggregate(
 
     inner, inner_params = ["u.variant_key AS variant_key", "u.multi AS multi", "u.deviates AS deviates"], []
     for comp in components:
+        inner.append(f"u.o_{comp.key} AS o_{comp.key}")
         for side in ("y", "x"):
             if side == "x" and comp.covariate_days <= 0:
                 continue
@@ -368,6 +376,7 @@ def aggregate(
         if comp.covariate_days > 0:
             xx = f"v.x_{comp.key}"
             outer += [f"SUM({xx})", f"SUM({xx} * {xx})", f"SUM({xx} * {y})"]
+        outer.append(f"SUM(v.o_{comp.key})")
     for a, b in cross_products:
         outer.append(f"SUM(v.y_{a} * v.y_{b})")
     pct = [comp for comp in components if comp.capping == "percentile"]
@@ -400,6 +409,7 @@ def aggregate(
             )
             if comp.covariate_days > 0:
                 sums.sum_x, sums.sum_x2, sums.sum_xy = (float(next(it) or 0.0) for _ in range(3))
+            sums.with_data = int(next(it) or 0)
             row.components[comp.key] = sums
         for pair in cross_products:
             row.cross[pair] = float(next(it) or 0.0)

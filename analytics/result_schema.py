@@ -40,6 +40,11 @@ class MetricVariantSchema(serializers.Serializer):
     key = serializers.CharField()
     n = serializers.IntegerField()
     mean = serializers.FloatField(allow_null=True)
+    units_with_data = serializers.IntegerField(
+        required=False,
+        help_text="Units with an observation of the metric (an event of its name, a call with its value); "
+        "units without one count in n with value 0 for sums, counts and yes/no metrics.",
+    )
 
 
 class MetricSchema(serializers.Serializer):

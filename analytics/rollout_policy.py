@@ -15,9 +15,15 @@ Order of the rules (:func:`rollout_decide`):
    per-test level, effect in the bad direction, both arms with ``MIN_BREACH_UNITS``) → rollback;
 2. paused → hold; 3. the step held less than its minimum minutes → hold;
 4. fewer candidate units than the step's minimum → hold;
-5. a guardrail that could not be tested at this check (no data) → hold, so a step never advances
-   on a guardrail nobody looked at;
-6. otherwise → advance.
+5. a guardrail **waiting for data** — an arm with fewer units that have an observation of the
+   metric (e.g. an outcome event posted) than the step's minimum units (at least 1) → hold. The
+   step's minimum must be met by units that say something about every guardrail: with no event
+   at all, an event metric is 0 for every unit and comes back tested (0 vs 0: ``ok`` for a
+   proportion, ``constant_identical`` for a mean), though nobody observed anything. A metric
+   constant *with* data (no error in either arm over many calls) is a clean result;
+6. a guardrail that could not be tested at this check (no comparison, or an arm with fewer than
+   2 units) → hold, so a step never advances on a guardrail nobody looked at;
+7. otherwise → advance.
 """
 
 from __future__ import annotations
@@ -32,12 +38,17 @@ from .stats import sequential_p_value, sequential_rho
 MIN_BREACH_UNITS = 30
 #: Comparison statuses that count as "tested" (constant and identical arms: nothing to see).
 TESTED_STATUSES = ("ok", "constant_identical")
+#: Reason of a hold for a guardrail waiting for data (also the history entry's reason).
+WAITING_FOR_DATA = "waiting_for_data"
 
 
 @dataclass(frozen=True)
 class GuardrailReading:
     """One guardrail at one check: ``estimate`` = candidate − control in the metric's unit, its
-    ``std_error``, units per arm, and the direction. ``status`` is the comparison's status."""
+    ``std_error``, units per arm, and the direction. ``status`` is the comparison's status.
+    ``control_with_data`` / ``treatment_with_data``: units per arm with at least one observation
+    of the metric (an event of its name, a call with its value); None when unknown (then the
+    units per arm stand for them)."""
 
     metric: str
     status: str
@@ -47,6 +58,21 @@ class GuardrailReading:
     estimate: float | None = None
     std_error: float | None = None
     relative_lift: float | None = None
+    control_with_data: int | None = None
+    treatment_with_data: int | None = None
+
+    @property
+    def units_with_data(self) -> tuple[int, int]:
+        """``(control, candidate)`` units with data; the units per arm where that is unknown."""
+        return (
+            self.control_n if self.control_with_data is None else self.control_with_data,
+            self.treatment_n if self.treatment_with_data is None else self.treatment_with_data,
+        )
+
+    def waiting_for_data(self, min_units: int) -> bool:
+        """An arm has fewer than ``min_units`` (at least 1) units with data (a missing comparison
+        is untested, not waiting)."""
+        return self.status != "missing" and min(self.units_with_data) < max(min_units, 1)
 
 
 @dataclass(frozen=True)
@@ -145,6 +171,19 @@ def rollout_decide(
     if candidate_units < min_units:
         return RolloutDecision(
             "hold", "min_units", f"{candidate_units} of {min_units} candidate units", evidence
+        )
+    waiting = [r for r in readings if r.waiting_for_data(min_units)]
+    if waiting:
+        evidence["waiting_for_data"] = [r.metric for r in waiting]
+        counts = ", ".join(
+            f"{r.metric} (units with data: control {r.units_with_data[0]}, candidate {r.units_with_data[1]})"
+            for r in waiting
+        )
+        return RolloutDecision(
+            "hold",
+            WAITING_FOR_DATA,
+            f"waiting for data: {counts}; each arm needs {max(min_units, 1)}",
+            evidence,
         )
     untested = [r.metric for r in readings if r.status not in TESTED_STATUSES]
     if untested:

@@ -8,7 +8,8 @@ One check of one rollout (:func:`rollout_check`), under a row lock so two worker
 2. otherwise a results snapshot of the current step (its experiment phase) is computed and each
    guardrail's comparison becomes a :class:`~analytics.rollout_policy.GuardrailReading`;
 3. the decision is applied: rollback (weights to 0 %, history with evidence, audit entry,
-   ``muse_rollout_rollbacks_total``), advance, or hold.
+   ``muse_rollout_rollbacks_total``), advance, or hold; a hold for a guardrail still waiting for
+   data (e.g. no outcome event yet) is written to the history once per step, with its evidence.
 
 Idempotent and safe late: every check reads all the step's data so far (a missed check loses no
 data and skips no guardrail), a step advances at most once per check, and an advance opens a new
@@ -35,7 +36,7 @@ from muse_experiments.experiments.services.rollouts import (
 from routing.selectors import experiment_kills_in_force
 
 from .models import SnapshotTrigger
-from .rollout_policy import GuardrailReading, RolloutDecision, rollout_decide
+from .rollout_policy import WAITING_FOR_DATA, GuardrailReading, RolloutDecision, rollout_decide
 from .services import results_compute
 
 log = logging.getLogger(__name__)
@@ -47,13 +48,16 @@ ROLLBACKS = Counter(
 
 def readings_from(results: dict, guardrails: list[str]) -> list[GuardrailReading]:
     """One reading per guardrail from a snapshot's intent-to-treat results (``status="missing"``
-    when the snapshot has no comparison for it)."""
+    when the snapshot has no comparison for it), with each arm's units with data (None in
+    snapshots stored before they were counted)."""
     by_name = {m["name"]: m for m in results.get("metrics", [])}
+    control = next((v["key"] for v in results.get("variants", []) if v.get("is_control")), None)
     out = []
     for name in guardrails:
         metric = by_name.get(name)
         comparison = (metric or {}).get("comparisons") or [{}]
         c = comparison[0]
+        with_data = {v["key"]: v.get("units_with_data") for v in (metric or {}).get("variants", [])}
         out.append(
             GuardrailReading(
                 metric=name,
@@ -64,6 +68,8 @@ def readings_from(results: dict, guardrails: list[str]) -> list[GuardrailReading
                 estimate=c.get("absolute_lift"),
                 std_error=c.get("std_error"),
                 relative_lift=c.get("relative_lift"),
+                control_with_data=with_data.get(control),
+                treatment_with_data=with_data.get(c.get("variant")),
             )
         )
     return out
@@ -131,6 +137,15 @@ def rollout_check(*, rollout_id: int, now: datetime | None = None) -> RolloutDec
             log.warning("rollout %s rolled back: %s", rollout.key, decision.message)
         elif decision.action == "advance":
             rollout_advance(rollout=rollout, actor=ROLLOUT_ACTOR, evidence=evidence, now=now)
+        elif decision.reason == WAITING_FOR_DATA:
+            rollout_hold_record(
+                rollout=rollout,
+                actor=ROLLOUT_ACTOR,
+                reason=decision.reason,
+                message=decision.message,
+                evidence=evidence,
+                now=now,
+            )
     return decision
 
 

@@ -7,7 +7,8 @@ sticky map the router passes to the engine (``engine.route(..., sticky=...)``). 
 the update of :func:`analytics.stats.bandit.bandit_decide` runs on every unit seen so far: equal
 weights during the exploration periods, then Thompson weights with the floor; each new set of
 weights is a new :class:`ExperimentSpec` phase with the same seed, as ``services.variants.phase_open``
-does. When an arm's P(best) reaches the threshold it is declared the winner and gets
+does, unless no arm's weight moved by more than ``WEIGHT_CHANGE_TOLERANCE`` (0.5 points), as
+``analytics.bandits.bandit_update`` keeps them then. When an arm's P(best) reaches the threshold it is declared the winner and gets
 :func:`analytics.stats.bandit.winner_weights` for the rest of the run, as
 ``analytics.bandits.bandit_update`` does. A run lasts ``--max-periods`` periods (its horizon), or
 ends at the declaration with ``--stop-at-winner`` (the behaviour before a winner moved traffic).
@@ -47,6 +48,7 @@ from analytics.stats.bandit import (  # noqa: E402
     cost_over_cap,
     rounded_weights,
     stratified_lift,
+    weights_moved,
     winner_weights,
 )
 from analytics.stats.statistics import MeanStatistic, ProportionStatistic, RatioStatistic  # noqa: E402
@@ -223,7 +225,7 @@ def simulate(run: int, cfg: Config) -> RunResult:
             new = rounded_weights(winner_weights(k, decision.winner, min_weight=cfg.min_weight))
         else:
             new = rounded_weights(decision.weights)
-        if new != weights:
+        if (decision.winner is not None and new != weights) or weights_moved(weights, new):
             weights = new
             phase += 1
             history.append(weights)

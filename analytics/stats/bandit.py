@@ -27,6 +27,9 @@ Pure numpy/scipy (no Django). The pieces:
 
 :func:`period_srm` checks each period's new units against the weights in force in that period.
 
+An update whose weights move no arm by more than :data:`WEIGHT_CHANGE_TOLERANCE`
+(:func:`weights_moved`) keeps the weights in force: Monte Carlo noise opens no new period.
+
 A declared winner gets :func:`winner_weights` (all but the other arms' floors). The optional cost
 guardrail (:func:`cost_over_cap`) keeps an arm whose cost per call is credibly above a cap at the
 floor: such an arm can neither win nor take traffic from the arms within the cap.
@@ -133,6 +136,35 @@ def rounded_weights(weights: Sequence[float], *, step: float = 1e-4) -> tuple[fl
     for i in np.argsort(-(scaled - base), kind="stable")[: units - int(base.sum())]:
         base[i] += 1
     return tuple(round(int(b) * step, 10) for b in base)
+
+
+#: Largest move of any arm's weight (a share: 0.02 = 2 percentage points) that an update treats
+#: as no change. P(best) is a Monte Carlo estimate drawn with a new seed every slot: with the same
+#: data, two updates' P(best) differ with a standard deviation of up to sqrt(2)·0.5/sqrt(draws)
+#: = 0.0071 (:data:`DEFAULT_DRAWS`), and a weight by that times ``1 − k·floor``. The weights
+#: wandered (40.0/26.5/33.6 → 39.9/26.6/33.5) and each update opened a new phase (a new, smaller
+#: period of the lift). 0.5 point would be under one standard deviation near P(best) = 0.5, so
+#: noise would still pass it in about 4 updates of 10; 2 points is about 3 of them (under 1 % of
+#: updates pass on noise alone). The comparison is with the weights in force, so a real trend
+#: smaller than that adds up over updates until it passes.
+WEIGHT_CHANGE_TOLERANCE = 0.02
+
+
+def weights_moved(
+    current: Sequence[float], new: Sequence[float], *, tolerance: float = WEIGHT_CHANGE_TOLERANCE
+) -> bool:
+    """Whether some arm's weight moves by more than ``tolerance`` (a share) from ``current`` to
+    ``new`` (same arm order). Different numbers of arms always count as a move.
+
+    Raises:
+        ValueError: a negative or non-finite ``tolerance``.
+    """
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise ValueError(f"tolerance must be finite and >= 0, got {tolerance}")
+    if len(current) != len(new):
+        return True
+    # 1e-9: weights on the 1e-4 grid (rounded_weights) differ from their decimals by float error
+    return any(abs(float(a) - float(b)) > tolerance + 1e-9 for a, b in zip(current, new, strict=True))
 
 
 def winner_weights(arms: int, winner: int, *, min_weight: float) -> tuple[float, ...]:

@@ -10,6 +10,7 @@ import secrets
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 key_validator = RegexValidator(r"^[a-z0-9][a-z0-9_-]*$", "Use lowercase letters, digits, '-' and '_'.")
 #: Experiment keys that would collide with API paths under /api/v1/experiments/.
@@ -231,7 +232,11 @@ class Exposure(models.Model):
     unit_id = models.CharField(max_length=200)
     variant_key = models.CharField(max_length=100)
     reason = models.CharField(max_length=20, default="assigned")
-    first_exposed_at = models.DateTimeField(auto_now_add=True)
+    first_exposed_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="When the unit was first routed into the phase (its earliest call's start), "
+        "not when the row was written.",
+    )
 
     class Meta:
         constraints = [
@@ -382,7 +387,7 @@ class RolloutEvent(models.Model):
     reason = models.CharField(
         max_length=40,
         help_text="started, advanced, completed, paused, resumed, "
-        "rolled_back_guardrail, rolled_back_manual, held_kill_switch",
+        "rolled_back_guardrail, rolled_back_manual, held_kill_switch, waiting_for_data",
     )
     message = models.CharField(max_length=500, blank=True)
     actor = models.CharField(max_length=200, blank=True)

@@ -165,6 +165,8 @@ def call_payload(
             "unit_id": unit_id,
             "variant_key": decision.variant_key,
             "reason": decision.reason,
+            # when the unit was routed (the call's start), not when the drainer writes the row
+            "first_exposed_at": (job.started_at or timezone.now()).isoformat(),
         }
     turn = None
     if result:
@@ -260,7 +262,7 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
         # jobs claimed in Redis: their rows first (written running; finished below)
         completion_jobs_insert([_claimed_job(p) for p in new if p.get("row")])
         exposures_record_many(
-            exposures=[ExposureInput(**p["exposure"]) for p in new if p["exposure"] is not None]
+            exposures=[_exposure_input(p["exposure"]) for p in new if p["exposure"] is not None]
         )
         calls = CallRecord.objects.bulk_create(
             [
@@ -285,6 +287,12 @@ def records_write(payloads: Sequence[Mapping[str, Any]]) -> int:
             turns=[TurnInput(job_id=p["job"]["id"], **p["turn"]) for p in new if p["turn"] is not None]
         )
     return len(new)
+
+
+def _exposure_input(exposure: Mapping[str, Any]) -> ExposureInput:
+    """A payload's exposure; its ISO time parsed (payloads buffered before it was carried lack it)."""
+    at = exposure.get("first_exposed_at")
+    return ExposureInput(**{**exposure, "first_exposed_at": datetime.fromisoformat(at) if at else None})
 
 
 #: ``error_kind`` of a call whose attempts died with its worker (:mod:`routing.worker.reaper`).

@@ -248,3 +248,35 @@ def test_a_bandit_phase_snapshot_analyses_the_units_new_to_that_phase():
     snapshot = results_compute(experiment=experiment, apply_guardrails=False)
     units = {v["key"]: v["units"] for v in snapshot.results["variants"]}
     assert snapshot.phase == 2 and units == {"control": 4, "b": 56}
+
+
+@pytest.mark.django_db
+def test_an_update_without_new_data_is_recorded_but_keeps_the_phase_and_its_weights():
+    experiment = _bandit()
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 60, 25)
+    _units(raw, "p1", "b", 60, 30)
+    first = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10))
+    assert first.decision == "update" and first.phase == 2
+    # the next slots see the same units: only the Monte Carlo seed differs
+    later = []
+    for slot in (2, 3, 4):
+        experiment.refresh_from_db()  # as the schedule's task loads it
+        later.append(
+            bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10 * slot + 1))
+        )
+    assert [u.decision for u in later] == ["unchanged"] * 3
+    assert [u.phase for u in later] == [2, 2, 2]
+    assert all(u.weights == first.weights for u in later)  # the weights in force, not the noisy ones
+    assert len({u.probability_best["b"] for u in [first, *later]}) > 1  # P(best) recorded as drawn
+    assert all(abs(u.probability_best["b"] - first.probability_best["b"]) < 0.01 for u in later)
+    experiment.refresh_from_db()
+    assert experiment.phase == 2
+    assert ExperimentPhase.objects.filter(experiment=experiment).count() == 2
+    # new data that moves the posterior does open a phase
+    raw.phase = experiment.phase
+    _units(raw, "p2", "control", 100, 60)  # the control catches up
+    _units(raw, "p2", "b", 100, 35)
+    moved = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=51))
+    assert (moved.decision, moved.phase) == ("update", 3)
+    assert moved.weights["control"] > first.weights["control"] + 0.1

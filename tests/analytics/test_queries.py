@@ -278,3 +278,26 @@ def test_every_call_value_is_whitelisted_sql():
     assert set(CallValue.values) == set(CALL_VALUE_SQL)
     with pytest.raises(ValueError):
         Component("m0", "call", "sum", call_value="latency_ms; DROP TABLE x")
+
+
+@pytest.mark.django_db
+def test_units_with_data_tell_no_observation_from_a_zero(three_arms):
+    """A unit with no event of a name is 0 for sum/count/any like one that posted a 0, but has
+    no data; call components have data for every unit with a call."""
+    for i, variant in enumerate(["control"] * 4 + ["fast"] * 3):
+        three_arms.expose(f"u{i}", variant)
+        three_arms.call(f"u{i}", variant)
+    three_arms.event("u0", "task_success", 0.0)  # observed: a failure
+    three_arms.event("u1", "task_success", 1.0)
+    three_arms.event("u1", "rating", 4.0)  # another name: no task_success data for the count
+    three_arms.event("u2", "rating", 5.0)
+    three_arms.event("u4", "task_success", 1.0, at=T0 - timedelta(minutes=1))  # before exposure: ignored
+    components = [
+        Component(key=f"ts_{agg}", source="event", aggregation=agg, event_name="task_success")
+        for agg in ("any", "sum", "count", "mean")
+    ] + [Component(key="calls", source="call", aggregation="sum", call_value="calls")]
+    got = run(three_arms, components).population(include_multiple=False, served_only=False)
+    with_data = {v: {k: s.with_data for k, s in stats.components.items()} for v, stats in got.items()}
+    assert with_data["control"] == {"ts_any": 2, "ts_sum": 2, "ts_count": 2, "ts_mean": 2, "calls": 4}
+    assert with_data["fast"] == {"ts_any": 0, "ts_sum": 0, "ts_count": 0, "ts_mean": 0, "calls": 3}
+    assert (got["fast"].components["ts_any"].n, got["fast"].components["ts_any"].sum) == (3, 0.0)

@@ -3,6 +3,7 @@ untested guardrail, and the always-valid p-value against the sequential module's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -51,7 +52,8 @@ def test_a_breach_rolls_back_even_before_the_step_minimums():
 
 def test_an_improvement_or_a_small_arm_is_not_a_breach():
     assert _decide([_reading(estimate=-0.06)]).action == "advance"  # fewer errors: better
-    assert _decide([_reading(estimate=0.06, n=(5000, 10))]).action == "advance"
+    small = _decide([_reading(estimate=0.06, n=(5000, 10))])
+    assert (small.action, small.reason) == ("hold", "waiting_for_data")  # too few to test: no advance
     assert _decide([_reading("task_success", estimate=0.06, higher=True)]).action == "advance"
 
 
@@ -79,3 +81,41 @@ def test_the_level_splits_alpha_over_guardrails_and_tested_steps():
     assert math.isclose(step_tuning(min_units=100, percent=1), 10_000)
     with pytest.raises(ValueError):
         _decide([_reading()], alpha=1.5)
+
+
+def _with_data(reading: GuardrailReading, control: int, treatment: int) -> GuardrailReading:
+    return dataclasses.replace(reading, control_with_data=control, treatment_with_data=treatment)
+
+
+def test_a_guardrail_with_no_observations_waits_for_data_but_a_constant_one_with_data_is_clean():
+    no_events = _with_data(_reading("task_success", se=0.0, status="constant_identical", higher=True), 0, 0)
+    d = _decide([_reading(), no_events])
+    assert (d.action, d.reason) == ("hold", "waiting_for_data")
+    assert d.evidence["waiting_for_data"] == ["task_success"]
+    assert "control 0, candidate 0" in d.message
+    no_errors = _with_data(_reading(se=0.0, status="constant_identical"), 5000, 500)
+    assert _decide([no_errors]).action == "advance"
+
+
+@pytest.mark.parametrize(
+    ("control", "treatment", "min_units", "action"),
+    [
+        (99, 500, 100, "hold"),
+        (5000, 99, 100, "hold"),
+        (100, 100, 100, "advance"),
+        (5000, 0, 0, "hold"),  # a step with no minimum still needs an observation
+        (5000, 1, 0, "advance"),
+    ],
+)
+def test_each_arm_needs_the_step_minimum_of_units_with_data(control, treatment, min_units, action):
+    reading = _with_data(_reading(), control, treatment)
+    assert _decide([reading], min_units=min_units).action == action
+
+
+def test_waiting_for_data_neither_hides_a_breach_nor_outranks_the_step_minimums():
+    breach = _with_data(_reading(estimate=0.06, se=0.01), 5000, 500)
+    empty = _with_data(_reading("task_success", status="constant_identical", higher=True), 0, 0)
+    assert _decide([breach, empty]).action == "rollback"
+    assert _decide([empty], held_minutes=5).reason == "min_time"
+    missing = GuardrailReading(metric="rating", status="missing", higher_is_better=True)
+    assert _decide([_reading(), missing]).reason == "untested_guardrail"

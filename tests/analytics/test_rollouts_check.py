@@ -39,7 +39,7 @@ def _rollout(guardrails=("error_rate", "latency_p95_ms"), min_minutes=10, min_un
     return rollout_start(rollout=rollout, actor="test")
 
 
-def _traffic(rollout: Rollout, *, candidate_error: float, units=60, seed=1) -> None:
+def _traffic(rollout: Rollout, *, candidate_error: float, control_error=0.02, units=60, seed=1) -> None:
     rng = random.Random(seed)
     rollout.experiment.refresh_from_db()
     raw = Raw(rollout.experiment)
@@ -47,7 +47,7 @@ def _traffic(rollout: Rollout, *, candidate_error: float, units=60, seed=1) -> N
         unit, variant = f"r{rollout.experiment.phase}-{i}", ("current", "candidate")[i % 2]
         raw.expose(unit, variant)
         for _ in range(3):
-            failed = rng.random() < (candidate_error if variant == "candidate" else 0.02)
+            failed = rng.random() < (candidate_error if variant == "candidate" else control_error)
             raw.call(unit, variant, status="failed" if failed else "succeeded", latency_ms=rng.gauss(300, 40))
 
 
@@ -124,3 +124,48 @@ def test_the_results_page_shows_the_ramp_and_the_rollback_alert(client):
     page = client.get("/results/ramp/").content.decode()
     assert 'id="rollout"' in page and "Rolled back" in page
     assert "rolled_back_guardrail" in page and "error_rate" in page
+
+
+@pytest.mark.django_db
+def test_a_guardrail_without_outcome_events_holds_the_step_as_waiting_for_data_until_they_come():
+    rollout = _rollout(guardrails=("error_rate", "task_success"))
+    _traffic(rollout, candidate_error=0.02)  # calls, but no outcome event yet: task_success is 0 vs 0
+    now = rollout.step_started_at + timedelta(minutes=11)
+    for _ in range(2):  # the hold is written to the history once
+        decision = rollout_check(rollout_id=rollout.pk, now=now)
+        assert (decision.action, decision.reason) == ("hold", "waiting_for_data")
+    rollout.refresh_from_db()
+    assert (rollout.step, rollout.percent) == (0, 1.0)  # neither advanced nor rolled back
+    assert [h.reason for h in rollout.history.all()] == ["started", "waiting_for_data"]
+    waiting = rollout.history.last()
+    assert waiting.evidence["waiting_for_data"] == ["task_success"]
+    readings = {g["metric"]: g for g in waiting.evidence["guardrails"]}
+    assert readings["task_success"]["status"] == "ok"  # 0 of 60 vs 0 of 60: it used to count as tested
+    assert (
+        readings["task_success"]["control_with_data"],
+        readings["task_success"]["treatment_with_data"],
+    ) == (
+        0,
+        0,
+    )
+    assert (readings["error_rate"]["control_with_data"], readings["error_rate"]["treatment_with_data"]) == (
+        60,
+        60,
+    )
+    assert "task_success" in waiting.message and "error_rate" not in waiting.message
+
+    raw = Raw(rollout.experiment)
+    for i in range(2 * 60):  # now every unit reports its task's outcome
+        raw.event(f"r{rollout.experiment.phase}-{i}", "task_success", float(i % 3 != 0))
+    assert rollout_check(rollout_id=rollout.pk, now=now + timedelta(minutes=1)).action == "advance"
+
+
+@pytest.mark.django_db
+def test_a_guardrail_constant_with_data_is_clean_and_the_step_advances():
+    rollout = _rollout(guardrails=("error_rate",))
+    _traffic(rollout, candidate_error=0.0, control_error=0.0)  # no error in either arm: 0 vs 0, with data
+    decision = rollout_check(rollout_id=rollout.pk, now=rollout.step_started_at + timedelta(minutes=11))
+    (reading,) = decision.evidence["guardrails"]
+    assert reading["status"] == "constant_identical"
+    assert (reading["control_with_data"], reading["treatment_with_data"]) == (60, 60)
+    assert decision.action == "advance"

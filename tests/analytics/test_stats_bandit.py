@@ -228,3 +228,30 @@ def test_an_arm_over_the_cost_cap_keeps_the_floor_and_cannot_win():
         bandit_decide(
             arms, exploring=False, min_weight=0.02, stop_when_probability_best=0.95, seed=1, over_cap=[1]
         )
+
+
+def test_weights_moved_only_beyond_the_tolerance():
+    from analytics.stats.bandit import WEIGHT_CHANGE_TOLERANCE, weights_moved
+
+    assert WEIGHT_CHANGE_TOLERANCE == 0.02
+    assert not weights_moved((0.400, 0.265, 0.335), (0.399, 0.266, 0.335))  # Monte Carlo noise
+    assert not weights_moved((0.40, 0.60), (0.42, 0.58))  # exactly the tolerance (1e-4 grid): kept
+    assert weights_moved((0.40, 0.60), (0.4201, 0.5799))
+    assert weights_moved((0.5, 0.5), (0.3, 0.3, 0.4))  # arms differ
+    assert weights_moved((0.5, 0.5), (0.5001, 0.4999), tolerance=0.0)
+    with pytest.raises(ValueError):
+        weights_moved((0.5, 0.5), (0.5, 0.5), tolerance=-0.1)
+
+
+def test_the_tolerance_is_about_three_monte_carlo_deviations_of_the_weights_on_the_same_data():
+    """Same data, a new seed per slot (as the schedule's updates): two arms at P(best) ≈ 0.5 (the
+    noisiest case). A weight's standard deviation is 0.9·0.5/sqrt(10,000) = 0.0045; consecutive
+    updates pass 2 points about once in 200, and would pass 0.5 point in about 4 of 10."""
+    from analytics.stats.bandit import weights_moved
+
+    arms = [ProportionStatistic(n=400, sum=120), ProportionStatistic(n=400, sum=121)]
+    weights = [thompson_weights(probability_best(arms, seed=seed), min_weight=0.05) for seed in range(201)]
+    assert float(np.std([w[0] for w in weights])) == pytest.approx(0.0045, abs=0.001)
+    pairs = list(zip(weights, weights[1:], strict=False))
+    assert sum(weights_moved(a, b) for a, b in pairs) <= 2
+    assert sum(weights_moved(a, b, tolerance=0.005) for a, b in pairs) >= 60

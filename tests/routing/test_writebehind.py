@@ -285,3 +285,63 @@ def test_a_job_claimed_in_redis_is_visible_to_its_key_before_its_row_is_written(
     assert drain_all() == 1
     assert claims.unwritten(str(j.id)) is None  # the drainer dropped the row its claim kept
     assert mine.get(url).json() == answered
+
+
+def _task_success_by_unit(experiment) -> dict[str, float]:
+    """Σ task_success per variant of the phase's analysis (the real aggregation statement)."""
+    from analytics.queries import Component, aggregate
+
+    sums = aggregate(
+        experiment_id=experiment.id,
+        phase=experiment.phase,
+        unit_type="session",
+        variant_endpoints={"control": avocado_id(14), "treatment": avocado_id(15)},
+        components=[Component(key="ts", source="event", aggregation="any", event_name="task_success")],
+    ).population(include_multiple=False, served_only=False)
+    return {k: v.components["ts"].sum for k, v in sums.items()}
+
+
+def test_an_outcome_posted_before_the_drain_counts_and_the_exposure_is_stamped_at_the_call_start():
+    from muse_experiments.experiments.models import Experiment
+    from tests.factories import api_key
+
+    j = job(session_id="s-1", user_id="u-1")
+    assert execute_job(job_id=str(j.id)) == JobStatus.SUCCEEDED
+    # the agent posts its outcome as soon as it has the answer: before the drainer wrote anything
+    events = APIClient()
+    events.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key(['events'])}")
+    body = {"event_id": "ok-1", "name": "task_success", "session_id": "s-1", "value": 1}
+    assert events.post("/api/v1/events", body, format="json").status_code == 201
+    assert not Exposure.objects.exists()
+    assert drain_all() == 1
+
+    stored = CompletionJob.objects.get(pk=j.id)
+    exposure = Exposure.objects.get()
+    assert exposure.first_exposed_at == stored.started_at  # the call's start, not the drain's time
+    assert exposure.first_exposed_at < CallRecord.objects.get(job=j).created_at
+    experiment = Experiment.objects.get(key="exp")
+    assert _task_success_by_unit(experiment) == {exposure.variant_key: 1.0}  # counted, not a failure
+
+
+def test_a_unit_keeps_its_earliest_routing_time_when_its_calls_are_written_out_of_order():
+    first, second = job(session_id="s-1", user_id="u-1"), job(session_id="s-1", user_id="u-1")
+    for j in (first, second):
+        execute_job(job_id=str(j.id))
+    payloads = buffered_entries()
+    assert [p["job"]["id"] for p in payloads] == [str(first.id), str(second.id)]
+    assert records_write([payloads[1]]) == 1  # the later call is written first ...
+    started = {str(j.pk): j.started_at for j in CompletionJob.objects.filter(pk__in=[first.id, second.id])}
+    assert Exposure.objects.get().first_exposed_at == started[str(second.id)]
+    assert records_write([payloads[0]]) == 1  # ... then the earlier one lowers the time
+    assert Exposure.objects.get().first_exposed_at == started[str(first.id)] < started[str(second.id)]
+    assert records_write(payloads) == 0  # a replay changes nothing
+    assert Exposure.objects.get().first_exposed_at == started[str(first.id)]
+
+
+def test_a_payload_buffered_before_calls_carried_the_exposure_time_is_stamped_when_written():
+    j = job(session_id="s-1", user_id="u-1")
+    execute_job(job_id=str(j.id))
+    (payload,) = buffered_entries()
+    del payload["exposure"]["first_exposed_at"]
+    assert records_write([payload]) == 1
+    assert Exposure.objects.get().first_exposed_at >= CompletionJob.objects.get(pk=j.id).started_at

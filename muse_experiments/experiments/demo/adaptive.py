@@ -9,7 +9,8 @@ sends the bandit's and the rollout's sessions in chunks of ``2 × concurrency``,
 chunk's outcomes once its call records are written, then waits (at most ``wait_s``) until the
 schedule has looked at all of them: a bandit update and a rollout check that started afterwards.
 Updates and checks also run while a round does, as in production: they count the units recorded so
-far, those whose outcome is not posted yet as failures (at most a chunk of them).
+far; the bandit counts those whose outcome is not posted yet as failures (at most a chunk of them),
+the rollout check as units without data (a step waits until enough units have data).
 
 What happened is read back for the report: every bandit update (weights, P(best), units per arm)
 and the rollout's state and history (``GET /api/v1/rollouts/<key>``).
@@ -32,7 +33,7 @@ from . import config, traffic
 from .setup import ACTOR
 
 #: Rollout history reasons that are decisions of the scheduled check (not a person's action).
-DECISIONS = ("advanced", "completed", "rolled_back_guardrail", "held_kill_switch")
+DECISIONS = ("advanced", "completed", "rolled_back_guardrail", "held_kill_switch", "waiting_for_data")
 
 
 @dataclass

@@ -21,6 +21,8 @@ MIGRATIONS = [
     "0009_shadow_tests",
     "0010_bandit",
     "0011_rollout_roles",
+    "0012_exposure_time_not_write_time",
+    "0013_rollout_event_waiting_reason",
 ]
 
 
