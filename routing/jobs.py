@@ -30,10 +30,11 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
-from rest_framework import exceptions
 
 from muse_experiments.infra import bulk_sql
+from muse_experiments.infra.commit import relax_commit_durability
 from muse_experiments.infra.storage_text import storable
+from routing.idempotency import request_fingerprint, same_request
 from routing.messages import job_from_row
 from routing.models import FINISHED_STATUSES, CompletionJob, JobStatus
 from routing.state import claims
@@ -67,11 +68,11 @@ def completion_job_create(
     PostgreSQL *crash* in the next ≈0.6 s can forget such a job, and then its caller, still
     waiting, gets an error; a job id handed out for later (``async``) is always durable.
     """
-    payload = _fingerprint(session_id, user_id, subagent, attributes, request, stream)
+    payload = request_fingerprint(session_id, user_id, subagent, attributes, request, stream)
     if idempotency_key:
         existing = CompletionJob.objects.filter(api_key=api_key, idempotency_key=idempotency_key).first()
         if existing:
-            return _same_request(existing, payload), False
+            return same_request(existing, payload), False
     try:
         # a savepoint only where a concurrent request can make the insert fail (the same key)
         with transaction.atomic(savepoint=bool(idempotency_key)):
@@ -85,7 +86,7 @@ def completion_job_create(
             job.save(force_insert=True)
     except IntegrityError:  # a concurrent request with the same idempotency key won
         existing = CompletionJob.objects.get(api_key=api_key, idempotency_key=idempotency_key)
-        return _same_request(existing, payload), False
+        return same_request(existing, payload), False
     return job, True
 
 
@@ -201,47 +202,6 @@ def completion_job_hand_out(job: CompletionJob) -> bool:
         job.worker, job.started_at, job.lease_expires_at = taken
         job.status, job.deliveries = JobStatus.RUNNING, 1
     return completion_job_materialize(job) and taken is None
-
-
-def relax_commit_durability() -> None:
-    """Let the current transaction's COMMIT return before its WAL reaches the disk (PostgreSQL
-    ``SET LOCAL synchronous_commit TO OFF``; a no-op elsewhere or outside a transaction).
-
-    The commit is visible to other sessions at once, as usual; the WAL writer flushes it within
-    ``3 × wal_writer_delay`` (600 ms by default), so only a server crash in that window (not a
-    restart) can lose it, never corrupt anything (PostgreSQL docs, "Asynchronous Commit"). Use it
-    only for writes whose loss the caller would see as a failed request.
-    """
-    if connection.vendor == "postgresql" and connection.in_atomic_block:
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-
-
-class IdempotencyConflict(exceptions.APIException):
-    """An idempotency key was reused with a different request (HTTP 422, as Stripe answers)."""
-
-    status_code = 422
-    default_code = "idempotency_conflict"
-    default_detail = "This idempotency key was already used with a different request."
-
-
-def _fingerprint(session_id, user_id, subagent, attributes, request, stream) -> str:
-    """What must match for an idempotency key's retry to be the same request. An anonymous call's
-    unit id is made fresh for each request (``request["anonymous"]``), so it is left out: the
-    retry gets the first request's job, unit id included."""
-    if request.get("anonymous"):
-        session_id = user_id = ""
-    return json.dumps(
-        [session_id, user_id, subagent, attributes, request, bool(stream)], sort_keys=True, default=str
-    )
-
-
-def _same_request(job: CompletionJob, payload: str) -> CompletionJob:
-    """``job`` if it was created from the same request; raises :class:`IdempotencyConflict` if not."""
-    stored = _fingerprint(job.session_id, job.user_id, job.subagent, job.attributes, job.request, job.stream)
-    if stored != payload:
-        raise IdempotencyConflict()
-    return job
 
 
 #: Error stored on a job whose worker died during the upstream call (see :func:`completion_job_claim`).

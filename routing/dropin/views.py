@@ -27,7 +27,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api.auth import ApiKeyAuthentication, HasScope
 from muse_experiments.api.base import RequestTooLarge
-from routing.jobs import IdempotencyConflict
+from routing.idempotency import IdempotencyConflict
 from routing.models import CompletionJob
 from routing.web.relay import sse_response
 

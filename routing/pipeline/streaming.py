@@ -104,7 +104,7 @@ def job_lost(job_id: str) -> dict[str, Any]:
     """The ``error`` event of a task whose job row does not exist, its final state handed to any
     waiting request at once (:func:`routing.state.handoff.publish_final`), so the caller gets a failure
     now rather than a timeout. It happens only when a PostgreSQL crash forgot the row of a job
-    created without the WAL flush (:func:`routing.jobs.relax_commit_durability`)."""
+    created without the WAL flush (:func:`muse_experiments.infra.commit.relax_commit_durability`)."""
     log.error("completion job %s does not exist; its task is dropped", job_id)
     state = {"status": JobStatus.FAILED, "result": None, "error": JOB_LOST, "finished_at": timezone.now()}
     publish_final(job_id=job_id, state=state)

@@ -346,7 +346,8 @@ def test_a_content_part_without_its_text_is_a_400_naming_it(client, part, field)
 def test_an_anonymous_call_retried_with_its_idempotency_key_gets_its_first_job():
     """An anonymous call's unit id is made fresh per request, so it is not part of what a retry
     must match: the retry returns the first job (it was a 422 every time)."""
-    from routing.jobs import IdempotencyConflict, completion_job_create
+    from routing.idempotency import IdempotencyConflict
+    from routing.jobs import completion_job_create
     from routing.models import CompletionJob
 
     request = {"messages": [{"role": "user", "content": "hi"}], "tools": [], "anonymous": True}

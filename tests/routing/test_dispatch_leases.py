@@ -72,7 +72,7 @@ def _synchronous_commit() -> str:
 def test_a_job_for_a_waiting_caller_commits_without_the_wal_flush_and_only_that_transaction(postgres):
     from django.db import transaction
 
-    from routing.jobs import relax_commit_durability
+    from muse_experiments.infra.commit import relax_commit_durability
 
     with transaction.atomic():
         relax_commit_durability()
