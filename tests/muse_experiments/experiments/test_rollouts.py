@@ -48,6 +48,7 @@ def test_create_start_pause_resume_and_roll_back(api):
     assert (
         rollout.experiment.status == "running" and rollout.experiment.guardrail_metrics == BODY["guardrails"]
     )
+    assert rollout.experiment.name == "Rollout of avocado-v15 replacing avocado-v14"  # labels, not hex ids
 
     assert api.post("/api/v1/rollouts/avocado-16/pause").json()["state"] == "paused"
     assert api.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
@@ -76,6 +77,7 @@ def test_create_start_pause_resume_and_roll_back(api):
         ({"guardrails": ["error_rate", "not_a_metric"]}, "guardrails"),
         ({"replaces": avocado_id(15)}, "replaces"),
         ({"key": "Bad Key"}, "key"),
+        ({"steps": [i / 10 for i in range(1, 1000)] + [100]}, "steps"),  # 1,000 steps: never detects
     ],
 )
 def test_bad_input_is_a_400_with_field_errors(api, change, field):
@@ -136,3 +138,35 @@ def test_sessions_need_the_experiment_permissions(db):
     assert pm.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
     assert analyst.get("/api/v1/rollouts/avocado-16").json()["percent"] == 1.0
     assert analyst.post("/api/v1/rollouts/avocado-16/rollback").status_code == 403
+
+
+def test_the_experiment_of_a_rollout_changes_its_ramp_only_through_the_rollout(api):
+    """A PATCH of the weights, models, coverage or variant set of a rollout's experiment would move
+    traffic behind the rollout's back (after a rollback, to 100 % on the candidate): a 400,
+    nothing saved. Its descriptive fields still change; the rollout's own steps still apply."""
+    api.post("/api/v1/rollouts", BODY, format="json")
+    api.post("/api/v1/rollouts/avocado-16/start")
+    api.post("/api/v1/rollouts/avocado-16/rollback")
+    version = api.get("/api/v1/experiments/avocado-16").json()["version"]
+    to_candidate = [
+        {"key": "current", "weight": 0.0, "model": avocado_id(14)},
+        {"key": "candidate", "weight": 1.0, "model": avocado_id(15)},
+    ]
+    other_model = [
+        {"key": "current", "weight": 1.0, "model": avocado_id(13)},
+        {"key": "candidate", "weight": 0.0, "model": avocado_id(15)},
+    ]
+    for edit, field in [
+        ({"variants": to_candidate}, "variants"),
+        ({"variants": other_model}, "variants"),
+        ({"coverage": 0.5}, "coverage"),
+    ]:
+        refused = api.patch("/api/v1/experiments/avocado-16", {"version": version, **edit}, format="json")
+        assert refused.status_code == 400, refused.content
+        assert "rollout 'avocado-16'" in refused.json()["error"]["fields"][field][0]
+    weights = {v.key: v.weight for v in Rollout.objects.get(key="avocado-16").experiment.variants.all()}
+    assert weights == {"current": 1.0, "candidate": 0.0}
+    renamed = api.patch(
+        "/api/v1/experiments/avocado-16", {"version": version, "name": "Avocado 16 ramp"}, format="json"
+    )
+    assert renamed.status_code == 200 and renamed.json()["name"] == "Avocado 16 ramp"
