@@ -13,7 +13,7 @@ from django.db import transaction
 
 from muse_experiments.infra import config_version
 
-from ..models import AuditEntry, Experiment, ExperimentStatus, Layer, PhaseReason, Rollout
+from ..models import AuditEntry, Experiment, ExperimentStatus, ExperimentType, Layer, PhaseReason, Rollout
 from .audit import audit_record, jsonable, variant_state
 from .rules import (
     DESCRIPTIVE_FIELDS,
@@ -274,7 +274,7 @@ def experiment_update(
     instead); once stopped or archived only descriptive fields change. While running or paused, a
     change of weights, coverage, layer slice or variants opens a new phase with the same seed.
     Running experiments need enabled models. No-op changes write nothing. Every write bumps
-    ``version``. A rollout's experiment takes its variants' weights, models and control, and its
+    ``version``. ``type="ab"`` without ``bandit`` clears the bandit settings. A rollout's experiment takes its variants' weights, models and control, and its
     coverage and layer slice, from the rollout alone: only the rollout's own step change passes
     ``ramp=True``; any other such change is an error (its descriptive fields, targeting and
     overrides stay editable). Raises ValidationError (field errors).
@@ -282,6 +282,8 @@ def experiment_update(
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise ValidationError(dict.fromkeys(unknown, "This field cannot be edited."))
+    if fields.get("type") == ExperimentType.AB and "bandit" not in fields:
+        fields["bandit"] = {}  # back to A/B: the bandit settings (defaults filled in) go with it
     experiment = experiment_lock(experiment=experiment, expected_version=expected_version)
     plan = experiment_change_plan(experiment=experiment, variants=variants, removed=removed, **fields)
     changed = plan.changed_fields
