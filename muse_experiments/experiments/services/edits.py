@@ -225,6 +225,11 @@ def experiment_change_plan(
     return ChangePlan(changes=changes, opens_phase=opens_phase, variant_rows=rows)
 
 
+def rollout_key_of(experiment: Experiment) -> str | None:
+    """The key of the rollout whose ramp ``experiment`` is, else None (one query)."""
+    return Rollout.objects.filter(experiment=experiment).values_list("key", flat=True).first()
+
+
 #: What a rollout sets on its experiment (per variant), never edited by hand.
 _RAMP_VARIANT_FIELDS = ("weight", "endpoint", "is_control", "key")
 
@@ -241,7 +246,7 @@ def _rollout_owned_errors(experiment: Experiment, plan: ChangePlan, errors: dict
     touched = [name for name in PHASE_FIELDS if name in plan.changes] + (["variants"] if ramp_changed else [])
     if not touched:
         return
-    rollout_key = Rollout.objects.filter(experiment=experiment).values_list("key", flat=True).first()
+    rollout_key = rollout_key_of(experiment)
     if rollout_key is None:
         return
     for name in touched:

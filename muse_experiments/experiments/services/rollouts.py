@@ -171,7 +171,7 @@ def rollout_start(*, rollout: Rollout, actor: str, now: datetime | None = None) 
     now = now or timezone.now()
     rollout = _locked(rollout)
     if rollout.state == RolloutState.DRAFT:
-        experiment_start(experiment=rollout.experiment, actor=actor)
+        experiment_start(experiment=rollout.experiment, actor=actor, ramp=True)
         first = float(rollout.steps[0])
         _event(rollout, at=now, to=first, reason="started", actor=actor)
         rollout.state, rollout.step, rollout.percent, rollout.step_started_at = (

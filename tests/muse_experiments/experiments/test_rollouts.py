@@ -170,3 +170,26 @@ def test_the_experiment_of_a_rollout_changes_its_ramp_only_through_the_rollout(a
         "/api/v1/experiments/avocado-16", {"version": version, "name": "Avocado 16 ramp"}, format="json"
     )
     assert renamed.status_code == 200 and renamed.json()["name"] == "Avocado 16 ramp"
+
+
+def test_the_experiment_of_a_rollout_is_neither_started_alone_nor_re_randomised(api):
+    """The admin's "Start" and "Re-randomise" actions (the lifecycle services) ran on a rollout's
+    experiment: a start left the rollout in draft while traffic flowed, and a new seed moved the
+    candidate's units back to the current model (phase 2, seed changed, rollout still "running")."""
+    from django.core.exceptions import ValidationError
+
+    from muse_experiments.experiments.services.lifecycle import experiment_rerandomise, experiment_start
+
+    api.post("/api/v1/rollouts", BODY, format="json")
+    rollout = Rollout.objects.get(key="avocado-16")
+    with pytest.raises(ValidationError, match="start the rollout instead"):
+        experiment_start(experiment=rollout.experiment, actor="pm")
+    rollout.experiment.refresh_from_db()
+    assert (rollout.experiment.status, rollout.experiment.phase) == ("draft", 0)
+    assert api.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
+    rollout.experiment.refresh_from_db()
+    seed = rollout.experiment.seed
+    with pytest.raises(ValidationError, match="roll the rollout back instead"):
+        experiment_rerandomise(experiment=rollout.experiment, actor="pm")
+    rollout.experiment.refresh_from_db()
+    assert (rollout.experiment.seed, rollout.experiment.phase) == (seed, 1)
