@@ -149,6 +149,11 @@ def rollout_create(
     return rollout
 
 
+def _state_words(rollout: Rollout) -> str:
+    """The state as a word of a sentence: ``rolled-back``, not the code ``rolled_back``."""
+    return rollout.state.replace("_", "-")
+
+
 def _locked(rollout: Rollout) -> Rollout:
     return (
         Rollout.objects.select_for_update()
@@ -184,7 +189,7 @@ def rollout_start(*, rollout: Rollout, actor: str, now: datetime | None = None) 
         _event(rollout, at=now, to=rollout.percent, reason="resumed", actor=actor)
         rollout.state = RolloutState.RUNNING
     else:
-        raise ValidationError({"state": f"A {rollout.state} rollout cannot be started."})
+        raise ValidationError({"state": f"A {_state_words(rollout)} rollout cannot be started."})
     rollout.save()
     audit_record(actor=actor, action="rollout_start", obj=rollout, changes={"state": rollout.state})
     return rollout
@@ -195,7 +200,7 @@ def rollout_pause(*, rollout: Rollout, actor: str, now: datetime | None = None) 
     """running → paused: holds the step (no advance); guardrails are still checked."""
     rollout = _locked(rollout)
     if rollout.state != RolloutState.RUNNING:
-        raise ValidationError({"state": f"A {rollout.state} rollout cannot be paused."})
+        raise ValidationError({"state": f"A {_state_words(rollout)} rollout cannot be paused."})
     _event(rollout, at=now or timezone.now(), to=rollout.percent, reason="paused", actor=actor)
     rollout.state = RolloutState.PAUSED
     rollout.save()
@@ -217,7 +222,7 @@ def rollout_roll_back(
     model), with the reason and evidence in the history and the audit log."""
     rollout = _locked(rollout)
     if rollout.state not in CHECKED_STATES:
-        raise ValidationError({"state": f"A {rollout.state} rollout cannot be rolled back."})
+        raise ValidationError({"state": f"A {_state_words(rollout)} rollout cannot be rolled back."})
     _set_percent(rollout, 0.0, actor)
     _event(
         rollout,
@@ -249,7 +254,9 @@ def rollout_advance(
     now = now or timezone.now()
     rollout = _locked(rollout)
     if rollout.state != RolloutState.RUNNING or rollout.step + 1 >= len(rollout.steps):
-        raise ValidationError({"state": f"A {rollout.state} rollout at step {rollout.step} cannot advance."})
+        raise ValidationError(
+            {"state": f"A {_state_words(rollout)} rollout at step {rollout.step} cannot advance."}
+        )
     target = float(rollout.steps[rollout.step + 1])
     _set_percent(rollout, target, actor)
     done = target >= 100.0
