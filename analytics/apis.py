@@ -254,7 +254,7 @@ class ResultsApi(APIView):
             try:
                 snapshot = results_compute(experiment=experiment, phase=phase, trigger=SnapshotTrigger.API)
             except ValueError as exc:
-                raise serializers.ValidationError({"phase": str(exc)}) from exc
+                raise serializers.ValidationError({"phase": [str(exc)]}) from exc
             call_rollup_refresh()  # the dashboards' time series, as fresh as the snapshot
         else:
             snapshot = snapshot_latest(experiment=experiment, phase=phase)
@@ -296,16 +296,16 @@ class ResultsComputeApi(APIView):
     )
     def post(self, request, key):
         experiment = get_object_or_404(Experiment, key=key)
-        data = self.InputSerializer(data=request.data if isinstance(request.data, dict) else {})
+        data = self.InputSerializer(data=request.data)  # a body that is not an object: a 400
         data.is_valid(raise_exception=True)
         phase = data.validated_data.get("phase") or experiment.phase
         if not experiment.phase:
             raise serializers.ValidationError(
-                {"phase": "The experiment has not started: nothing to compute."}
+                {"phase": ["The experiment has not started: nothing to compute."]}
             )
         if phase > experiment.phase:
             raise serializers.ValidationError(
-                {"phase": f"Phase {phase} does not exist (current: {experiment.phase})."}
+                {"phase": [f"Phase {phase} does not exist (current: {experiment.phase})."]}
             )
         request_id = uuid.uuid4()
         transaction.on_commit(

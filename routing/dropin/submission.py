@@ -44,12 +44,22 @@ CONTRACT_WORDS = {
 
 def resolve_model(model: str) -> str | None:
     """``None`` for a routing alias (experiments decide); the endpoint id for a pinned model.
-    Raises :class:`DropinError` (404 ``model_not_found``) for anything else."""
+    Raises :class:`DropinError` (404 ``model_not_found``) for anything else, naming the id of a
+    model whose version label was sent."""
     if model in ROUTING_ALIASES:
         return None
-    if catalogue().get(model) is None:
+    known = catalogue()
+    if known.get(model) is None:
+        aliases = " or ".join(f"'{alias}'" for alias in sorted(ROUTING_ALIASES))
+        labelled = sorted(e.public_id for e in known.endpoints.values() if e.version_label == model)
+        hint = (
+            f" '{model}' is a version label: pin the model by its id, '{labelled[0]}'."
+            if len(labelled) == 1
+            else ""
+        )
         raise DropinError(
-            f"The model '{model}' does not exist. Use one of {sorted(ROUTING_ALIASES)} or a catalogue model id.",
+            f"The model '{model}' does not exist. Use {aliases} (the experiments decide) or a catalogue "
+            f"model id.{hint}",
             kind="not_found",
             param="model",
         )

@@ -121,6 +121,10 @@ def pairs_table(test: ShadowTest) -> Table:
     )
 
 
+#: The tables ``?export=`` can download.
+EXPORT_TABLES = ("comparison", "pairs", "judge")
+
+
 def _export(test: ShadowTest, results: dict, fmt: str, table_id: str):
     tables = {
         "comparison": lambda: comparison_table(results),
@@ -154,7 +158,10 @@ class ShadowTestResultsApi(APIView):
         parameters=[
             OpenApiParameter("export", str, enum=list(EXPORT_FORMATS), description="Download a table"),
             OpenApiParameter(
-                "table", str, enum=["comparison", "pairs", "judge"], description="Which (default comparison)"
+                "table",
+                str,
+                enum=list(EXPORT_TABLES),
+                description="Which (default comparison; judge: tests with a judge)",
             ),
         ],
         responses={200: ResultsOutputSerializer, 404: OpenApiResponse(description="Unknown shadow test")},
@@ -164,16 +171,19 @@ class ShadowTestResultsApi(APIView):
         results = shadow_results(test)
         fmt = request.query_params.get("export")
         if fmt is not None:
-            exported = _export(test, results, fmt, request.query_params.get("table", "comparison"))
-            if exported is None:
-                raise serializers.ValidationError(
-                    {
-                        "export": [
-                            f"export is one of {', '.join(EXPORT_FORMATS)}; table comparison, pairs or judge."
-                        ]
-                    }
-                )
-            return exported
+            table_id = request.query_params.get("table", "comparison")
+            errors = {}
+            if fmt not in EXPORT_FORMATS:
+                errors["export"] = [f"export is one of {', '.join(EXPORT_FORMATS)}."]
+            if table_id not in EXPORT_TABLES:
+                errors["table"] = [f"table is one of {', '.join(EXPORT_TABLES)}."]
+            elif table_id == "judge" and results["judge"] is None:
+                errors["table"] = [
+                    "This shadow test has no judge, so no judge table: export comparison or pairs."
+                ]
+            if errors:
+                raise serializers.ValidationError(errors)
+            return _export(test, results, fmt, table_id)
         return Response(ResultsOutputSerializer(results).data)
 
 

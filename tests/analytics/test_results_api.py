@@ -61,6 +61,28 @@ def test_results_compute_rejects_an_experiment_that_never_started_and_needs_the_
     assert bad.status_code == 400
 
 
+@pytest.mark.django_db
+def test_results_compute_answers_bad_bodies_with_field_errors_as_lists(three_arms):
+    """A body that is not a JSON object is a 400 (it was taken as ``{}`` and queued a computation);
+    the phase errors are lists of messages like every field error of the API."""
+    from tests.factories import make_experiment
+
+    make_experiment(key="draft", start=False)
+    client = _client()
+    for body in ([1, 2], "hello"):
+        refused = client.post("/api/v1/experiments/ana/results/compute", body, format="json")
+        assert refused.status_code == 400, refused.content
+        assert "non_field_errors" in refused.json()["error"]["fields"]
+    for key, body, message in [
+        ("draft", {}, "The experiment has not started: nothing to compute."),
+        ("ana", {"phase": 7}, "Phase 7 does not exist (current: 1)."),
+    ]:
+        refused = client.post(f"/api/v1/experiments/{key}/results/compute", body, format="json")
+        assert refused.json()["error"]["fields"] == {"phase": [message]}
+    no_body = client.post("/api/v1/experiments/ana/results/compute")  # no body at all: the defaults
+    assert no_body.status_code == 202, no_body.content
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_compute_endpoint_answers_202_and_a_real_worker_stores_the_snapshot(

@@ -41,6 +41,18 @@ def test_pages_need_a_staff_login(client, url, ana):
     assert client.get(url).status_code == 302  # logged in but not staff
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", PAGES)
+def test_a_staff_user_without_a_role_gets_a_403_page_that_says_why(client, url, ana):
+    """It was Django's bare "403 Forbidden" with an empty paragraph."""
+    client.force_login(get_user_model().objects.create_user("no-role", "n@example.com", "pw", is_staff=True))
+    refused = client.get(url)
+    assert refused.status_code == 403
+    page = refused.content.decode()
+    assert "signed in as <strong>no-role</strong>" in page and "lacks the permission" in page
+    assert "<em>Analyst</em>" in page and 'href="/admin/"' in page
+
+
 def test_experiments_list_shows_units_split_srm_verdict_and_filters(staff, ana):
     page = staff.get("/results/").content.decode()
     assert '<a href="/results/ana/">ana</a>' in page and "Faster Avocado for subagents" in page
@@ -217,6 +229,18 @@ def test_an_experiment_without_results_says_what_to_do(staff, db):
     make_experiment(key="fresh")
     page = staff.get("/results/fresh/").content.decode()
     assert "No results computed yet for phase 1" in page and "Recompute now" not in page  # an analyst
+
+
+def test_a_snapshot_without_units_says_the_sample_ratio_is_not_tested_not_ok(staff, db):
+    """It said "Sample ratio OK: the observed split matches the weights (chi-square p = , No data)"."""
+    from analytics.services import results_compute
+    from tests.factories import make_experiment, seed_catalogue
+
+    seed_catalogue()
+    results_compute(experiment=make_experiment(key="fresh"))
+    page = staff.get("/results/fresh/").content.decode()
+    assert "Sample ratio not tested" in page and "no units observed yet" in page
+    assert "Sample ratio OK" not in page and "p = ," not in page
 
 
 def test_api_docs_are_served_from_local_static_files(client):

@@ -53,7 +53,16 @@ def shadow_report(
             break
         time.sleep(0.5)
     results = httpx.get(url, headers=headers, timeout=120).json()
-    write(
+    for line in shadow_lines(key, results):
+        write(line)
+    return results
+
+
+def shadow_lines(key: str, results: dict) -> list[str]:
+    """The printed comparison of ``results`` (``GET /api/v1/shadow-tests/{key}/results``): one
+    line per measure, the ratio column and the interval aligned under their headers."""
+    lines: list[str] = []
+    lines.append(
         f"\nShadow test {key}: {CANDIDATE} on the control's traffic, never shown to users\n"
         f"{results['pairs']} pairs in {results['sessions']} sessions; {results['candidate_failed']} candidate "
         f"failures; {results['dropped']} dropped; ${results['spent_usd']:.4f} spent (candidate + judge)"
@@ -66,21 +75,23 @@ def shadow_report(
         ("output tokens per call", results["output_tokens_per_call"]["primary"],
          results["output_tokens_per_call"]["candidate"], results["output_tokens_per_call"]["ratio"]),
     ]  # fmt: skip
-    write(f"{'measure':<24}{'primary':>12}{'candidate':>12}{'ratio':>9}  95% CI (clustered by session)")
+    lines.append(
+        f"{'measure':<24}{'primary':>12}{'candidate':>12}{'ratio':>9}  95% CI (clustered by session)"
+    )
     for name, primary, candidate, ratio in rows:
-        write(
+        lines.append(
             f"{name:<24}{_num(primary):>12}{_num(candidate):>12}{_num(ratio['estimate']):>9}  {_ci(ratio['ci'])}"
         )
     agree = results["tool_call_agreement"]
-    write(f"tool-call agreement      {_num(agree['rate'])}  {_ci(agree['ci'])}")
+    lines.append(f"{'tool-call agreement':<24}{'':>12}{'':>12}{_num(agree['rate']):>9}  {_ci(agree['ci'])}")
     judge = results["judge"]
     if judge:
         win = judge["win_rate"]
-        write(
+        lines.append(
             f"judge: candidate {judge['candidate_wins']}, primary {judge['primary_wins']}, ties {judge['ties']}, "
             f"invalid {judge['invalid']}; candidate win rate {_num(win['estimate'])}  {_ci(win['ci'])}"
         )
-    return results
+    return lines
 
 
 def _num(value: float | None) -> str:

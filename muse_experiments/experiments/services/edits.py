@@ -13,7 +13,7 @@ from django.db import transaction
 
 from muse_experiments.infra import config_version
 
-from ..models import AuditEntry, Experiment, ExperimentStatus, Layer, PhaseReason
+from ..models import AuditEntry, Experiment, ExperimentStatus, ExperimentType, Layer, PhaseReason, Rollout
 from .audit import audit_record, jsonable, variant_state
 from .rules import (
     DESCRIPTIVE_FIELDS,
@@ -225,6 +225,39 @@ def experiment_change_plan(
     return ChangePlan(changes=changes, opens_phase=opens_phase, variant_rows=rows)
 
 
+def rollout_key_of(experiment: Experiment) -> str | None:
+    """The key of the rollout whose ramp ``experiment`` is, else None (one query)."""
+    return Rollout.objects.filter(experiment=experiment).values_list("key", flat=True).first()
+
+
+#: What a rollout sets on its experiment (per variant), never edited by hand.
+_RAMP_VARIANT_FIELDS = ("weight", "endpoint", "is_control", "key")
+
+
+def _rollout_owned_errors(experiment: Experiment, plan: ChangePlan, errors: dict[str, list[str]]) -> None:
+    """Add an error per ramp setting ``plan`` changes when ``experiment`` is a rollout's: its
+    variants' weights, models, control and set, its coverage and layer slice."""
+    variants = plan.changes.get("variants", {})
+    ramp_changed = (
+        variants.get("added")
+        or variants.get("removed")
+        or any(set(change) & set(_RAMP_VARIANT_FIELDS) for change in variants.get("changed", {}).values())
+    )
+    touched = [name for name in PHASE_FIELDS if name in plan.changes] + (["variants"] if ramp_changed else [])
+    if not touched:
+        return
+    rollout_key = rollout_key_of(experiment)
+    if rollout_key is None:
+        return
+    for name in touched:
+        add_error(
+            errors,
+            name,
+            f"This experiment is rollout {rollout_key!r}'s ramp: its weights, models and coverage "
+            "change only through the rollout (start, pause, rollback).",
+        )
+
+
 @transaction.atomic
 def experiment_update(
     *,
@@ -233,6 +266,7 @@ def experiment_update(
     variants: Sequence[VariantInput] | None = None,
     removed: Iterable[str] = (),
     expected_version: int | None = None,
+    ramp: bool = False,
     **fields: Any,
 ) -> Experiment:
     """Change an experiment's fields (any of :data:`EDITABLE_FIELDS`) and/or its variant set.
@@ -245,11 +279,16 @@ def experiment_update(
     instead); once stopped or archived only descriptive fields change. While running or paused, a
     change of weights, coverage, layer slice or variants opens a new phase with the same seed.
     Running experiments need enabled models. No-op changes write nothing. Every write bumps
-    ``version``. Raises ValidationError (field errors).
+    ``version``. ``type="ab"`` without ``bandit`` clears the bandit settings. A rollout's experiment takes its variants' weights, models and control, and its
+    coverage and layer slice, from the rollout alone: only the rollout's own step change passes
+    ``ramp=True``; any other such change is an error (its descriptive fields, targeting and
+    overrides stay editable). Raises ValidationError (field errors).
     """
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise ValidationError(dict.fromkeys(unknown, "This field cannot be edited."))
+    if fields.get("type") == ExperimentType.AB and "bandit" not in fields:
+        fields["bandit"] = {}  # back to A/B: the bandit settings (defaults filled in) go with it
     experiment = experiment_lock(experiment=experiment, expected_version=expected_version)
     plan = experiment_change_plan(experiment=experiment, variants=variants, removed=removed, **fields)
     changed = plan.changed_fields
@@ -264,6 +303,8 @@ def experiment_update(
             add_error(
                 errors, "weight", "A running bandit sets its own weights; edit its bandit settings instead."
             )
+    if not ramp:
+        _rollout_owned_errors(experiment, plan, errors)
     if experiment.status != ExperimentStatus.DRAFT:
         for name in changed:
             if name in DRAFT_ONLY_FIELDS:

@@ -24,7 +24,7 @@ from muse_experiments.infra import config_version
 from ..bandit_config import equal_weights, floor_errors
 from ..models import Experiment, ExperimentPhase, ExperimentStatus, ExperimentType, PhaseReason, Variant
 from .audit import audit_record
-from .edits import experiment_lock
+from .edits import experiment_lock, rollout_key_of
 from .rules import EDITABLE_FIELDS, LIVE_STATUSES, full_clean, validate_experiment_fields
 from .variants import VariantInput, phase_current_seed, phase_open, validate_variants
 
@@ -50,14 +50,20 @@ def _transition(
 
 
 @transaction.atomic
-def experiment_start(*, experiment: Experiment, actor: str) -> Experiment:
+def experiment_start(*, experiment: Experiment, actor: str, ramp: bool = False) -> Experiment:
     """draft/paused → running. The first start opens phase 1 with the experiment's seed (a
-    bandit's first start sets equal weights, recorded in the audit entry).
+    bandit's first start sets equal weights, recorded in the audit entry). A rollout's draft
+    experiment starts only with its rollout (which passes ``ramp=True``); resuming it is allowed.
 
     Raises ValidationError when a bandit's weight floor times its arms exceeds 100 %, the transition is illegal, the variant set is invalid, a
     variant's model (or its provider) is disabled, or the layer slice overlaps another experiment.
     """
     experiment, before = _transition(experiment=experiment, to=ExperimentStatus.RUNNING)
+    rollout_key = None if ramp or before != ExperimentStatus.DRAFT else rollout_key_of(experiment)
+    if rollout_key is not None:
+        raise ValidationError(
+            {"status": f"This experiment is rollout {rollout_key!r}'s ramp: start the rollout instead."}
+        )
     variants = list(experiment.variants.select_related("endpoint__provider"))
     validate_variants(
         [
@@ -141,11 +147,20 @@ def experiment_archive(*, experiment: Experiment, actor: str) -> Experiment:
 def experiment_rerandomise(*, experiment: Experiment, actor: str, seed: str = "") -> Experiment:
     """Open a new phase with a new seed (running or paused experiments): every unit is hashed
     afresh and no earlier sticky assignment applies. ``seed`` defaults to ``<key>-<8 hex>``.
-    Raises ValidationError when the experiment is not running or paused."""
+    Raises ValidationError when the experiment is not running or paused, or is a rollout's ramp
+    (whose units on the candidate keep it from step to step)."""
     experiment = experiment_lock(experiment=experiment)
     if experiment.status not in LIVE_STATUSES:
         raise ValidationError(
             {"status": f"Only running or paused experiments can be re-randomised, not {experiment.status}."}
+        )
+    rollout_key = rollout_key_of(experiment)
+    if rollout_key is not None:
+        raise ValidationError(
+            {
+                "status": f"This experiment is rollout {rollout_key!r}'s ramp: a new seed would move units "
+                "on the candidate back to the current model (roll the rollout back instead)."
+            }
         )
     old_seed = phase_current_seed(experiment)
     new_seed = seed or f"{experiment.key}-{secrets.token_hex(4)}"

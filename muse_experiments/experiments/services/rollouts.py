@@ -35,13 +35,20 @@ from .variants import VariantInput
 CONTROL_KEY, CANDIDATE_KEY = "current", "candidate"
 #: States the scheduled check looks at (a paused rollout still rolls back on a breach).
 CHECKED_STATES = (RolloutState.RUNNING, RolloutState.PAUSED)
+#: At most this many steps: each is a phase, and each guardrail is tested at
+#: ``alpha / (guardrails × steps)``, so a longer ramp could never detect a breach.
+MAX_STEPS = 20
 
 
 def rollout_steps_errors(steps: Any) -> list[str]:
     """Why ``steps`` is not a valid ramp (percent values, strictly increasing, in (0, 100], last
-    100); empty when valid."""
+    100, at most :data:`MAX_STEPS`); empty when valid."""
     if not isinstance(steps, list | tuple) or not steps:
         return ["Give the steps as a non-empty list of percents, e.g. [1, 5, 25, 50, 100]."]
+    if len(steps) > MAX_STEPS:
+        return [
+            f"At most {MAX_STEPS} steps (got {len(steps)}): each guardrail is tested at alpha / (guardrails × steps)."
+        ]
     if not all(isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s) for s in steps):
         return ["Every step is a number (percent of units on the candidate)."]
     errors = []
@@ -52,6 +59,12 @@ def rollout_steps_errors(steps: Any) -> list[str]:
     if steps[-1] != 100:
         errors.append("The last step must be 100 (the candidate serves every unit).")
     return errors
+
+
+def _model_name(endpoint: Any) -> str:
+    """A model as people name it: its version label (``avocado-v15``), else its public id (whose
+    32 hex digits, unbreakable, overflowed the results list's name column)."""
+    return endpoint.version_label or endpoint.public_id
 
 
 def _variants(rollout_or_models: Mapping[str, Any], percent: float) -> list[VariantInput]:
@@ -115,7 +128,7 @@ def rollout_create(
         raise ValidationError(errors)
     experiment = experiment_create(
         key=key,
-        name=f"Rollout of {candidate.public_id} replacing {current.public_id}",
+        name=f"Rollout of {_model_name(candidate)} replacing {_model_name(current)}",
         hypothesis="The candidate is no worse than the current model on every guardrail.",
         variants=_variants({"candidate": candidate, "current": current}, float(steps[0])),
         actor=actor,
@@ -136,6 +149,11 @@ def rollout_create(
     return rollout
 
 
+def _state_words(rollout: Rollout) -> str:
+    """The state as a word of a sentence: ``rolled-back``, not the code ``rolled_back``."""
+    return rollout.state.replace("_", "-")
+
+
 def _locked(rollout: Rollout) -> Rollout:
     return (
         Rollout.objects.select_for_update()
@@ -146,7 +164,9 @@ def _locked(rollout: Rollout) -> Rollout:
 
 def _set_percent(rollout: Rollout, percent: float, actor: str) -> None:
     models = {"candidate": rollout.candidate, "current": rollout.current}
-    experiment_update(experiment=rollout.experiment, actor=actor, variants=_variants(models, percent))
+    experiment_update(
+        experiment=rollout.experiment, actor=actor, variants=_variants(models, percent), ramp=True
+    )
 
 
 @transaction.atomic
@@ -156,7 +176,7 @@ def rollout_start(*, rollout: Rollout, actor: str, now: datetime | None = None) 
     now = now or timezone.now()
     rollout = _locked(rollout)
     if rollout.state == RolloutState.DRAFT:
-        experiment_start(experiment=rollout.experiment, actor=actor)
+        experiment_start(experiment=rollout.experiment, actor=actor, ramp=True)
         first = float(rollout.steps[0])
         _event(rollout, at=now, to=first, reason="started", actor=actor)
         rollout.state, rollout.step, rollout.percent, rollout.step_started_at = (
@@ -169,7 +189,7 @@ def rollout_start(*, rollout: Rollout, actor: str, now: datetime | None = None) 
         _event(rollout, at=now, to=rollout.percent, reason="resumed", actor=actor)
         rollout.state = RolloutState.RUNNING
     else:
-        raise ValidationError({"state": f"A {rollout.state} rollout cannot be started."})
+        raise ValidationError({"state": f"A {_state_words(rollout)} rollout cannot be started."})
     rollout.save()
     audit_record(actor=actor, action="rollout_start", obj=rollout, changes={"state": rollout.state})
     return rollout
@@ -180,7 +200,7 @@ def rollout_pause(*, rollout: Rollout, actor: str, now: datetime | None = None) 
     """running → paused: holds the step (no advance); guardrails are still checked."""
     rollout = _locked(rollout)
     if rollout.state != RolloutState.RUNNING:
-        raise ValidationError({"state": f"A {rollout.state} rollout cannot be paused."})
+        raise ValidationError({"state": f"A {_state_words(rollout)} rollout cannot be paused."})
     _event(rollout, at=now or timezone.now(), to=rollout.percent, reason="paused", actor=actor)
     rollout.state = RolloutState.PAUSED
     rollout.save()
@@ -202,7 +222,7 @@ def rollout_roll_back(
     model), with the reason and evidence in the history and the audit log."""
     rollout = _locked(rollout)
     if rollout.state not in CHECKED_STATES:
-        raise ValidationError({"state": f"A {rollout.state} rollout cannot be rolled back."})
+        raise ValidationError({"state": f"A {_state_words(rollout)} rollout cannot be rolled back."})
     _set_percent(rollout, 0.0, actor)
     _event(
         rollout,
@@ -234,7 +254,9 @@ def rollout_advance(
     now = now or timezone.now()
     rollout = _locked(rollout)
     if rollout.state != RolloutState.RUNNING or rollout.step + 1 >= len(rollout.steps):
-        raise ValidationError({"state": f"A {rollout.state} rollout at step {rollout.step} cannot advance."})
+        raise ValidationError(
+            {"state": f"A {_state_words(rollout)} rollout at step {rollout.step} cannot advance."}
+        )
     target = float(rollout.steps[rollout.step + 1])
     _set_percent(rollout, target, actor)
     done = target >= 100.0

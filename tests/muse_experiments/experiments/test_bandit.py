@@ -101,6 +101,18 @@ def test_bad_bandit_settings_are_400_with_field_errors(catalogue, bandit, field)
 
 
 @pytest.mark.django_db
+def test_a_draft_bandit_turned_back_into_an_ab_test_drops_its_settings(catalogue):
+    """``{"type": "ab"}`` alone: the settings filled in for the bandit go with it (it was a 400 on
+    ``bandit``, a field the client had not sent)."""
+    c = writer()
+    created = create(c)
+    back = c.patch(f"{URL}/bandit", {"version": created.json()["version"], "type": "ab"}, format="json")
+    assert back.status_code == 200, back.json()
+    assert (back.json()["type"], back.json()["bandit"]) == ("ab", {})
+    assert Experiment.objects.get(key="bandit").bandit == {}
+
+
+@pytest.mark.django_db
 def test_a_bandit_metric_other_than_the_primary_metric_is_refused(catalogue):
     response = create(writer(), primary_metric="task_success", bandit={**SETTINGS, "metric": "latency_ms"})
     assert response.status_code == 400

@@ -48,6 +48,7 @@ def test_create_start_pause_resume_and_roll_back(api):
     assert (
         rollout.experiment.status == "running" and rollout.experiment.guardrail_metrics == BODY["guardrails"]
     )
+    assert rollout.experiment.name == "Rollout of avocado-v15 replacing avocado-v14"  # labels, not hex ids
 
     assert api.post("/api/v1/rollouts/avocado-16/pause").json()["state"] == "paused"
     assert api.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
@@ -59,7 +60,8 @@ def test_create_start_pause_resume_and_roll_back(api):
     assert AuditEntry.objects.filter(action="rollout_roll_back", object_id=str(rollout.pk)).exists()
     # a rolled-back rollout cannot start again: a field error, not a 500
     again = api.post("/api/v1/rollouts/avocado-16/start")
-    assert again.status_code == 400 and "state" in again.json()["error"]["fields"]
+    assert again.status_code == 400
+    assert again.json()["error"]["fields"]["state"] == ["A rolled-back rollout cannot be started."]  # no code
     read = APIClient(HTTP_AUTHORIZATION=f"Bearer {api_key(['analytics:read'])}")
     assert read.get("/api/v1/rollouts/avocado-16").json()["state"] == "rolled_back"
     assert read.post("/api/v1/rollouts/avocado-16/pause").status_code == 403
@@ -76,6 +78,7 @@ def test_create_start_pause_resume_and_roll_back(api):
         ({"guardrails": ["error_rate", "not_a_metric"]}, "guardrails"),
         ({"replaces": avocado_id(15)}, "replaces"),
         ({"key": "Bad Key"}, "key"),
+        ({"steps": [i / 10 for i in range(1, 1000)] + [100]}, "steps"),  # 1,000 steps: never detects
     ],
 )
 def test_bad_input_is_a_400_with_field_errors(api, change, field):
@@ -136,3 +139,58 @@ def test_sessions_need_the_experiment_permissions(db):
     assert pm.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
     assert analyst.get("/api/v1/rollouts/avocado-16").json()["percent"] == 1.0
     assert analyst.post("/api/v1/rollouts/avocado-16/rollback").status_code == 403
+
+
+def test_the_experiment_of_a_rollout_changes_its_ramp_only_through_the_rollout(api):
+    """A PATCH of the weights, models, coverage or variant set of a rollout's experiment would move
+    traffic behind the rollout's back (after a rollback, to 100 % on the candidate): a 400,
+    nothing saved. Its descriptive fields still change; the rollout's own steps still apply."""
+    api.post("/api/v1/rollouts", BODY, format="json")
+    api.post("/api/v1/rollouts/avocado-16/start")
+    api.post("/api/v1/rollouts/avocado-16/rollback")
+    version = api.get("/api/v1/experiments/avocado-16").json()["version"]
+    to_candidate = [
+        {"key": "current", "weight": 0.0, "model": avocado_id(14)},
+        {"key": "candidate", "weight": 1.0, "model": avocado_id(15)},
+    ]
+    other_model = [
+        {"key": "current", "weight": 1.0, "model": avocado_id(13)},
+        {"key": "candidate", "weight": 0.0, "model": avocado_id(15)},
+    ]
+    for edit, field in [
+        ({"variants": to_candidate}, "variants"),
+        ({"variants": other_model}, "variants"),
+        ({"coverage": 0.5}, "coverage"),
+    ]:
+        refused = api.patch("/api/v1/experiments/avocado-16", {"version": version, **edit}, format="json")
+        assert refused.status_code == 400, refused.content
+        assert "rollout 'avocado-16'" in refused.json()["error"]["fields"][field][0]
+    weights = {v.key: v.weight for v in Rollout.objects.get(key="avocado-16").experiment.variants.all()}
+    assert weights == {"current": 1.0, "candidate": 0.0}
+    renamed = api.patch(
+        "/api/v1/experiments/avocado-16", {"version": version, "name": "Avocado 16 ramp"}, format="json"
+    )
+    assert renamed.status_code == 200 and renamed.json()["name"] == "Avocado 16 ramp"
+
+
+def test_the_experiment_of_a_rollout_is_neither_started_alone_nor_re_randomised(api):
+    """The admin's "Start" and "Re-randomise" actions (the lifecycle services) ran on a rollout's
+    experiment: a start left the rollout in draft while traffic flowed, and a new seed moved the
+    candidate's units back to the current model (phase 2, seed changed, rollout still "running")."""
+    from django.core.exceptions import ValidationError
+
+    from muse_experiments.experiments.services.lifecycle import experiment_rerandomise, experiment_start
+
+    api.post("/api/v1/rollouts", BODY, format="json")
+    rollout = Rollout.objects.get(key="avocado-16")
+    with pytest.raises(ValidationError, match="start the rollout instead"):
+        experiment_start(experiment=rollout.experiment, actor="pm")
+    rollout.experiment.refresh_from_db()
+    assert (rollout.experiment.status, rollout.experiment.phase) == ("draft", 0)
+    assert api.post("/api/v1/rollouts/avocado-16/start").json()["state"] == "running"
+    rollout.experiment.refresh_from_db()
+    seed = rollout.experiment.seed
+    with pytest.raises(ValidationError, match="roll the rollout back instead"):
+        experiment_rerandomise(experiment=rollout.experiment, actor="pm")
+    rollout.experiment.refresh_from_db()
+    assert (rollout.experiment.seed, rollout.experiment.phase) == (seed, 1)

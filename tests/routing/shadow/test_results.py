@@ -117,6 +117,25 @@ def test_exports_neutralise_formula_cells(shadow):
     assert client(["completions"]).get(URL).status_code == 403
 
 
+def test_export_errors_name_the_wrong_parameter_and_a_missing_judge(shadow):
+    """A bad ``table`` is an error on ``table`` (it was on ``export``, with a message listing the
+    very table asked for), and a test without a judge says it has no judge table."""
+    c = client()
+    assert c.get(URL, {"export": "csv", "table": "judge"}).status_code == 200  # this test has a judge
+    bad_table = c.get(URL, {"export": "csv", "table": "zzz"}).json()["error"]["fields"]
+    assert bad_table == {"table": ["table is one of comparison, pairs, judge."]}
+    shadow_test_create(
+        key="no-judge", name="no judge", candidate="avocado-v14", source={"model": avocado_id(15)},
+        sample_percent=100, judge=None, max_usd_per_day=Decimal(1), allow_external=False, actor="t",
+    )  # fmt: skip
+    no_judge = c.get("/api/v1/shadow-tests/no-judge/results", {"export": "json", "table": "judge"})
+    assert no_judge.status_code == 400
+    assert "has no judge" in no_judge.json()["error"]["fields"]["table"][0]
+    assert (
+        c.get("/api/v1/shadow-tests/no-judge/results", {"export": "csv", "table": "pairs"}).status_code == 200
+    )
+
+
 def test_the_results_page_shows_the_comparison_and_its_charts(shadow, admin_client):
     page = admin_client.get("/results/shadow/sh/")
     assert page.status_code == 200
