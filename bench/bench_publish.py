@@ -30,7 +30,7 @@ django.setup()
 from muse_experiments.celery import app  # noqa: E402,F401 - the app the task is bound to
 from muse_experiments.infra.queues import Queue  # noqa: E402
 from muse_experiments.infra.redis_client import redis_client  # noqa: E402
-from routing import dispatch  # noqa: E402
+from routing.web import dispatch  # noqa: E402
 from routing.worker.tasks import run_completion  # noqa: E402
 
 ROW = {
