@@ -92,15 +92,29 @@ class Sample:
     failures: list[str] = field(default_factory=list)
     #: CPU seconds the target's own processes used meanwhile (``None``: not measured, e.g. direct).
     cpu_s: float | None = None
+    #: The same per process (``{"web.1": s, …}``), with its descendants.
+    cpu_parts_s: dict[str, float] = field(default_factory=dict)
 
     def add(
-        self, latencies_ms: list[float], wall_s: float, failures: list[str], cpu_s: float | None = None
+        self,
+        latencies_ms: list[float],
+        wall_s: float,
+        failures: list[str],
+        cpu_s: float | None = None,
+        cpu_parts_s: dict[str, float] | None = None,
     ) -> None:
         self.latencies_ms += latencies_ms
         self.wall_s += wall_s
         self.failures += failures
         if cpu_s is not None:
             self.cpu_s = (self.cpu_s or 0.0) + cpu_s
+        for name, seconds in (cpu_parts_s or {}).items():
+            self.cpu_parts_s[name] = self.cpu_parts_s.get(name, 0.0) + seconds
+
+    def cpu_parts_ms_per_call(self) -> dict[str, float]:
+        """CPU milliseconds per completed call of each of the target's processes."""
+        n = len(self.latencies_ms)
+        return {name: s * 1000 / n for name, s in self.cpu_parts_s.items()} if n else {}
 
     @property
     def cpu_ms_per_call(self) -> float | None:
@@ -247,10 +261,16 @@ async def drive(client, model: str, n: int, concurrency: int) -> tuple[list[floa
 
 
 async def measure(
-    clients: dict, levels: list[int], requests: int, rounds: int, warmup: int, cpu_pids: dict[str, list[int]]
+    clients: dict,
+    levels: list[int],
+    requests: int,
+    rounds: int,
+    warmup: int,
+    cpu_pids: dict[str, dict[str, int]],
 ):
     """Warm every target up (not counted), then run the :func:`schedule`; ``{(target, level): Sample}``.
-    ``cpu_pids``: per target, the processes (with descendants) whose CPU time counts as its own."""
+    ``cpu_pids``: per target, its processes by name (each with its descendants), whose CPU time
+    counts as the target's own."""
     for client, model in clients.values():
         await drive(client, model, warmup, max(levels))
         await drive(client, model, max(5, warmup // 10), 1)
@@ -258,11 +278,14 @@ async def measure(
     for level, rnd, order in schedule(levels, rounds):
         for target in order:
             client, model = clients[target]
-            pids = cpu_pids.get(target)
-            cpu_before = tree_cpu_s(pids) if pids else None
+            pids = cpu_pids.get(target) or {}
+            before = {name: tree_cpu_s([pid]) for name, pid in pids.items()}
             lat, wall, failures = await drive(client, model, requests, level)
-            cpu = tree_cpu_s(pids) - cpu_before if pids else None
-            samples.setdefault((target, level), Sample()).add(lat, wall, failures, cpu)
+            parts = {name: tree_cpu_s([pid]) - before[name] for name, pid in pids.items()}
+            cpu = sum(parts.values()) if pids else None
+            samples.setdefault((target, level), Sample()).add(
+                lat, wall, failures, cpu, parts if len(pids) > 1 else None
+            )
             print(
                 f"  round {rnd + 1} {level:>3} client(s) {LABELS[target]:<14} {len(lat)} ok in {wall:.1f}s"
                 + (f", {len(failures)} FAILED: {failures[0]}" if failures else ""),
@@ -532,7 +555,7 @@ def main() -> int:
                         args.requests,
                         args.rounds,
                         args.warmup,
-                        {"litellm": [litellm_pid], "platform": list(platform_pids.values())},
+                        {"litellm": {"litellm": litellm_pid}, "platform": dict(platform_pids)},
                     ),
                     args.timeout,
                 )
@@ -564,8 +587,15 @@ def main() -> int:
           f"{args.warmup} warm-up requests each, not counted\n")  # fmt: skip
     print(render_table(samples, args.concurrency))
     print(
-        "(proxy CPU: the LiteLLM process; the platform's web and worker processes, without PostgreSQL/Redis)"
+        "(proxy CPU: the LiteLLM process; every process of the platform's shape above, with their children,"
+        " without PostgreSQL/Redis)"
     )
+    for level in args.concurrency:
+        sample = samples.get(("platform", level))
+        parts = sample.cpu_parts_ms_per_call() if sample else {}
+        if parts:
+            print(f"  platform CPU per call at {level} client{'s' if level > 1 else ''}, by process: "
+                  + ", ".join(f"{name} {ms:.2f} ms" for name, ms in parts.items()))  # fmt: skip
     print("\nissue 10 goals (platform / LiteLLM, same run):")
     print("\n".join(goal_lines(samples, args.concurrency)))
     failed = {k: len(s.failures) for k, s in samples.items() if s.failures}

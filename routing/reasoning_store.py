@@ -136,10 +136,12 @@ class _RedisStore:
         return self.client.lrange(KEY_PREFIX + key, 0, -1)
 
     def save(self, key: str, item: str | None, ttl_s: int) -> None:
+        if item is None:  # a renewal: one command needs no MULTI
+            self.client.expire(KEY_PREFIX + key, ttl_s)
+            return
         pipe = self.client.pipeline(transaction=True)
-        if item is not None:
-            pipe.rpush(KEY_PREFIX + key, item)
-            pipe.ltrim(KEY_PREFIX + key, -MAX_STATES, -1)
+        pipe.rpush(KEY_PREFIX + key, item)
+        pipe.ltrim(KEY_PREFIX + key, -MAX_STATES, -1)
         pipe.expire(KEY_PREFIX + key, ttl_s)
         pipe.execute()
 

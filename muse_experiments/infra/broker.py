@@ -254,10 +254,11 @@ class DirectPublisher:
         mode = conf.task_default_delivery_mode
         self.delivery_mode = DELIVERY_MODES.get(mode, mode)
 
-    def push(self, message, *, name: str, queue: str, along: Callable[[Any], None] | None = None) -> None:
+    def push(self, message, *, name: str, queue: str, send: Callable[[str, str], Any] | None = None) -> None:
         """Publish ``message`` (Celery's ``task_message(headers, properties, body, sent_event)``)
-        for task ``name`` on ``queue``. ``along(pipe)`` queues commands that must go with the
-        message: they and the push run in one ``MULTI`` (one round trip, both or neither).
+        for task ``name`` on ``queue``. ``send(queue, entry)`` pushes the encoded entry itself
+        (default ``LPUSH``), with what must go with it (e.g. one script that writes a record and
+        pushes: one command, both or neither); it must accept being retried.
 
         The ``before_task_publish`` and ``after_task_publish`` signals are sent as Celery sends
         them. Connection errors are retried with ``task_publish_retry_policy`` through kombu's
@@ -294,17 +295,8 @@ class DirectPublisher:
             }
         )
         policy = self.retry_policy
-        send = self.client.lpush
-        if along is not None:
-
-            def send(queue: str, entry: str) -> None:
-                pipe = self.client.pipeline(transaction=True)
-                along(pipe)
-                pipe.lpush(queue, entry)
-                pipe.execute()
-
         retry_over_time(
-            send, (redis.ConnectionError, redis.TimeoutError), args=(queue, entry),
+            send or self.client.lpush, (redis.ConnectionError, redis.TimeoutError), args=(queue, entry),
             max_retries=policy.get("max_retries", 3), interval_start=policy.get("interval_start", 0),
             interval_step=policy.get("interval_step", 0.2), interval_max=policy.get("interval_max", 1),
         )  # fmt: skip

@@ -112,19 +112,20 @@ return {st}
 
 # KEYS: claim hash, queued set. ARGV: now ms, ttl s, row JSON ("" = none), stream ("1"/"0"), job id.
 # Records a published job unless a claim already took it (a task published again).
-_PUBLISHED = """
+_RECORD_PUBLISHED = """
 local st = redis.call('HGET', KEYS[1], 'st')
-if st and st ~= 'queued' then
-  return 0
+if not st or st == 'queued' then
+  redis.call('HSET', KEYS[1], 'st', 'queued', 'at', ARGV[1], 's', ARGV[4])
+  if ARGV[3] ~= '' then
+    redis.call('HSET', KEYS[1], 'row', ARGV[3])
+  end
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZADD', KEYS[2], ARGV[1], ARGV[5])
 end
-redis.call('HSET', KEYS[1], 'st', 'queued', 'at', ARGV[1], 's', ARGV[4])
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'row', ARGV[3])
-end
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[5])
-return 1
 """
+_PUBLISHED = _RECORD_PUBLISHED + "return 1\n"
+# The same, then the task message (ARGV[6]) pushed onto the queue's list (KEYS[3]); returns LPUSH's reply.
+_PUBLISH = _RECORD_PUBLISHED + "return redis.call('LPUSH', KEYS[3], ARGV[6])\n"
 
 # KEYS: claim hash, lease set. ARGV: worker, lease end ms, job id. Extends a running claim of
 # this worker's; returns 1 if it did.
@@ -320,10 +321,24 @@ def queue_published(pipe, job_id: str, *, row: dict[str, Any] | None, stream: bo
     """Add to a pipeline the script that records a just-published job as ``queued`` (findable,
     and in :data:`QUEUED_JOBS` until a claim takes it); a job a claim already took is left as it
     is (a task published again)."""
-    pipe.eval(
-        _PUBLISHED, 2, claim_key(job_id), QUEUED_JOBS, _now_ms(), ttl_s(),
-        json.dumps(row, separators=(",", ":")) if row is not None else "", "1" if stream else "0", job_id,
-    )  # fmt: skip
+    pipe.eval(_PUBLISHED, 2, claim_key(job_id), QUEUED_JOBS, *_published_args(job_id, row, stream))
+
+
+def push_published(queue: str, entry: str, *, job_id: str, row: dict[str, Any] | None, stream: bool) -> int:
+    """Push the task message ``entry`` onto the broker list ``queue`` and record the job as
+    :func:`queue_published` does, in one script (atomic: both or neither; safe to retry: the
+    record is written once, a second message is a second delivery the claim turns away). One
+    command instead of a ``MULTI`` of two: less of the web's CPU per publish
+    (``bench/bench_publish.py``; bench/README.md). Returns the list's length. Raises
+    ``redis.RedisError``."""
+    return redis_client().eval(
+        _PUBLISH, 3, claim_key(job_id), QUEUED_JOBS, queue, *_published_args(job_id, row, stream), entry
+    )
+
+
+def _published_args(job_id: str, row: dict[str, Any] | None, stream: bool) -> list[Any]:
+    row_json = json.dumps(row, separators=(",", ":")) if row is not None else ""
+    return [_now_ms(), ttl_s(), row_json, "1" if stream else "0", job_id]
 
 
 def unclaimed(*, before_ms: int, limit: int = 500) -> list[tuple[str, dict | None, bool]]:

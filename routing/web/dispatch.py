@@ -97,8 +97,9 @@ def publish_completion(
 def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     """``run_completion`` for ``job_id`` on the completions queue (task id = job id), with the
     job's record (:func:`routing.state.claims.queue_published`: from now on the job is findable, and
-    published again if the worker that takes the message dies before claiming it), in the same
-    ``MULTI`` as the message where the broker is this Redis, else just after it.
+    published again if the worker that takes the message dies before claiming it), pushed with
+    the message by one script where the broker is this Redis
+    (:func:`routing.state.claims.push_published`), else just after it.
 
     No Celery result is stored (the answer travels through :mod:`routing.state.handoff`): the message
     is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
@@ -137,7 +138,11 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
     )  # fmt: skip
     publisher = direct_publisher(app)
     if publisher is not None and publisher.client is redis_client():
-        publisher.push(message, name=name, queue=Queue.COMPLETIONS, along=record)
+        row, stream = kwargs.get("row"), bool(kwargs.get("stream"))
+        publisher.push(
+            message, name=name, queue=Queue.COMPLETIONS,
+            send=lambda queue, entry: claims.push_published(queue, entry, job_id=job_id, row=row, stream=stream),
+        )  # fmt: skip
         return
     if publisher is not None:
         publisher.push(message, name=name, queue=Queue.COMPLETIONS)

@@ -69,6 +69,15 @@ def test_a_missing_target_leaves_dashes_and_no_ratio():
     ]
 
 
+def test_cpu_per_call_is_summed_over_rounds_and_kept_per_process():
+    sample = Sample()
+    sample.add([1.0] * 100, 1.0, [], 0.5, {"web.1": 0.2, "worker.1": 0.3})
+    sample.add([1.0] * 100, 1.0, [], 0.3, {"web.1": 0.1, "worker.1": 0.1, "shadow.1": 0.1})
+    assert sample.cpu_ms_per_call == 4.0
+    assert sample.cpu_parts_ms_per_call() == pytest.approx({"web.1": 1.5, "worker.1": 2.0, "shadow.1": 0.5})
+    assert Sample().cpu_parts_ms_per_call() == {}
+
+
 def test_the_order_of_targets_alternates_between_rounds():
     plan = schedule([1, 32], 2)
     assert [(c, r) for c, r, _ in plan] == [(1, 0), (1, 1), (32, 0), (32, 1)]

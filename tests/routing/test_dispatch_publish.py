@@ -76,6 +76,21 @@ def test_the_lean_publish_pushes_what_apply_async_would(queue):
     assert lean["properties"]["delivery_info"] == {"exchange": "", "routing_key": Queue.COMPLETIONS}
 
 
+def test_the_direct_publish_records_the_job_with_its_message_and_a_claimed_job_keeps_its_claim(queue):
+    from routing.state import claims
+
+    row = {"session_id": "s-1", "request": '{"messages": []}'}
+    job_id = str(uuid.uuid4())
+    dispatch._send(job_id, {"stream": False, "row": row})
+    assert json.loads(base64.b64decode(pushed(queue)["body"]))[0] == [job_id]
+    assert claims.unwritten(job_id) == (row, None, "")  # findable from the publish on
+    assert queue.zscore(claims.QUEUED_JOBS, job_id) is not None
+    assert claims.claim(job_id, worker="w1:1", row=row) == (claims.CLAIMED, None)
+    dispatch._send(job_id, {})  # published again: a second message, the claim left as it is
+    assert json.loads(base64.b64decode(pushed(queue)["body"]))[0] == [job_id]
+    assert claims.running(job_id)[0] == "w1:1" and queue.zscore(claims.QUEUED_JOBS, job_id) is None
+
+
 def test_without_redis_or_in_eager_mode_the_publish_is_apply_async(monkeypatch):
     calls = []
     monkeypatch.setattr(run_completion, "apply_async", lambda **kw: calls.append(kw))
