@@ -8,17 +8,18 @@ from celery import shared_task
 
 from muse_experiments.infra.queues import Queue
 
+from ..messages import RUN_SHADOW
 from .budget import backlog_release
 from .run import shadow_run
 
 
 @shared_task(
-    name="shadow.run_shadow",
+    name=RUN_SHADOW.name,  # published by name (routing.shadow.sampling): never renamed
     queue=Queue.SHADOW,
     acks_late=False,  # a shadow call lost with its worker is lost, never made twice
     ignore_result=True,
-    soft_time_limit=300,
-    time_limit=330,
+    soft_time_limit=RUN_SHADOW.soft_time_limit,
+    time_limit=RUN_SHADOW.time_limit,
 )
 def run_shadow(
     *,
