@@ -50,8 +50,31 @@ from benchlib import Processes, pct, tree_cpu_s
 
 #: The candidate's and the judge's provider in the default mode (their own upstream process).
 REMOTE_PROVIDER = "avocado-remote"
-#: Process types whose CPU per primary call is printed (the Procfile's, then the upstreams).
-CPU_GROUPS = ("web", "worker", "drainer", "shadow", "upstream", "remote")
+#: Process types whose CPU per primary call is printed (the Procfile's, the upstreams, and the
+#: PostgreSQL backends connected to the bench database: "postgres").
+CPU_GROUPS = ("web", "worker", "drainer", "shadow", "upstream", "remote", "postgres")
+
+
+def postgres_counters() -> dict[str, float]:
+    """The bench database's transactions and written rows so far (``pg_stat_database``; in
+    autocommit every statement is a transaction) and the CPU seconds of its current backends
+    (``pg_stat_activity`` pids, ``/proc``: pooled connections live across a round; a backend that
+    ends mid-round takes its CPU with it). Empty on SQLite."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted"
+            " FROM pg_stat_database WHERE datname = current_database()"
+        )
+        xacts, rows = cur.fetchone()
+        cur.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        pids = [r[0] for r in cur.fetchall()]
+    return {"xacts": float(xacts), "rows": float(rows), "cpu_s": tree_cpu_s(pids)}
 
 
 async def run(target: tuple[str, str], model: str, n: int, concurrency: int):
@@ -166,6 +189,7 @@ def main() -> int:
                 if mode == "shadowed":
                     shadow_keys = start_shadow_tests() if not shadow_keys else _restart(shadow_keys)
                 cpu_before = {g: tree_cpu_s(p) for g, p in pids.items()}
+                pg_before = postgres_counters()
                 latencies, _, failed = asyncio.run(
                     run(platform, MODEL_ALIAS, args.requests, args.concurrency)
                 )
@@ -179,6 +203,11 @@ def main() -> int:
                     time.sleep(2.0)  # as long as the shadowed round's settling (the drainer's writes)
                 for g, p in pids.items():  # CPU of the round and what it left to do, per process type
                     cpu[mode][g] = cpu[mode].get(g, 0.0) + tree_cpu_s(p) - cpu_before[g]
+                time.sleep(1.0)  # backends report their statistics at most once a second
+                pg_after = postgres_counters()
+                for k, v in pg_after.items():
+                    name = "postgres" if k == "cpu_s" else f"pg_{k}"
+                    cpu[mode][name] = cpu[mode].get(name, 0.0) + v - pg_before.get(k, v)
                 if mode == "shadowed":
                     stop_shadow_tests(shadow_keys)
                 latencies, _, failed = asyncio.run(
@@ -232,6 +261,16 @@ def cpu_table(cpu: dict[str, dict[str, float]], calls: dict[str, int]) -> str:
             "  " + f"{mode:>9} " + " ".join(f"{ms[g]:>9.2f}" for g in groups)
             + f" {ms.get('web', 0.0) + ms.get('worker', 0.0):>11.2f} {sum(ms.values()):>8.2f}"
         )  # fmt: skip
+    pg = [m for m in cpu if "pg_xacts" in cpu[m]]
+    if pg:
+        lines.append(
+            "PostgreSQL per primary call (bench database; postgres CPU above is its backends'): "
+            + "; ".join(
+                f"{m} {cpu[m]['pg_xacts'] / max(calls.get(m, 0), 1):.2f} transactions, "
+                f"{cpu[m]['pg_rows'] / max(calls.get(m, 0), 1):.2f} rows written"
+                for m in pg
+            )
+        )
     ww = {
         m: (per.get("web", 0.0) + per.get("worker", 0.0)) / max(calls.get(m, 0), 1) for m, per in cpu.items()
     }

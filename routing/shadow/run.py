@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from muse_experiments.experiments.models import ShadowPair, ShadowStatus, ShadowTest
 from routing.guards.credentials import CredentialUnavailable
@@ -105,7 +105,9 @@ def shadow_run(
         return _drop(test_key, "unknown_model")
     if info.is_external and not test.allow_external:
         return _drop(test_key, "external_disallowed")
-    opted_out = user_opted_out(user_id)
+    # the opt-out matters only to an external candidate or judge: no query for in-house ones
+    judge_info = cat.get(test.judge.public_id) if test.judge_id else None
+    opted_out = (info.is_external or bool(judge_info and judge_info.is_external)) and user_opted_out(user_id)
     if info.is_external and opted_out:
         return _drop(test_key, "opted_out")
     result, cost, error, called = _guarded_call(test, info, stored_request(request, {}))
@@ -136,19 +138,21 @@ def shadow_run(
         pair.candidate_tool_calls = candidate["tool_calls"]
         pair.candidate_text = result.text
         del result  # its reasoning state (an external model's encrypted reasoning) goes with it
-        if test.judge_id:
-            _judge(test, pair, request, primary, candidate, cat, opted_out)
+        if judge_info is not None:
+            _judge(test, pair, request, primary, candidate, judge_info, opted_out)
     try:
-        with transaction.atomic():
+        if connection.in_atomic_block:  # an eager run inside a caller's transaction: a savepoint
+            with transaction.atomic():
+                pair.save()
+        else:  # one INSERT in autocommit: no BEGIN/COMMIT round trips, nothing else to undo
             pair.save()
     except IntegrityError:
         return "duplicate"
     return "recorded" if pair.candidate_ok else "candidate_failed"
 
 
-def _judge(test, pair, request, primary, candidate, cat, opted_out: bool) -> None:
-    info = cat.get(test.judge.public_id)
-    if info is None or (info.is_external and (opted_out or not test.allow_external)):
+def _judge(test, pair, request, primary, candidate, info: EndpointInfo, opted_out: bool) -> None:
+    if info.is_external and (opted_out or not test.allow_external):
         return
     candidate_first = secrets.randbelow(2) == 1
     req = judge_request(

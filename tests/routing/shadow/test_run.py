@@ -133,6 +133,19 @@ def test_opted_out_users_are_never_sent_to_an_external_candidate(catalogue, upst
     assert all("s-out" not in c["raw_body"] for c in upstreams.calls(model="muse-special"))
 
 
+def test_an_external_judge_never_sees_an_opted_out_users_session(catalogue, upstreams):
+    start(judge="anthropic/claude-sonnet-5-5", external=True)  # in-house candidate, external judge
+    TrainingOptOut.objects.create(user_id="u-out")
+    run(job(session_id="s-out", user_id="u-out"))
+    run(job(session_id="s-in", user_id="u-in"))
+    pairs = {p.session_id: p for p in ShadowPair.objects.all()}
+    assert set(pairs) == {"s-out", "s-in"}  # the in-house candidate answers both
+    assert (pairs["s-out"].judge_model, pairs["s-out"].judge_verdict) == ("", "")  # no judge call
+    assert pairs["s-in"].judge_model == "anthropic/claude-sonnet-5-5"
+    judged = upstreams.calls(model="claude-sonnet-5-5")
+    assert len(judged) == 1 and all("s-out" not in c["raw_body"] for c in judged)
+
+
 def test_an_external_candidates_encrypted_reasoning_is_discarded(catalogue, upstreams):
     from routing.models import ModelEndpoint
 
