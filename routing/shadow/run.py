@@ -18,7 +18,8 @@ Isolation, in order:
   client's messages, tools and output contracts exactly as the primary got them before its
   variant's overrides, translated by the candidate's provider adapter, never its own earlier
   outputs (none is kept), and its tool calls are recorded, never executed;
-* the answer goes to a :class:`~muse_experiments.experiments.models.ShadowPair` only: never to a
+* the answer goes to a :class:`~muse_experiments.experiments.models.ShadowPair` only (written now,
+  or in the next batch: :mod:`.pairs`): never to a
   job, a transcript or the training export (the gate refuses a record marked ``shadow``); an
   external candidate's encrypted reasoning is dropped with the result object.
 """
@@ -32,8 +33,6 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
-
 from muse_experiments.experiments.models import ShadowPair, ShadowStatus, ShadowTest
 from muse_experiments.infra.config_version import VersionedSnapshot
 from muse_experiments.infra.redis_client import redis_client
@@ -46,6 +45,7 @@ from ..providers.errors import ProviderError
 from ..transcripts.selectors import user_opted_out
 from .budget import TTL_S, budget_admit, budget_settle, dropped_count
 from .judge import judge_request, parse_verdict
+from .pairs import pair_save
 
 log = logging.getLogger(__name__)
 
@@ -156,13 +156,7 @@ def shadow_run(
         del result  # its reasoning state (an external model's encrypted reasoning) goes with it
         if judge_info is not None:
             _judge(test, pair, request, primary, candidate, judge_info, opted_out)
-    try:
-        if connection.in_atomic_block:  # an eager run inside a caller's transaction: a savepoint
-            with transaction.atomic():
-                pair.save()
-        else:  # one INSERT in autocommit: no BEGIN/COMMIT round trips, nothing else to undo
-            pair.save()
-    except IntegrityError:
+    if not pair_save(pair):
         return "duplicate"
     return "recorded" if pair.candidate_ok else "candidate_failed"
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_shutdown
 
 from muse_experiments.infra.queues import Queue
 
 from ..messages import RUN_SHADOW
 from .budget import backlog_release
+from .pairs import flush_pairs
 from .run import shadow_run
 
 
@@ -40,3 +42,9 @@ def run_shadow(
         request=request,
         primary=primary,
     )
+
+
+@worker_shutdown.connect
+def _write_waiting_pairs(**_kwargs) -> None:
+    """A worker shutting down writes the shadow pairs still waiting for their batch (:mod:`.pairs`)."""
+    flush_pairs()

@@ -27,7 +27,9 @@ def test_the_repository_procfile_has_web_worker_beat_and_the_drainer():
     # shadow tests' calls: their own queue, at SCHED_IDLE and nice 19 below the primaries (routing.shadow;
     # tests/routing/shadow/test_worker_priority.py starts it)
     assert (
-        types["shadow"].startswith("nice -n 19 env RECORDS_DRAINER=false WORKER_IDLE_PRIORITY=true celery ")
+        types["shadow"].startswith(
+            "nice -n 19 env RECORDS_DRAINER=false WORKER_IDLE_PRIORITY=true SHADOW_PAIR_FLUSH_S=1 celery "
+        )
         and "-Q shadow " in types["shadow"]
     )
     assert types["worker"].startswith("env RECORDS_DRAINER=false celery ")  # the drainer process drains
