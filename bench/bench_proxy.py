@@ -313,11 +313,12 @@ def bench_dir(name: str, *, embedded: bool) -> Path:
     return var
 
 
-def start_upstream(procs: Processes) -> str:
-    """The instant upstream on a free port; returns its base URL."""
+def start_upstream(procs: Processes, *, name: str = "upstream", prefix: tuple[str, ...] = ()) -> str:
+    """The instant upstream on a free port (its command after ``prefix``, e.g. ``("chrt", "--idle",
+    "0")``; its log ``<name>.log``); returns its base URL."""
     port = free_port(PORTS)
-    procs.spawn([sys.executable, str(REPO / "bench" / "instant_upstream.py"), "--port", str(port)],
-                "upstream", env=dict(os.environ))  # fmt: skip
+    procs.spawn([*prefix, sys.executable, str(REPO / "bench" / "instant_upstream.py"), "--port", str(port)],
+                name, env=dict(os.environ))  # fmt: skip
     upstream = f"http://127.0.0.1:{port}"
     wait_http(f"{upstream}/health", procs=procs.procs)
     return upstream
@@ -376,12 +377,12 @@ def platform_env(*, var: Path, embedded: bool, port: int) -> dict[str, str]:
     return env
 
 
-def prepare_platform(env: dict[str, str], *, upstream: str) -> str:
+def prepare_platform(env: dict[str, str], *, upstream: str, extra_upstreams: tuple[str, ...] = ()) -> str:
     """Migrate, seed the catalogue at the upstream, start a 50/50 Avocado v14/v15 experiment and
     create an API key (scope completions, no practical rate limit), in this process; returns the key.
-    ``env`` gets ``SIMULATED_UPSTREAMS`` (the provider keys may go to the upstream) for the
-    processes started with it after."""
-    env["SIMULATED_UPSTREAMS"] = upstream.removeprefix("http://")
+    ``env`` gets ``SIMULATED_UPSTREAMS`` (the provider keys may go to the upstream, and to each of
+    ``extra_upstreams``) for the processes started with it after."""
+    env["SIMULATED_UPSTREAMS"] = ",".join(u.removeprefix("http://") for u in (upstream, *extra_upstreams))
     os.environ.update(env)
     sys.path.insert(0, str(REPO))
     import django
@@ -428,11 +429,12 @@ def bench_formation(formation: str, *, embedded: bool = False) -> str:
 
 
 def start_platform(
-    procs: Processes, *, upstream: str, var: Path, embedded: bool
+    procs: Processes, *, upstream: str, var: Path, embedded: bool, extra_upstreams: tuple[str, ...] = ()
 ) -> tuple[str, str, dict[str, str], dict[str, int]]:
     """The platform as ``make run-prod`` runs it (:mod:`muse_experiments.infra.prodshape`: the Procfile
     times ``$MUSE_FORMATION``, without beat); returns (base URL, API key, {process: command},
-    {process: pid}). The supervisor is stopped with ``procs``."""
+    {process: pid}). The supervisor is stopped with ``procs``. ``extra_upstreams``: more upstream
+    base URLs the provider keys may go to (:func:`prepare_platform`)."""
     from muse_experiments.infra.prodshape import Supervisor, processes
 
     port = free_port(PORTS)
@@ -446,7 +448,7 @@ def start_platform(
 
         recreate_database(env["DATABASE_URL"])
         redis.Redis.from_url(env["REDIS_URL"]).flushdb()
-    key = prepare_platform(env, upstream=upstream)
+    key = prepare_platform(env, upstream=upstream, extra_upstreams=extra_upstreams)
     shape = processes(formation=bench_formation(os.environ.get("MUSE_FORMATION", ""), embedded=embedded))
     supervisor = Supervisor(shape, run_dir=var / "run", restart=False, env=env, output=procs.log_dir)
     procs.stoppers.append(supervisor.stop_all)

@@ -8,8 +8,19 @@ other round) of ``--requests`` chat completions by ``--concurrency`` clients wit
 ``openai`` SDK. "Added" latency is the platform's minus a direct call to the upstream (measured in
 the same rounds). ``shadowed``: two running shadow tests, Avocado v13 on each variant's traffic
 of the bench experiment (Avocado v14 / v15), 100 % of sessions, judge Avocado v12: every call gets a
-candidate and a judge call on the shadow queue after its answer. Prints the figures, the ratios
-and how many shadow calls were made and dropped (backlog).
+candidate and a judge call on the shadow queue after its answer. Prints the figures, the ratios,
+how many shadow calls were made and dropped (backlog), the load average, and per mode the CPU
+milliseconds per primary call of each process type (web, worker, drainer, shadow, the upstreams):
+CPU per call depends far less on the machine's other load than latency does.
+
+Where the candidate and the judge run. In production their inference runs on other hosts: the
+shadow worker only waits for them. Here every upstream is a process on this machine, so by
+default the candidate and the judge (Avocado v13, v12) are served by a **second** instant upstream
+(a provider of its own, ``avocado-remote``, pointing at it) started under Linux ``SCHED_IDLE``
+(``chrt --idle 0``): a stand-in for a remote host whose CPU is not ours -- it runs only when the
+primaries' processes leave a core idle. That is a modelling choice of this bench, not something
+the platform does. ``--shared-upstream`` serves them from the primaries' upstream as before
+(every shadowed call then costs two more calls on the same normal-priority process).
 
     BENCH_DATABASE_URL=postgres://…/muse_bench_shadow BENCH_REDIS_URL=redis://…/3 \\
         .venv/bin/python bench/bench_shadow.py [--requests 400] [--concurrency 8] [--rounds 2]
@@ -19,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
 import time
 from decimal import Decimal
 
@@ -33,7 +46,35 @@ from bench_proxy import (
     start_platform,
     start_upstream,
 )
-from benchlib import Processes, pct
+from benchlib import Processes, pct, tree_cpu_s
+
+#: The candidate's and the judge's provider in the default mode (their own upstream process).
+REMOTE_PROVIDER = "avocado-remote"
+#: Process types whose CPU per primary call is printed (the Procfile's, the upstreams, and the
+#: PostgreSQL backends connected to the bench database: "postgres").
+CPU_GROUPS = ("web", "worker", "drainer", "shadow", "upstream", "remote", "postgres")
+
+
+def postgres_counters() -> dict[str, float]:
+    """The bench database's transactions and written rows so far (``pg_stat_database``; in
+    autocommit every statement is a transaction) and the CPU seconds of its current backends
+    (``pg_stat_activity`` pids, ``/proc``: pooled connections live across a round; a backend that
+    ends mid-round takes its CPU with it). Empty on SQLite."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted"
+            " FROM pg_stat_database WHERE datname = current_database()"
+        )
+        xacts, rows = cur.fetchone()
+        cur.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        pids = [r[0] for r in cur.fetchall()]
+    return {"xacts": float(xacts), "rows": float(rows), "cpu_s": tree_cpu_s(pids)}
 
 
 async def run(target: tuple[str, str], model: str, n: int, concurrency: int):
@@ -41,6 +82,35 @@ async def run(target: tuple[str, str], model: str, n: int, concurrency: int):
     base_url, key = target
     async with openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60) as client:
         return await drive(client, model, n, concurrency)
+
+
+def idle_prefix() -> tuple[str, ...]:
+    """``chrt --idle 0`` where the machine has it (Linux util-linux), else nothing (said on output)."""
+    return ("chrt", "--idle", "0") if shutil.which("chrt") else ()
+
+
+def move_to_remote(remote: str) -> None:
+    """Serve Avocado v13 and v12 (candidate and judge) from the upstream at ``remote``: a copy of
+    the ``avocado`` provider pointing there, the two endpoints moved to it, the configuration
+    version bumped (in this process, where ``start_platform`` set Django up)."""
+    from django.db import transaction
+
+    from muse_experiments.infra.config_version import bump
+    from routing.catalogue import avocado_id
+    from routing.models import ModelEndpoint, Provider
+
+    with transaction.atomic():
+        base = Provider.objects.get(key="avocado")
+        Provider.objects.filter(key=REMOTE_PROVIDER).delete()
+        remote_provider = Provider.objects.create(
+            key=REMOTE_PROVIDER, kind=base.kind, base_url=remote, credential_env=base.credential_env,
+            api_version=base.api_version, enabled=True,
+        )  # fmt: skip
+        for version in (13, 12):
+            endpoint = ModelEndpoint.objects.get(public_id=avocado_id(version))
+            endpoint.provider = remote_provider
+            endpoint.save()
+        bump()
 
 
 def start_shadow_tests() -> list[str]:
@@ -83,12 +153,31 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument(
+        "--shared-upstream",
+        action="store_true",
+        help="candidate and judge on the primaries' upstream process (default: a second one at SCHED_IDLE)",
+    )
     args = parser.parse_args()
     var = bench_dir("bench-shadow", embedded=args.embedded)
     samples: dict[str, list[float]] = {"none": [], "shadowed": [], "direct": []}
+    cpu: dict[str, dict[str, float]] = {"none": {}, "shadowed": {}}
+    load_before = os.getloadavg()
     with Processes(var / "logs") as procs:
         upstream = start_upstream(procs)
-        base, key, shape, _ = start_platform(procs, upstream=upstream, var=var, embedded=args.embedded)
+        pids = {"upstream": [procs.procs[-1].pid]}
+        remote = None
+        if not args.shared_upstream:
+            remote = start_upstream(procs, name="remote", prefix=idle_prefix())
+            pids["remote"] = [procs.procs[-1].pid]
+        base, key, shape, platform_pids = start_platform(
+            procs, upstream=upstream, var=var, embedded=args.embedded,
+            extra_upstreams=(remote,) if remote else (),
+        )  # fmt: skip
+        for name, pid in platform_pids.items():
+            pids.setdefault(name.split(".")[0], []).append(pid)
+        if remote:
+            move_to_remote(remote)
         platform = (f"{base}/v1", key)
         direct = (f"{upstream}/v1", UPSTREAM_KEY)
         asyncio.run(run(platform, MODEL_ALIAS, args.warmup, args.concurrency))
@@ -99,6 +188,8 @@ def main() -> int:
             for mode in order:
                 if mode == "shadowed":
                     shadow_keys = start_shadow_tests() if not shadow_keys else _restart(shadow_keys)
+                cpu_before = {g: tree_cpu_s(p) for g, p in pids.items()}
+                pg_before = postgres_counters()
                 latencies, _, failed = asyncio.run(
                     run(platform, MODEL_ALIAS, args.requests, args.concurrency)
                 )
@@ -108,6 +199,16 @@ def main() -> int:
                     # every offered shadow call runs (a stopped test drops what is still queued), and
                     # the next round's primaries share no CPU with this round's shadow calls
                     wait_shadow_queue_empty()
+                else:
+                    time.sleep(2.0)  # as long as the shadowed round's settling (the drainer's writes)
+                for g, p in pids.items():  # CPU of the round and what it left to do, per process type
+                    cpu[mode][g] = cpu[mode].get(g, 0.0) + tree_cpu_s(p) - cpu_before[g]
+                time.sleep(1.0)  # backends report their statistics at most once a second
+                pg_after = postgres_counters()
+                for k, v in pg_after.items():
+                    name = "postgres" if k == "cpu_s" else f"pg_{k}"
+                    cpu[mode][name] = cpu[mode].get(name, 0.0) + v - pg_before.get(k, v)
+                if mode == "shadowed":
                     stop_shadow_tests(shadow_keys)
                 latencies, _, failed = asyncio.run(
                     run(direct, UPSTREAM_MODEL, args.requests // 4, args.concurrency)
@@ -115,8 +216,16 @@ def main() -> int:
                 samples["direct"] += latencies
                 failures["direct"] += failed
         made, dropped = _shadow_counts(shadow_keys)
+    load_after = os.getloadavg()
     print(f"\nbench-shadow at {git_revision()}: {'embedded' if args.embedded else 'PostgreSQL + Redis'}, "
           f"{args.concurrency} clients, {args.rounds} rounds of {args.requests} requests per mode")  # fmt: skip
+    print(f"load average before {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}, "
+          f"after {load_after[0]:.2f} / {load_after[1]:.2f} / {load_after[2]:.2f}")  # fmt: skip
+    if remote:
+        prefix = " ".join(idle_prefix()) or "normal priority (no chrt on this machine)"
+        print(f"  candidate + judge upstream: a second instant upstream ({prefix}), a remote host's stand-in")
+    else:
+        print("  candidate + judge upstream: the primaries' upstream (--shared-upstream)")
     for name, cmd in shape.items():
         print(f"  {name}: {cmd}")
     d50, d99 = pct(samples["direct"], 50), pct(samples["direct"], 99)
@@ -132,10 +241,42 @@ def main() -> int:
         r = added["shadowed"][i] / added["none"][i] if added["none"][i] > 0 else float("nan")
         print(f"added {name} shadowed / none: {r:.3f}× ({'met' if r <= 1.05 else 'NOT met'}: ≤ 1.05×)")
     print(f"shadow calls made: {made} pairs; dropped: {dropped}")
+    print(cpu_table(cpu, {m: len(samples[m]) for m in cpu}))
     for mode, failed in failures.items():
         if failed:
             print(f"{mode}: {len(failed)} failed calls, e.g. {failed[0]}")
     return 0 if not any(failures.values()) else 1
+
+
+def cpu_table(cpu: dict[str, dict[str, float]], calls: dict[str, int]) -> str:
+    """CPU milliseconds per primary call, per mode and process type, with web + worker (the
+    primary's own path) and everything else summed; ``cpu``: ``{mode: {group: CPU seconds}}``."""
+    groups = [g for g in CPU_GROUPS if any(g in cpu[m] for m in cpu)]
+    lines = ["CPU ms per primary call (user + system; the round and its settling):",
+             "  " + f"{'mode':>9} " + " ".join(f"{g:>9}" for g in groups) + f" {'web+worker':>11} {'all':>8}"]  # fmt: skip
+    for mode, per in cpu.items():
+        n = max(calls.get(mode, 0), 1)
+        ms = {g: per.get(g, 0.0) * 1000 / n for g in groups}
+        lines.append(
+            "  " + f"{mode:>9} " + " ".join(f"{ms[g]:>9.2f}" for g in groups)
+            + f" {ms.get('web', 0.0) + ms.get('worker', 0.0):>11.2f} {sum(ms.values()):>8.2f}"
+        )  # fmt: skip
+    pg = [m for m in cpu if "pg_xacts" in cpu[m]]
+    if pg:
+        lines.append(
+            "PostgreSQL per primary call (bench database; postgres CPU above is its backends'): "
+            + "; ".join(
+                f"{m} {cpu[m]['pg_xacts'] / max(calls.get(m, 0), 1):.2f} transactions, "
+                f"{cpu[m]['pg_rows'] / max(calls.get(m, 0), 1):.2f} rows written"
+                for m in pg
+            )
+        )
+    ww = {
+        m: (per.get("web", 0.0) + per.get("worker", 0.0)) / max(calls.get(m, 0), 1) for m, per in cpu.items()
+    }
+    if ww.get("none"):
+        lines.append(f"web+worker CPU per call shadowed / none: {ww['shadowed'] / ww['none']:.3f}×")
+    return "\n".join(lines)
 
 
 def wait_shadow_queue_empty(timeout_s: float = 300) -> None:

@@ -9,7 +9,7 @@ import os
 import sys
 
 from celery import Celery
-from celery.signals import before_task_publish, task_postrun, task_prerun
+from celery.signals import before_task_publish, task_postrun, task_prerun, worker_init
 from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "muse_experiments.settings")
@@ -24,6 +24,18 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # closes (or returns to the pool) after every task.
 app.conf.CELERY_DB_REUSE_MAX = sys.maxsize // 4
 app.autodiscover_tasks(["routing.worker", "analytics", "routing.shadow"])
+
+
+@worker_init.connect(weak=False)
+def _worker_priority(**kwargs):
+    """A worker with ``WORKER_IDLE_PRIORITY`` (the Procfile's ``shadow``) runs at ``SCHED_IDLE``
+    (:func:`muse_experiments.infra.runtime.run_at_idle_priority`), before its pool's threads start."""
+    from django.conf import settings
+
+    from muse_experiments.infra.runtime import run_at_idle_priority
+
+    if settings.WORKER_IDLE_PRIORITY:
+        run_at_idle_priority()
 
 
 @before_task_publish.connect(weak=False)

@@ -328,6 +328,13 @@ COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
 # Shadow tests (routing.shadow): most shadow calls waiting on the shadow queue; beyond it new ones
 # are dropped and counted, never delaying a primary call.
 SHADOW_MAX_BACKLOG = env.int("SHADOW_MAX_BACKLOG", default=1000)
+# A Celery worker that runs only on CPU nothing else wants (Linux SCHED_IDLE, nice 19, every thread:
+# muse_experiments.infra.runtime.run_at_idle_priority): the Procfile's shadow worker sets it.
+WORKER_IDLE_PRIORITY = env.bool("WORKER_IDLE_PRIORITY", default=False)
+# Shadow pairs written in batches (routing.shadow.pairs): every SHADOW_PAIR_FLUSH_S seconds (0: each
+# pair at once, the default; the Procfile's shadow worker batches) or once SHADOW_PAIR_BATCH wait.
+SHADOW_PAIR_FLUSH_S = env.float("SHADOW_PAIR_FLUSH_S", default=0.0)
+SHADOW_PAIR_BATCH = env.int("SHADOW_PAIR_BATCH", default=200)
 # Seconds a session's encrypted provider reasoning stays in the server-side store after its last
 # turn (routing.reasoning_store).
 REASONING_SESSION_TTL_S = env.int("REASONING_SESSION_TTL_S", default=3600)

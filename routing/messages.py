@@ -37,6 +37,10 @@ class TaskSpec:
 #: Route and run one completion job (:func:`routing.worker.tasks.run_completion`).
 RUN_COMPLETION = TaskSpec(name="routing.run_completion", soft_time_limit=300, time_limit=330)
 
+#: Make one shadow call (:func:`routing.shadow.tasks.run_shadow`), published by
+#: :func:`routing.shadow.sampling.shadow_offer`.
+RUN_SHADOW = TaskSpec(name="shadow.run_shadow", soft_time_limit=300, time_limit=330)
+
 
 def job_row(job: CompletionJob, *, request: bool = True) -> dict[str, Any]:
     """A job's row as a task-message field (JSON-serialisable; read back by :func:`job_from_row`).

@@ -253,6 +253,7 @@ class DirectPublisher:
         self.retry_policy = dict(conf.task_publish_retry_policy or {})
         mode = conf.task_default_delivery_mode
         self.delivery_mode = DELIVERY_MODES.get(mode, mode)
+        self._bounded_push = None  # push_bounded's registered Lua script, made on first use
 
     def push(self, message, *, name: str, queue: str, send: Callable[[str, str], Any] | None = None) -> None:
         """Publish ``message`` (Celery's ``task_message(headers, properties, body, sent_event)``)
@@ -269,6 +270,36 @@ class DirectPublisher:
         """
         import redis
 
+        entry = self._entry(message, name=name, queue=queue)
+        self._retrying(send or self.client.lpush, (queue, entry), redis)
+        self._published(message, name=name, queue=queue)
+
+    def push_bounded(self, message, *, name: str, queue: str, counter: str, limit: int) -> bool:
+        """Publish ``message`` as :meth:`push` does, unless the integer at key ``counter`` is
+        already ``limit`` or more: one Lua script (one round trip) increments ``counter`` and
+        pushes, or leaves both as they were. Returns whether the message was pushed. Whoever
+        consumes the message must decrement ``counter`` (the shadow queue's backlog,
+        :func:`routing.shadow.budget.backlog_release`). A retry after a lost reply may count
+        one message twice (the counter then stays one too high until it is reset)."""
+        import redis
+
+        entry = self._entry(message, name=name, queue=queue)
+        script = self._bounded_push
+        if script is None:
+            script = self._bounded_push = self.client.register_script(_BOUNDED_PUSH)
+        pushed: list[bool] = []
+
+        def send(counter: str, queue: str, entry: str) -> None:
+            pushed.append(bool(script(keys=[counter, queue], args=[int(limit), entry])))
+
+        self._retrying(send, (counter, queue, entry), redis)
+        if pushed and pushed[-1]:
+            self._published(message, name=name, queue=queue)
+            return True
+        return False
+
+    def _entry(self, message, *, name: str, queue: str) -> str:
+        """The list entry of ``message`` (see the class docstring); sends ``before_task_publish``."""
         headers, properties, body, _sent_event = message
         if signals.before_task_publish.receivers:
             signals.before_task_publish.send(
@@ -278,7 +309,7 @@ class DirectPublisher:
         content_type, content_encoding, data = serialize(body, serializer=self.serializer)
         if isinstance(data, str):
             data = data.encode(content_encoding)
-        entry = json.dumps(
+        return json.dumps(
             {
                 "body": base64.b64encode(data).decode("ascii"),
                 "content-encoding": content_encoding,
@@ -294,16 +325,31 @@ class DirectPublisher:
                 },
             }
         )
+
+    def _retrying(self, send: Callable[..., None], args: tuple, redis) -> None:
+        """``send(*args)``, connection errors retried by ``task_publish_retry_policy``."""
         policy = self.retry_policy
         retry_over_time(
-            send or self.client.lpush, (redis.ConnectionError, redis.TimeoutError), args=(queue, entry),
+            send, (redis.ConnectionError, redis.TimeoutError), args=args,
             max_retries=policy.get("max_retries", 3), interval_start=policy.get("interval_start", 0),
             interval_step=policy.get("interval_step", 0.2), interval_max=policy.get("interval_max", 1),
         )  # fmt: skip
+
+    def _published(self, message, *, name: str, queue: str) -> None:
+        headers, _properties, body, _sent_event = message
         if signals.after_task_publish.receivers:
             signals.after_task_publish.send(
                 sender=name, body=body, headers=headers, exchange="", routing_key=queue
             )
+
+
+#: KEYS[1] the counter, KEYS[2] the queue's list; ARGV[1] the limit, ARGV[2] the entry.
+_BOUNDED_PUSH = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') >= tonumber(ARGV[1]) then return 0 end
+redis.call('INCR', KEYS[1])
+redis.call('LPUSH', KEYS[2], ARGV[2])
+return 1
+"""
 
 
 _direct_lock = threading.Lock()

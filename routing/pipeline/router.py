@@ -56,11 +56,11 @@ from __future__ import annotations
 
 from routing.jobs import completion_job_claim
 from routing.models import CompletionJob
+from routing.pipeline.answered import call_answered
 from routing.pipeline.attempts import answer_first
 from routing.pipeline.planning import build_request, job_plan, state_session
 from routing.pipeline.recording import record_call
 from routing.pipeline.serving import serve
-from routing.shadow.sampling import shadow_offer
 
 
 def execute_job(*, job_id: str, row: dict | None = None) -> str:
@@ -80,5 +80,5 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
     with answer_first():
         outcome = serve(request, chain, reason, session=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)
-    shadow_offer(job=job, decision=decision, outcome=outcome)  # the answer is out: off its path
+    call_answered(job=job, decision=decision, outcome=outcome)  # the answer is out: off its path
     return job.status

@@ -3,7 +3,11 @@ and the pair is recorded. Runs on the ``shadow`` queue (:mod:`.tasks`), never on
 
 Isolation, in order:
 
-* the test must still be running, and the pair not recorded yet (a second delivery does nothing);
+* the test must still be running (an in-process snapshot of the running tests, rebuilt when the
+  configuration version moves, as the offer's: no query per call; a test stopped less than
+  ``CONFIG_REFRESH_INTERVAL_S`` ago may still make a call), and the job not yet taken for the test
+  (a Redis ``SET NX`` per test and job, kept two days, backed by the pair's unique constraint: a
+  second delivery does nothing);
 * an external candidate needs ``allow_external``, and never gets a session of a user who opted
   out of training (dropped ``opted_out``); the same holds for an external judge (no verdict);
 * the daily budget admits the call (:func:`~routing.shadow.budget.budget_admit`, else dropped
@@ -14,7 +18,8 @@ Isolation, in order:
   client's messages, tools and output contracts exactly as the primary got them before its
   variant's overrides, translated by the candidate's provider adapter, never its own earlier
   outputs (none is kept), and its tool calls are recorded, never executed;
-* the answer goes to a :class:`~muse_experiments.experiments.models.ShadowPair` only: never to a
+* the answer goes to a :class:`~muse_experiments.experiments.models.ShadowPair` only (written now,
+  or in the next batch: :mod:`.pairs`): never to a
   job, a transcript or the training export (the gate refuses a record marked ``shadow``); an
   external candidate's encrypted reasoning is dropped with the result object.
 """
@@ -28,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
-
 from muse_experiments.experiments.models import ShadowPair, ShadowStatus, ShadowTest
+from muse_experiments.infra.config_version import VersionedSnapshot
+from muse_experiments.infra.redis_client import redis_client
 from routing.guards.credentials import CredentialUnavailable
 from routing.pipeline.attempts import EndpointRefused, attempt, usage_cost_usd
 from routing.pipeline.planning import Candidate, stored_request
@@ -38,8 +43,9 @@ from routing.selectors import EndpointInfo, catalogue
 
 from ..providers.errors import ProviderError
 from ..transcripts.selectors import user_opted_out
-from .budget import budget_admit, budget_settle, dropped_count
+from .budget import TTL_S, budget_admit, budget_settle, dropped_count
 from .judge import judge_request, parse_verdict
+from .pairs import pair_save
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,20 @@ def tool_calls_agree(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, An
     """Whether two answers call the same tools: the same multiset of tool names (arguments are
     not compared: equivalent arguments are rarely equal text)."""
     return Counter(c["name"] for c in a) == Counter(c["name"] for c in b)
+
+
+def _build_running() -> dict[str, ShadowTest]:
+    running = ShadowTest.objects.select_related("candidate", "judge").filter(status=ShadowStatus.RUNNING)
+    return {t.key: t for t in running}
+
+
+#: ``{key: ShadowTest}`` of the running tests (read-only: a running test's configuration is fixed).
+_running = VersionedSnapshot(_build_running)
+
+
+def _take(test_key: str, job_id: str) -> bool:
+    """Whether this delivery is the first for the test and job (Redis ``SET NX``, two days)."""
+    return bool(redis_client().set(f"muse:shadow:{test_key}:job:{job_id}", 1, nx=True, ex=TTL_S))
 
 
 def _guarded_call(
@@ -88,16 +108,12 @@ def shadow_run(
 
     ``request``: the primary job's stored request; ``primary``:
     :func:`routing.shadow.sampling.primary_summary`. Safe to run twice (one pair per job)."""
-    test = (
-        ShadowTest.objects.select_related("candidate", "judge")
-        .filter(key=test_key, status=ShadowStatus.RUNNING)
-        .first()
-    )
+    test = _running.get().get(test_key)
     if test is None:
         if ShadowTest.objects.filter(key=test_key).exists():
             return _drop(test_key, "stopped")  # offered while running, stopped before its turn
         return "not_running"
-    if ShadowPair.objects.filter(test=test, job_id=job_id).exists():
+    if not _take(test_key, job_id):
         return "duplicate"
     cat = catalogue()
     info = cat.get(test.candidate.public_id)
@@ -105,7 +121,9 @@ def shadow_run(
         return _drop(test_key, "unknown_model")
     if info.is_external and not test.allow_external:
         return _drop(test_key, "external_disallowed")
-    opted_out = user_opted_out(user_id)
+    # the opt-out matters only to an external candidate or judge: no query for in-house ones
+    judge_info = cat.get(test.judge.public_id) if test.judge_id else None
+    opted_out = (info.is_external or bool(judge_info and judge_info.is_external)) and user_opted_out(user_id)
     if info.is_external and opted_out:
         return _drop(test_key, "opted_out")
     result, cost, error, called = _guarded_call(test, info, stored_request(request, {}))
@@ -136,19 +154,15 @@ def shadow_run(
         pair.candidate_tool_calls = candidate["tool_calls"]
         pair.candidate_text = result.text
         del result  # its reasoning state (an external model's encrypted reasoning) goes with it
-        if test.judge_id:
-            _judge(test, pair, request, primary, candidate, cat, opted_out)
-    try:
-        with transaction.atomic():
-            pair.save()
-    except IntegrityError:
+        if judge_info is not None:
+            _judge(test, pair, request, primary, candidate, judge_info, opted_out)
+    if not pair_save(pair):
         return "duplicate"
     return "recorded" if pair.candidate_ok else "candidate_failed"
 
 
-def _judge(test, pair, request, primary, candidate, cat, opted_out: bool) -> None:
-    info = cat.get(test.judge.public_id)
-    if info is None or (info.is_external and (opted_out or not test.allow_external)):
+def _judge(test, pair, request, primary, candidate, info: EndpointInfo, opted_out: bool) -> None:
+    if info.is_external and (opted_out or not test.allow_external):
         return
     candidate_first = secrets.randbelow(2) == 1
     req = judge_request(

@@ -8,13 +8,20 @@ percent. The running tests come from an in-process snapshot rebuilt when the con
 version moves (starting or stopping a test bumps it), so a call with no test to mirror costs no
 I/O at all.
 
-:func:`shadow_offer` runs in the worker after the primary's final state was handed to its caller
-(:func:`routing.pipeline.router.execute_job`); it never raises.
+:func:`shadow_offer` runs in the worker after the primary's caller has its answer: it listens to
+:mod:`routing.pipeline.answered` (registered by :meth:`routing.apps.RoutingConfig.ready`), which
+:func:`routing.pipeline.router.execute_job` calls after handing the job's final state back and
+:func:`routing.pipeline.streaming.stream_job_events` after its terminal event went out. It never
+raises. Each shadow call it offers costs the primary's worker one message built and one Redis
+round trip: the backlog check and the push are one Lua script
+(:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`), where the broker is this
+Redis and publishes directly (else the backlog is taken, then the task published as any task).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -23,9 +30,13 @@ from django.conf import settings
 
 from muse_experiments.experiments.assignment.growthbook.hashing import hash as gb_hash
 from muse_experiments.experiments.models import ShadowStatus, ShadowTest
+from muse_experiments.infra.broker import direct_publisher
 from muse_experiments.infra.config_version import VersionedSnapshot
+from muse_experiments.infra.queues import Queue
+from muse_experiments.infra.redis_client import redis_client
 
-from .budget import backlog_take, dropped_count
+from ..messages import RUN_SHADOW
+from .budget import BACKLOG_KEY, backlog_take, dropped_count
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +122,11 @@ def shadow_offer(*, job: Any, decision: Any, outcome: Any) -> int:
     """Enqueue a shadow call for every running test that mirrors this finished call and samples
     its session; returns how many were enqueued. Failed or cancelled primaries are not mirrored.
     Beyond ``SHADOW_MAX_BACKLOG`` waiting shadow calls, a call is dropped and counted
-    (``backlog``). Never raises: a shadow test must not fail its primary."""
+    (``backlog``). Never raises: a shadow test must not fail its primary.
+
+    ``job``: the :class:`~routing.models.CompletionJob`; ``decision``: its plan's decision;
+    ``outcome``: its :class:`~routing.pipeline.serving.ServeOutcome` (the call
+    :mod:`routing.pipeline.answered` makes)."""
     specs = running_shadow_tests()
     if not specs or outcome.result is None or outcome.served is None or outcome.cancelled:
         return 0
@@ -123,8 +138,6 @@ def shadow_offer(*, job: Any, decision: Any, outcome: Any) -> int:
 
 
 def _offer(specs: tuple[ShadowSpec, ...], job: Any, decision: Any, outcome: Any) -> int:
-    from .tasks import run_shadow  # the task module imports the run step; import it only when used
-
     served = outcome.served.public_id
     experiment = decision.experiment_key if decision.in_experiment else None
     wanted = [
@@ -139,19 +152,39 @@ def _offer(specs: tuple[ShadowSpec, ...], job: Any, decision: Any, outcome: Any)
     request = {k: v for k, v in job.request.items() if k != "model"}
     sent = 0
     for spec in wanted:
-        if not backlog_take(settings.SHADOW_MAX_BACKLOG):
+        kwargs = {
+            "test_key": spec.key,
+            "job_id": str(job.id),
+            "session_id": job.session_id,
+            "user_id": job.user_id,
+            "request": request,
+            "primary": primary,
+        }
+        if _publish(kwargs, repr({"test_key": spec.key, "job_id": str(job.id)})):
+            sent += 1
+        else:
             dropped_count(spec.key, "backlog")
-            continue
-        run_shadow.apply_async(
-            kwargs={
-                "test_key": spec.key,
-                "job_id": str(job.id),
-                "session_id": job.session_id,
-                "user_id": job.user_id,
-                "request": request,
-                "primary": primary,
-            },
-            kwargsrepr=repr({"test_key": spec.key, "job_id": str(job.id)}),
-        )
-        sent += 1
     return sent
+
+
+def _publish(kwargs: dict[str, Any], kwargsrepr: str) -> bool:
+    """Publish one ``run_shadow`` message if the backlog has room; whether it was published."""
+    from celery import current_app
+
+    app = current_app._get_current_object()
+    limit = settings.SHADOW_MAX_BACKLOG
+    publisher = None if app.conf.task_always_eager else direct_publisher(app)
+    if publisher is not None and publisher.client is redis_client():
+        message = app.amqp.as_task_v2(
+            str(uuid.uuid4()), RUN_SHADOW.name, kwargs=kwargs, ignore_result=True, kwargsrepr=kwargsrepr,
+            soft_time_limit=RUN_SHADOW.soft_time_limit, time_limit=RUN_SHADOW.time_limit,
+        )  # fmt: skip
+        return publisher.push_bounded(
+            message, name=RUN_SHADOW.name, queue=Queue.SHADOW, counter=BACKLOG_KEY, limit=limit
+        )
+    if not backlog_take(limit):
+        return False
+    if RUN_SHADOW.name not in app.tasks:  # eager mode (tests): loaded as a worker loads it
+        app.loader.import_default_modules()
+    app.tasks[RUN_SHADOW.name].apply_async(kwargs=kwargs, kwargsrepr=kwargsrepr, queue=Queue.SHADOW)
+    return True

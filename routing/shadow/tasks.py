@@ -5,20 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_shutdown
 
 from muse_experiments.infra.queues import Queue
 
+from ..messages import RUN_SHADOW
 from .budget import backlog_release
+from .pairs import flush_pairs
 from .run import shadow_run
 
 
 @shared_task(
-    name="shadow.run_shadow",
+    name=RUN_SHADOW.name,  # published by name (routing.shadow.sampling): never renamed
     queue=Queue.SHADOW,
     acks_late=False,  # a shadow call lost with its worker is lost, never made twice
     ignore_result=True,
-    soft_time_limit=300,
-    time_limit=330,
+    soft_time_limit=RUN_SHADOW.soft_time_limit,
+    time_limit=RUN_SHADOW.time_limit,
 )
 def run_shadow(
     *,
@@ -39,3 +42,9 @@ def run_shadow(
         request=request,
         primary=primary,
     )
+
+
+@worker_shutdown.connect
+def _write_waiting_pairs(**_kwargs) -> None:
+    """A worker shutting down writes the shadow pairs still waiting for their batch (:mod:`.pairs`)."""
+    flush_pairs()

@@ -151,3 +151,32 @@ def test_the_direct_publish_retries_by_the_publish_policy_then_raises():
     with pytest.raises(redis.ConnectionError):
         publisher.push(message, name="routing.run_completion", queue="completions")
     assert time.monotonic() - started >= 0.2  # two waits of 0.1 s between the three tries
+
+
+def test_a_bounded_push_pushes_what_push_does_until_its_counter_reaches_the_limit(queue):
+    from muse_experiments.infra.broker import direct_publisher
+
+    publisher = direct_publisher(app)
+    counter = "muse:test:bounded-push"
+    queue.delete(counter)
+    job_id = str(uuid.uuid4())
+    message = app.amqp.as_task_v2(job_id, "routing.run_completion", args=[job_id], kwargs={})
+    publisher.push(message, name="routing.run_completion", queue=Queue.COMPLETIONS)
+    plain = pushed(queue)
+    try:
+        assert publisher.push_bounded(
+            message, name="routing.run_completion", queue=Queue.COMPLETIONS, counter=counter, limit=2
+        )
+        bounded = pushed(queue)
+        del plain["properties"]["delivery_tag"], bounded["properties"]["delivery_tag"]
+        assert bounded == plain  # the same entry, one Lua script instead of an LPUSH
+        results = [
+            publisher.push_bounded(
+                message, name="routing.run_completion", queue=Queue.COMPLETIONS, counter=counter, limit=2
+            )
+            for _ in range(2)
+        ]
+        assert results == [True, False]  # 1 + 1 = the limit; the next one is refused
+        assert queue.llen(Queue.COMPLETIONS) == 1 and int(queue.get(counter)) == 2
+    finally:
+        queue.delete(counter)

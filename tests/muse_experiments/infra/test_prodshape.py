@@ -24,9 +24,12 @@ from muse_experiments.infra.prodshape import (
 def test_the_repository_procfile_has_web_worker_beat_and_the_drainer():
     types = read_procfile(PROCFILE)
     assert list(types) == ["web", "worker", "shadow", "beat", "drainer"]
-    # shadow tests' calls: their own queue, niced below the primaries (routing.shadow)
+    # shadow tests' calls: their own queue, at SCHED_IDLE and nice 19 below the primaries (routing.shadow;
+    # tests/routing/shadow/test_worker_priority.py starts it)
     assert (
-        types["shadow"].startswith("nice -n 10 env RECORDS_DRAINER=false celery ")
+        types["shadow"].startswith(
+            "nice -n 19 env RECORDS_DRAINER=false WORKER_IDLE_PRIORITY=true SHADOW_PAIR_FLUSH_S=1 celery "
+        )
         and "-Q shadow " in types["shadow"]
     )
     assert types["worker"].startswith("env RECORDS_DRAINER=false celery ")  # the drainer process drains

@@ -133,6 +133,36 @@ def test_opted_out_users_are_never_sent_to_an_external_candidate(catalogue, upst
     assert all("s-out" not in c["raw_body"] for c in upstreams.calls(model="muse-special"))
 
 
+def test_a_second_delivery_of_a_shadow_call_makes_no_call(catalogue, upstreams):
+    from routing.shadow.run import shadow_run
+
+    start(judge=None)
+    primary = run(job(session_id="s-twice"))
+    pair = ShadowPair.objects.get()
+    assert upstreams.call_count(model="avocado-v14") == 1
+    again = shadow_run(
+        test_key="sh", job_id=str(primary.id), session_id="s-twice", user_id="u-1",
+        request={"messages": [{"role": "user", "content": "hello"}], "tools": []},
+        primary={"model": SOURCE, "latency_ms": 1.0, "cost_usd": "0", "output_tokens": 1, "text": "", "tool_calls": []},
+    )  # fmt: skip
+    assert again == "duplicate"
+    assert upstreams.call_count(model="avocado-v14") == 1  # no second candidate call
+    assert list(ShadowPair.objects.values_list("pk", flat=True)) == [pair.pk]
+
+
+def test_an_external_judge_never_sees_an_opted_out_users_session(catalogue, upstreams):
+    start(judge="anthropic/claude-sonnet-5-5", external=True)  # in-house candidate, external judge
+    TrainingOptOut.objects.create(user_id="u-out")
+    run(job(session_id="s-out", user_id="u-out"))
+    run(job(session_id="s-in", user_id="u-in"))
+    pairs = {p.session_id: p for p in ShadowPair.objects.all()}
+    assert set(pairs) == {"s-out", "s-in"}  # the in-house candidate answers both
+    assert (pairs["s-out"].judge_model, pairs["s-out"].judge_verdict) == ("", "")  # no judge call
+    assert pairs["s-in"].judge_model == "anthropic/claude-sonnet-5-5"
+    judged = upstreams.calls(model="claude-sonnet-5-5")
+    assert len(judged) == 1 and all("s-out" not in c["raw_body"] for c in judged)
+
+
 def test_an_external_candidates_encrypted_reasoning_is_discarded(catalogue, upstreams):
     from routing.models import ModelEndpoint
 

@@ -1,0 +1,139 @@
+"""The offer of an answered call to the shadow tests: it runs after the caller has its answer
+(sync and streamed), through the pipeline's answered-call listeners (the pipeline does not import
+the shadow package), and publishes with one bounded push (backlog check + message, one Lua script)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from django.conf import settings
+
+from muse_experiments.celery import app
+from muse_experiments.infra.broker import direct_publisher
+from muse_experiments.infra.queues import Queue
+from muse_experiments.infra.redis_client import client_url, redis_client
+from routing.pipeline import answered
+from routing.shadow.budget import BACKLOG_KEY, dropped_counts
+from routing.shadow.sampling import shadow_offer
+from routing.state.handoff import final_state
+from tests.factories import seed_catalogue
+from tests.routing.shadow.test_run import SOURCE, start
+from tests.routing.test_router import job, run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalogue(upstreams, redis_store):
+    for key in redis_store.scan_iter("muse:shadow:*"):  # counters of earlier tests
+        redis_store.delete(key)
+    return seed_catalogue(upstreams.url)
+
+
+@pytest.fixture
+def listener():
+    """Register a listener recording what it saw when called; unregistered afterwards."""
+    seen: list[dict] = []
+    hooks: dict = {}
+
+    def record(*, job, decision, outcome):
+        seen.append({"job_id": str(job.id), "served": outcome.served.public_id, **hooks.get("probe", dict)()})
+
+    remove = answered.on_answered(record)
+    yield seen, hooks
+    remove()
+
+
+@pytest.fixture
+def shadow_queue(redis_store):
+    """The shadow queue's list and its backlog counter, emptied before and after (no worker here)."""
+    client = redis_client(client_url(settings.CELERY_BROKER_URL))
+    client.delete(Queue.SHADOW)
+    redis_store.delete(BACKLOG_KEY)
+    yield client
+    client.delete(Queue.SHADOW)
+    redis_store.delete(BACKLOG_KEY)
+
+
+def test_the_shadow_offer_is_registered_as_a_listener_by_the_app():
+    assert shadow_offer in answered._listeners
+
+
+def test_a_sync_call_is_offered_after_its_final_state_was_handed_back(catalogue, listener):
+    seen, hooks = listener
+    j = job(session_id="s-sync")
+    hooks["probe"] = lambda: {"final": final_state(str(j.id))}
+    run(j)
+    [call] = seen
+    assert call["job_id"] == str(j.id) and call["served"] == SOURCE
+    assert call["final"] is not None and call["final"]["status"] == "succeeded"  # the caller could read it
+
+
+def test_a_streamed_call_is_offered_after_its_consumer_took_the_done_event(catalogue, listener):
+    from routing.jobs import completion_job_create
+    from routing.pipeline.streaming import stream_job_events
+
+    seen, hooks = listener
+    consumed: list[str] = []
+    hooks["probe"] = lambda: {"consumed": list(consumed)}
+    streamed, _ = completion_job_create(
+        api_key=None, session_id="s-stream", user_id="u-1", subagent="coder", attributes={},
+        request={"messages": [{"role": "user", "content": "stream it"}], "tools": []}, stream=True,
+    )  # fmt: skip
+    events = stream_job_events(job_id=str(streamed.id))
+    for event in events:
+        consumed.append(event["type"])
+        if event["type"] == "done":
+            assert seen == []  # not yet: the done event is only now with its consumer
+    [call] = seen
+    assert call["consumed"][-1] == "done" and call["job_id"] == str(streamed.id)
+
+
+def test_a_failed_listener_does_not_fail_the_call_nor_the_next_listener(catalogue, listener):
+    seen, _ = listener
+
+    def broken(**_):
+        raise RuntimeError("boom")
+
+    answered._listeners.insert(0, broken)
+    try:
+        j = run(job(session_id="s-broken"))
+    finally:
+        answered._listeners.remove(broken)
+    assert j.status == "succeeded"
+    assert [c["job_id"] for c in seen] == [str(j.id)]
+
+
+def test_the_offer_is_one_bounded_push_onto_the_shadow_queue(catalogue, shadow_queue, settings):
+    """Not eager: the message goes to the shadow queue's list (no worker runs here), the backlog
+    counted with it; at the limit nothing is pushed and the call is dropped ``backlog``."""
+    assert direct_publisher(app).client is redis_client()  # the one-round-trip path is the one tested
+    start(judge=None)
+    settings.SHADOW_MAX_BACKLOG = 1
+    first = run(job(session_id="s-1"))
+    assert int(redis_client().get(BACKLOG_KEY)) == 1
+    [raw] = shadow_queue.lrange(Queue.SHADOW, 0, -1)
+    message = json.loads(raw)
+    assert message["headers"]["task"] == "shadow.run_shadow"
+    assert message["headers"]["timelimit"] == [330, 300]
+    assert message["properties"]["delivery_info"] == {"exchange": "", "routing_key": Queue.SHADOW}
+    _args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+    assert (kwargs["test_key"], kwargs["job_id"], kwargs["session_id"]) == ("sh", str(first.id), "s-1")
+    assert kwargs["primary"]["model"] == SOURCE and "model" not in kwargs["request"]
+    assert message["headers"]["kwargsrepr"] == repr({"test_key": "sh", "job_id": str(first.id)})
+
+    second = run(job(session_id="s-2"))  # the backlog is full
+    assert second.status == "succeeded"
+    assert shadow_queue.llen(Queue.SHADOW) == 1 and int(redis_client().get(BACKLOG_KEY)) == 1
+    assert dropped_counts("sh") == {"backlog": 1}
+
+
+@pytest.fixture(autouse=True)
+def not_eager():
+    """These tests publish for real (test_run's tests run the task eagerly instead)."""
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    yield
+    app.conf.task_always_eager = before
