@@ -24,7 +24,7 @@ STATUS_WORDS = {
     "sequential": "Sequential (always valid)",
     "bayesian": "Bayesian",
     "insufficient_data": "Not enough data",
-    "zero_variance": "Both arms constant, values differ (difference certain)",
+    "zero_variance": "Both arms constant, values differ",
     "constant_identical": "Same constant value in both arms",
     "ratio_denominator_zero": "Denominator is zero",
     "control_mean_zero": "Control mean is zero",
