@@ -25,6 +25,8 @@ STATUS_WORDS = {
     "bayesian": "Bayesian",
     "insufficient_data": "Not enough data",
     "zero_variance": "Both arms constant, values differ",
+    "constant_better": "Better (both arms constant: certain)",
+    "constant_worse": "Worse (both arms constant: certain)",
     "constant_identical": "Same constant value in both arms",
     "ratio_denominator_zero": "Denominator is zero",
     "control_mean_zero": "Control mean is zero",

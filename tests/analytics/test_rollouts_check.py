@@ -216,5 +216,7 @@ def test_a_guardrail_constant_in_both_arms_is_decided_not_held_forever(
         client.force_login(user)
         page = client.get("/results/ramp/").content.decode()
         assert "cost_usd: both arms constant, difference +0.003 certain (SE 0) WORSE" in page
+        step = client.get("/results/ramp/", {"phase": 1}).content.decode()  # the step rolled back
+        assert "Worse (both arms constant: certain)" in step  # its guardrail's row in the metric table
     else:
         assert (rollout.state, rollout.percent) == ("running", 5.0)

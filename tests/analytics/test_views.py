@@ -310,7 +310,11 @@ def test_each_metric_row_shows_the_p_ci_and_verdict_of_one_test(staff, ana):
         assert r["test"] == ("sequential" if guardrail else "fixed")
         if not test["relative_ci"]:  # no lone p-value: the status says why
             assert r["p_value"] is None and r["ci_low"] is None
-            assert r["verdict"] == (test["relative_status"] if test["status"] == "ok" else test["status"])
+            expected = test["relative_status"] if test["status"] == "ok" else test["status"]
+            if expected == "zero_variance":  # both arms constant: the certain difference's direction
+                better = (c["absolute_lift"] > 0) == m["higher_is_better"]
+                expected = "constant_better" if better else "constant_worse"
+            assert r["verdict"] == expected
             assert r["verdict"] not in ("better", "worse", "inconclusive")
             continue
         assert r["ci_low"] == test["relative_ci"][0] and r["ci_high"] == test["relative_ci"][1]
