@@ -180,7 +180,12 @@ def _bayesian(control, treatment, higher_is_better: bool) -> dict[str, Any]:
 
 
 def _verdict(primary: dict[str, Any], higher_is_better: bool) -> str:
-    """better | worse | inconclusive, or the status when no test ran."""
+    """better | worse | inconclusive, or the status when no test ran. Both arms constant with
+    different values (``zero_variance``: standard error 0, no test) is a certain difference:
+    better or worse by its sign, as the rollout decision reads it
+    (:mod:`analytics.rollout_policy`)."""
+    if primary["status"] == Status.ZERO_VARIANCE and primary.get("absolute_lift"):
+        return "better" if (primary["absolute_lift"] > 0) == higher_is_better else "worse"
     if primary["status"] != Status.OK:
         return primary["status"]
     p, lift = primary.get("p_value"), primary.get("absolute_lift")
@@ -329,6 +334,7 @@ def analyse_population(
             if c.get("sequential")
             else c["status"],
             "sequential_p_value": (c.get("sequential") or {}).get("p_value"),
+            "certain": (c.get("sequential") or {}).get("status") == Status.ZERO_VARIANCE,
             "relative_lift": c.get("relative_lift"),
             "absolute_lift": c.get("absolute_lift"),
             "sequential_ci": (c.get("sequential") or {}).get("absolute_ci"),

@@ -24,7 +24,9 @@ STATUS_WORDS = {
     "sequential": "Sequential (always valid)",
     "bayesian": "Bayesian",
     "insufficient_data": "Not enough data",
-    "zero_variance": "No variation in one arm",
+    "zero_variance": "Both arms constant, values differ",
+    "constant_better": "Better (both arms constant: certain)",
+    "constant_worse": "Worse (both arms constant: certain)",
     "constant_identical": "Same constant value in both arms",
     "ratio_denominator_zero": "Denominator is zero",
     "control_mean_zero": "Control mean is zero",
@@ -170,10 +172,15 @@ def when(value: datetime | None, zone: tzinfo) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
 
 
-def guardrail_breach(*, metric: str, variant: str, p: float | None, lift: float | None) -> str:
+def guardrail_breach(
+    *, metric: str, variant: str, p: float | None, lift: float | None, certain: bool = False
+) -> str:
     """What a guardrail breach is, worded and numbered as the metric table words and numbers it:
     ``Latency (ms) significantly worse for cheap under the sequential test (always-valid
-    p < 0.001, relative lift +6,719 %)``. ``metric``: the metric's label."""
+    p < 0.001, relative lift +6,719 %)``. ``metric``: the metric's label; ``certain``: both arms
+    constant with different values (no test: the difference is certain)."""
+    if certain:
+        return f"{metric} worse for {variant} with certainty (both arms constant, standard error 0)"
     if p is None:
         return f"{metric} significantly worse for {variant}"
     p_text = p_value(p)

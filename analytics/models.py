@@ -407,6 +407,21 @@ class CallRollup(models.Model):
         return f"{self.bucket:%Y-%m-%d %H:00} {self.endpoint or '-'} {self.experiment_id}/{self.variant_key}"
 
 
+class RollupMark(models.Model):
+    """The highest call record and exposure ids a :class:`CallRollup` refresh could see when it
+    started (``taken_at``). The next refreshes find the rows written since (late rows of hours
+    already rolled up: a call record drained after its hour, an exposure recorded late) by id and
+    recompute their hours (:func:`analytics.rollups.call_rollup_refresh`). Written and pruned only
+    there."""
+
+    taken_at = models.DateTimeField(db_index=True)
+    call_record_id = models.BigIntegerField(default=0)
+    exposure_id = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.taken_at:%Y-%m-%d %H:%M:%S}: call records ≤ {self.call_record_id}, exposures ≤ {self.exposure_id}"
+
+
 class LiftPoint(models.Model):
     """One point of the cumulative-lift chart: a snapshot's lift of one metric × treatment.
 

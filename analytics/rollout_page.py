@@ -7,19 +7,30 @@ from typing import Any
 
 from muse_experiments.experiments.models import Experiment, Rollout, RolloutState
 
+from .rollout_policy import CONSTANT_STATUSES
 from .tables import Column, Table
 
 
 def _evidence_text(evidence: dict[str, Any]) -> str:
-    """The guardrail tests of one decision in a line: metric, relative lift, always-valid p."""
+    """The guardrail tests of one decision in a line: metric, relative lift, always-valid p; a
+    guardrail constant in both arms (standard error 0) says so instead of a p-value: "same value
+    in both arms", or its certain difference."""
     parts = []
     for g in evidence.get("guardrails", []):
         p = g.get("always_valid_p")
         lift = g.get("relative_lift")
-        bits = [f"{g['metric']}: {g.get('status')}"]
+        constant = g.get("status") in CONSTANT_STATUSES or (
+            g.get("status") == "ok" and g.get("std_error") == 0
+        )
+        if constant and g.get("certain"):
+            bits = [f"{g['metric']}: both arms constant, difference {g.get('estimate'):+.4g} certain (SE 0)"]
+        elif constant:
+            bits = [f"{g['metric']}: same value in both arms (SE 0)"]
+        else:
+            bits = [f"{g['metric']}: {g.get('status')}"]
         if lift is not None:
             bits.append(f"lift {lift:+.1%}")
-        if p is not None:
+        if p is not None and not constant:
             bits.append(f"p={p:.2g}")
         parts.append(" ".join(bits) + (" WORSE" if g.get("worse") else ""))
     return "; ".join(parts)

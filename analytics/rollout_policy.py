@@ -24,6 +24,14 @@ Order of the rules (:func:`rollout_decide`):
 6. a guardrail that could not be tested at this check (no comparison, or an arm with fewer than
    2 units) → hold, so a step never advances on a guardrail nobody looked at;
 7. otherwise → advance.
+
+**Standard error 0** (every unit of each arm has the same value, e.g. the same cost per call, or
+no error at all: status ``constant_identical`` or ``zero_variance``, or a proportion at 0 or 100 %
+in both arms) has no z-statistic, so it is decided here, not by the sequential test
+(:func:`always_valid_worse`): equal values → a clean guardrail (``always_valid_p`` 1); different
+values → the difference is certain (``always_valid_p`` 0, ``certain`` in the evidence), a
+breach when it is in the bad direction (with ``MIN_BREACH_UNITS`` per arm, as any breach), clean
+when it is in the good one. Neither holds the step: it advances once its minimums are met.
 """
 
 from __future__ import annotations
@@ -36,8 +44,11 @@ from .stats import sequential_p_value, sequential_rho
 
 #: Both arms need this many units before a breach counts (the sequential test is asymptotic).
 MIN_BREACH_UNITS = 30
-#: Comparison statuses that count as "tested" (constant and identical arms: nothing to see).
-TESTED_STATUSES = ("ok", "constant_identical")
+#: Comparison statuses that count as "tested": a test ran, or both arms are constant (standard
+#: error 0: the same value, nothing to see; different values, a certain difference).
+TESTED_STATUSES = ("ok", "constant_identical", "zero_variance")
+#: Statuses of comparisons whose arms are both constant (standard error 0).
+CONSTANT_STATUSES = ("constant_identical", "zero_variance")
 #: Reason of a hold for a guardrail waiting for data (also the history entry's reason).
 WAITING_FOR_DATA = "waiting_for_data"
 
@@ -97,17 +108,39 @@ def step_tuning(*, min_units: int, percent: float) -> float:
     return max(float(min_units) * 100.0 / max(percent, 1e-9), 100.0)
 
 
+def certain_difference(reading: GuardrailReading) -> bool | None:
+    """Whether a reading with standard error 0 shows a difference: True (different constants, the
+    difference is certain), False (the same value in both arms); None when its standard error is
+    not 0 or it was not tested (then the sequential test decides)."""
+    if reading.status not in TESTED_STATUSES or reading.estimate is None:
+        return None
+    if reading.status == "ok" and reading.std_error != 0.0:
+        return None
+    if reading.status == "constant_identical":
+        return False
+    return reading.estimate != 0.0
+
+
 def always_valid_worse(
     reading: GuardrailReading, *, level: float, tuning: float
 ) -> tuple[bool, float | None]:
     """``(worse, always-valid two-sided p)`` of one reading (worse: p < level and the estimate
-    in the bad direction, with ``MIN_BREACH_UNITS`` per arm)."""
+    in the bad direction, with ``MIN_BREACH_UNITS`` per arm).
+
+    Standard error 0 (both arms constant; see the module docstring): p is 1 for equal values and
+    0 for different ones (the limit of the always-valid p as z grows without bound), so a certain
+    difference in the bad direction is a breach. p is None when no test ran."""
+    bad = reading.estimate is not None and (
+        reading.estimate < 0 if reading.higher_is_better else reading.estimate > 0
+    )
+    enough = min(reading.control_n, reading.treatment_n) >= MIN_BREACH_UNITS
+    certain = certain_difference(reading)
+    if certain is not None:
+        return bool(certain and bad and enough), 0.0 if certain else 1.0
     if reading.status != "ok" or not reading.std_error or reading.estimate is None:
         return False, None
     n = reading.control_n + reading.treatment_n
     p = float(sequential_p_value(reading.estimate / reading.std_error, n, sequential_rho(level, tuning)))
-    bad = reading.estimate < 0 if reading.higher_is_better else reading.estimate > 0
-    enough = min(reading.control_n, reading.treatment_n) >= MIN_BREACH_UNITS
     return bool(bad and enough and p < level), p
 
 
@@ -142,7 +175,9 @@ def rollout_decide(
     tests, breaches = [], []
     for r in readings:
         worse, p = always_valid_worse(r, level=level, tuning=tuning)
-        tests.append({**asdict(r), "always_valid_p": p, "worse": worse})
+        tests.append(
+            {**asdict(r), "always_valid_p": p, "worse": worse, "certain": bool(certain_difference(r))}
+        )
         if worse:
             breaches.append(tests[-1])
     evidence = {
@@ -157,10 +192,12 @@ def rollout_decide(
         worst = min(breaches, key=lambda b: b["always_valid_p"])
         lift = worst.get("relative_lift")
         lift_text = f", relative lift {lift:+.1%}" if lift is not None and math.isfinite(lift) else ""
-        message = (
-            f"guardrail {worst['metric']} worse for the candidate at {percent:g} % "
-            f"(always-valid p={worst['always_valid_p']:.2g} < {level:.2g}{lift_text})"
+        why = (
+            f"both arms constant, difference {worst['estimate']:+.4g} certain (standard error 0)"
+            if worst["certain"]
+            else f"always-valid p={worst['always_valid_p']:.2g} < {level:.2g}"
         )
+        message = f"guardrail {worst['metric']} worse for the candidate at {percent:g} % ({why}{lift_text})"
         return RolloutDecision("rollback", "rolled_back_guardrail", message, evidence)
     if paused:
         return RolloutDecision("hold", "paused", "paused: guardrails checked, no advance", evidence)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, date, datetime, time, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -22,11 +22,14 @@ from routing.models import FALLBACK_REASONS, KILL_REASONS, CallRecord, JobStatus
 
 from . import histograms
 from .histograms import LogBins
-from .models import CallRollup, LiftPoint, ResultSnapshot, RollupSpan
+from .models import CallRollup, LiftPoint, ResultSnapshot, RollupMark, RollupSpan
 
 log = logging.getLogger(__name__)
 
 KEY = ("bucket", "endpoint", "experiment_id", "phase", "variant_key")
+#: Longest time a writer's transaction may hold a call record or exposure id before it commits;
+#: a refresh rescans the ids from a mark taken this long before the previous refresh.
+LATE_ROW_GRACE = timedelta(minutes=10)
 
 
 def _bin_case(field: str, grid: LogBins) -> Case:
@@ -52,6 +55,39 @@ def _resume_point() -> datetime | None:
     return CallRollup.objects.filter(span=RollupSpan.HOUR).aggregate(last=Max("bucket"))["last"]
 
 
+def _late_rows_start() -> tuple[datetime | None, RollupMark | None]:
+    """``(earliest hour of a row written since the scanned mark, that mark)``.
+
+    The mark scanned from is the newest one taken at least :data:`LATE_ROW_GRACE` before the
+    newest mark (the previous refresh's), else the oldest there is: a row whose id a refresh's mark
+    covers but whose transaction had not committed yet (ids are allocated before commit, and out
+    of order between processes) is still above the mark the next refresh scans from, as long as
+    it commits within the grace. ``(None, None)`` before the first refresh with a mark (it rolls
+    up from the newest stored hour, as before marks existed)."""
+    newest = RollupMark.objects.order_by("-taken_at", "-pk").first()
+    if newest is None:
+        return None, None
+    mark = (
+        RollupMark.objects.filter(taken_at__lte=newest.taken_at - LATE_ROW_GRACE)
+        .order_by("-taken_at", "-pk")
+        .first()
+        or RollupMark.objects.order_by("taken_at", "pk").first()
+    )
+    late_call = CallRecord.objects.filter(pk__gt=mark.call_record_id).aggregate(t=Min("created_at"))["t"]
+    late_exposure = Exposure.objects.filter(pk__gt=mark.exposure_id).aggregate(t=Min("first_exposed_at"))["t"]
+    times = [t for t in (late_call, late_exposure) if t is not None]
+    return (min(times) if times else None), mark
+
+
+def _new_mark(now: datetime) -> RollupMark:
+    """A mark of the highest ids visible now (unsaved; saved with the refresh's rows)."""
+    return RollupMark(
+        taken_at=now,
+        call_record_id=CallRecord.objects.aggregate(m=Max("pk"))["m"] or 0,
+        exposure_id=Exposure.objects.aggregate(m=Max("pk"))["m"] or 0,
+    )
+
+
 def _first_record() -> datetime | None:
     first = CallRecord.objects.aggregate(t=Min("created_at"))["t"]
     first_exposure = Exposure.objects.aggregate(t=Min("first_exposed_at"))["t"]
@@ -60,7 +96,8 @@ def _first_record() -> datetime | None:
 
 
 def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False) -> int:
-    """Recompute the rollup from ``since`` (default: the newest stored hour) to now.
+    """Recompute the rollup from ``since`` (default: the newest stored hour), or from the hour of
+    the earliest row written late (see below) if that is earlier, to now.
 
     Per hour × endpoint × experiment phase × variant: calls, errors (failed calls), fallbacks
     (``routing.models.FALLBACK_REASONS``), killed (any of ``KILL_REASONS``), cost unknown
@@ -79,14 +116,31 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
     a page never mixes days of two zones. The hours from ``since`` on are replaced in one
     transaction; a concurrent refresh that loses the race gives up (it returns 0) and the next run
     catches up. Returns the number of rollup rows written.
+
+    **Late rows.** A call record drained, or an exposure recorded, after its hour was rolled up
+    (``created_at`` / ``first_exposed_at`` are when the call started, not when the row was
+    written) is found by id: every refresh stores a :class:`RollupMark` of the highest ids it
+    could see when it started, in the transaction of its rows, and the next refreshes recompute
+    from the hour of the earliest row above the mark they scan from (:func:`_late_rows_start`),
+    so the late row's hour counts it. Idempotent (a second run recomputes the same hours from the
+    same rows) and safe under many processes and restarts: the marks are in the database, a
+    refresh that loses the race writes no mark, and marks older than the one scanned from are
+    pruned. Not seen: an exposure whose stored time an out-of-order call moved *earlier* (an
+    update, not a new id) until its hours are recomputed by a rebuild.
     """
     zone = timezone.get_default_timezone()
     zone_name = timezone.get_default_timezone_name()
+    mark = _new_mark(timezone.now())  # before any read: rows above it are scanned next time
     rebuild = rebuild or CallRollup.objects.exclude(zone=zone_name).exists()
+    late, scanned = (None, None) if rebuild else _late_rows_start()
     start = _first_record() if rebuild else (since or _resume_point() or _first_record())
+    if late is not None and (start is None or late < start):
+        start = late
     if start is None:
-        if rebuild:
-            CallRollup.objects.all().delete()
+        with transaction.atomic():
+            if rebuild:
+                CallRollup.objects.all().delete()
+            mark.save()
         return 0
     start = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
@@ -167,6 +221,9 @@ def call_rollup_refresh(*, since: datetime | None = None, rebuild: bool = False)
             days = _day_rows(since=first_day, zone=zone, zone_name=zone_name)
             CallRollup.objects.filter(span=RollupSpan.DAY, bucket__gte=first_day).delete()
             CallRollup.objects.bulk_create(days, batch_size=2000)
+            mark.save()
+            if scanned is not None:
+                RollupMark.objects.filter(taken_at__lt=scanned.taken_at).delete()
     except IntegrityError:
         log.info("call rollup: a concurrent refresh won the race for hours from %s", start)
         return 0

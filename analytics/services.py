@@ -230,7 +230,8 @@ def guardrails_apply(
     """Record (and, when the experiment opted in, act on) guardrail breaches of a snapshot.
 
     A breach: a guardrail metric of a treatment is significantly worse under the always-valid
-    sequential test of the intent-to-treat analysis (``sequential_verdict == "worse"``), with at
+    sequential test of the intent-to-treat analysis (``sequential_verdict == "worse"``; or both
+    arms constant with the treatment's value worse, a certain difference), with at
     least ``guardrail_min_units`` units in both arms. For each new breach one
     :class:`GuardrailAction` is written with an :class:`~muse_experiments.experiments.models.AuditEntry`:
 
@@ -267,6 +268,7 @@ def guardrails_apply(
             variant=variant,
             p=breach.get("sequential_p_value"),
             lift=breach.get("relative_lift"),
+            certain=bool(breach.get("certain")),
         )
         decision, message = GuardrailDecision.DETECTED, why + "; auto-pause is off"
         if settings.auto_pause_guardrails:

@@ -49,12 +49,15 @@ EXPORT_FORMATS = ("csv", "json")
 
 @dataclass(frozen=True)
 class Column:
-    """One column: ``key`` in each row dict, a ``label`` for people, a ``kind`` (see :data:`KINDS`)."""
+    """One column: ``key`` in each row dict, a ``label`` for people, a ``kind`` (see :data:`KINDS`);
+    ``group``: a header shared by the adjacent columns with the same group (e.g. a time window),
+    drawn above their labels ("" for none)."""
 
     key: str
     label: str
     kind: str = "text"
     help: str = ""
+    group: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -76,6 +79,20 @@ class Table:
     row_class: str = ""
     #: Row keys exported besides the columns (ids behind labels, reasons...).
     export_extra: tuple[str, ...] = ()
+
+    @property
+    def header_groups(self) -> list[tuple[str, int]]:
+        """``(group, columns spanned)`` runs of adjacent columns with the same group, left to
+        right ("" over ungrouped columns); empty when no column has a group."""
+        if not any(c.group for c in self.columns):
+            return []
+        runs: list[tuple[str, int]] = []
+        for c in self.columns:
+            if runs and runs[-1][0] == c.group:
+                runs[-1] = (c.group, runs[-1][1] + 1)
+            else:
+                runs.append((c.group, 1))
+        return runs
 
     @property
     def export_columns(self) -> list[Column]:
@@ -109,7 +126,10 @@ def export_response(table: Table, fmt: str, filename: str) -> HttpResponse:
         payload = {
             "table": table.id,
             "title": table.title,
-            "columns": [{"key": c.key, "label": c.label, "kind": c.kind} for c in table.export_columns],
+            "columns": [
+                {"key": c.key, "label": f"{c.label} ({c.group})" if c.group else c.label, "kind": c.kind}
+                for c in table.export_columns
+            ],
             "rows": rows,
         }
         response: HttpResponse = JsonResponse(

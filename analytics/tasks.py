@@ -56,7 +56,10 @@ def compute_results(
 
 @shared_task(name="analytics.refresh_call_rollup", queue=Queue.ANALYTICS, soft_time_limit=600, time_limit=660)
 def refresh_call_rollup() -> int:
-    """Bring the hourly call rollup up to date (idempotent); returns the rows written."""
+    """Bring the hourly call rollup up to date, the hours of rows written late included (a call
+    record drained or an exposure recorded after its hour was rolled up:
+    :func:`analytics.rollups.call_rollup_refresh` finds them by id); idempotent when run twice or
+    late. Returns the rows written."""
     return call_rollup_refresh()
 
 

@@ -203,6 +203,10 @@ def metric_table(*, body: Mapping[str, Any], options: ResultsOptions) -> Table:
             e = _effect(c, options, sequential=guardrail and not bayes)
             tone = _tone(e["lift"], e["ci"], bool(m.get("higher_is_better", True)))
             verdict = _verdict(e, tone, c.get("alpha") or 0.05, guardrail)
+            if verdict == "zero_variance" and c.get("absolute_lift"):
+                # both arms constant, different values: no test, the difference is certain
+                better = (c["absolute_lift"] > 0) == bool(m.get("higher_is_better", True))
+                verdict = "constant_better" if better else "constant_worse"
             if bayes and e["chance"] is not None:
                 verdict = (
                     "better" if e["chance"] >= 0.95 else "worse" if e["chance"] <= 0.05 else "inconclusive"

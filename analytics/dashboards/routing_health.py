@@ -21,7 +21,9 @@ from .common import endpoint_labels
 
 def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
     """Per endpoint over the last hour and day (rollup hours): calls, failure rate, p50/p95
-    latency, cost; with circuit and kill state; and calls per hour for the chart:
+    latency, p50/p95 time to first token (ms, succeeded streamed calls; None without one), cost
+    (the page shows the hour's p95s only; the exports have its p50s too); with circuit and kill
+    state; and calls per hour for the chart:
     ``{"labels": local "HH:MM", "hours": ISO starts (UTC), "series": {model label: [calls]}, "zone"}``
     over the 24 hours ending with the current one."""
     now = now or timezone.now()
@@ -29,8 +31,8 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
     day_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
     base = CallRollup.objects.filter(span=RollupSpan.HOUR).exclude(endpoint="")
     windows = {
-        "hour": rollup_by(base.filter(bucket__gte=hour_start), "endpoint", ("latency_hist",)),
-        "day": rollup_by(base.filter(bucket__gte=day_start), "endpoint", ("latency_hist",)),
+        "hour": rollup_by(base.filter(bucket__gte=hour_start), "endpoint", ("latency_hist", "ttft_hist")),
+        "day": rollup_by(base.filter(bucket__gte=day_start), "endpoint", ("latency_hist", "ttft_hist")),
     }
     hourly: dict[str, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
     for bucket, endpoint, calls in base.filter(bucket__gte=day_start, calls__gt=0).values_list(
@@ -59,6 +61,7 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
         for name in ("hour", "day"):
             a = windows[name].get(e.public_id) or {"calls": 0, "errors": 0, "cost": 0.0}
             lat = a.get("latency_hist") or [0] * grid.size
+            ttft = a.get("ttft_hist") or [0] * grid.size
             n = a["calls"]
             entry.update(
                 {
@@ -66,6 +69,8 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
                     f"error_rate_{name}": a["errors"] / n if n else None,
                     f"p50_{name}": grid.quantile(lat, 0.5),
                     f"p95_{name}": grid.quantile(lat, 0.95),
+                    f"ttft_p50_{name}": grid.quantile(ttft, 0.5),
+                    f"ttft_p95_{name}": grid.quantile(ttft, 0.95),
                     f"cost_{name}": a["cost"],
                 }
             )
@@ -81,13 +86,16 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
         Column("circuit", "Circuit", "status"),
         Column("killed", "Kill switch", "status"),
     ]
-    for name, label in (("hour", f"since {since_hour}"), ("day", f"since {since_day}")):
+    # the short window shows the tail (p95) only; its medians are in the exports
+    for name, group in (("hour", f"Since {since_hour}"), ("day", f"Last 24 hours (since {since_day})")):
         cols += [
-            Column(f"calls_{name}", f"Calls {label}", "int"),
-            Column(f"error_rate_{name}", f"Failed {label}", "pct"),
-            Column(f"p50_{name}", f"p50 {label}", "ms"),
-            Column(f"p95_{name}", f"p95 {label}", "ms"),
-            Column(f"cost_{name}", f"Cost {label}", "money"),
+            Column(f"calls_{name}", "Calls", "int", group=group),
+            Column(f"error_rate_{name}", "Failed", "pct", group=group),
+            *([Column(f"p50_{name}", "Latency p50", "ms", group=group)] if name == "day" else []),
+            Column(f"p95_{name}", "Latency p95", "ms", group=group),
+            *([Column(f"ttft_p50_{name}", "First token p50", "ms", group=group)] if name == "day" else []),
+            Column(f"ttft_p95_{name}", "First token p95", "ms", group=group),
+            Column(f"cost_{name}", "Cost", "money", group=group),
         ]
     cols += [
         Column("price_in", "Input $/M tokens", "money"),
@@ -110,10 +118,12 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
             columns=cols,
             rows=sorted(table_rows, key=lambda r: (-r["calls_day"], r["endpoint_label"])),
             row_class="_class",
+            export_extra=("p50_hour", "ttft_p50_hour"),
             note=f"Windows are whole rollup hours: 'since {since_hour}' is the current hour and the one "
             f"before it (60 to 120 minutes, read at {now.astimezone(zone).strftime('%H:%M %Z')}); "
             f"'since {since_day}' is the last 24 rollup hours. "
-            "Latency percentiles from log-spaced histograms (about ±15 %).",
+            "Latency and first-token percentiles from log-spaced histograms (about ±15 %); time to "
+            "first token counts succeeded streamed calls only (— without one).",
         ),
         "chart": chart,
         "kills": list(KillSwitch.objects.filter(active=True).order_by("-updated_at")),

@@ -54,14 +54,34 @@ ArmStatistic = ProportionStatistic | MeanStatistic
 DEFAULT_DRAWS = 10_000
 
 
-def _posterior_draws(arm: ArmStatistic, rng: np.random.Generator, draws: int) -> np.ndarray:
+def _constant_arm_variance(arms: Sequence[ArmStatistic]) -> float:
+    """Per-unit variance lent to a mean arm with two or more units all of the same value (its own
+    s² is 0: a normal posterior of width 0 would make it certainly best or worst, and a fixed wide
+    one, whatever the metric's scale, would keep its P(best) near chance for ever):
+
+    * the pooled within-arm variance of the arms that have spread, ``Σ (n−1) s² / Σ (n−1)``;
+    * when no arm has spread (every arm constant), the variance of the arms' means (``ddof=1``),
+      so the posteriors narrow as units come in; 0 when all the means are equal (then the arms tie
+      and share P(best) equally).
+    """
+    spread = [a for a in arms if a.n >= 2 and a.variance > 0]
+    if spread:
+        return sum(a.variance * (a.n - 1) for a in spread) / sum(a.n - 1 for a in spread)
+    means = [a.mean for a in arms if a.n >= 2]
+    return float(np.var(means, ddof=1)) if len(means) >= 2 else 0.0
+
+
+def _posterior_draws(
+    arm: ArmStatistic, rng: np.random.Generator, draws: int, constant_var: float
+) -> np.ndarray:
     if isinstance(arm, ProportionStatistic):
         return rng.beta(1.0 + arm.sum, 1.0 + arm.n - arm.sum, size=draws)
-    if arm.n < 2 or not arm.variance > 0:
+    if arm.n < 2:
         # no spread to learn from yet: a wide normal around what was seen (or 0)
         centre = arm.mean if arm.n else 0.0
         return rng.normal(centre, 1e2, size=draws)
-    return rng.normal(arm.mean, math.sqrt(arm.variance / arm.n), size=draws)
+    variance = arm.variance if arm.variance > 0 else constant_var
+    return rng.normal(arm.mean, math.sqrt(variance / arm.n), size=draws)
 
 
 def probability_best(
@@ -76,12 +96,14 @@ def probability_best(
     Args:
         arms: per-arm data so far, all :class:`ProportionStatistic` (Beta(1+s, 1+n−s) posterior)
             or all :class:`MeanStatistic` (normal posterior N(ȳ, s²/n); an arm with fewer than
-            two units or no spread gets N(ȳ, 100²)).
+            two units gets N(ȳ, 100²), an arm of constant values the variance
+            :func:`_constant_arm_variance` lends it).
         seed: seed of the Monte Carlo generator (same seed and data, same answer).
         draws: Monte Carlo draws (>= 100).
         higher_is_better: False for metrics where lower wins (cost, latency).
 
-    Ties between draws (possible only with identical degenerate posteriors) go to the first arm.
+    Ties between draws (possible only with identical degenerate posteriors, e.g. every arm the
+    same constant) are shared equally by the tied arms.
 
     Raises:
         ValueError: fewer than two arms, mixed statistic types, ``draws`` < 100.
@@ -93,10 +115,12 @@ def probability_best(
     if draws < 100:
         raise ValueError(f"draws must be >= 100, got {draws}")
     rng = np.random.default_rng(seed)
-    samples = np.column_stack([_posterior_draws(a, rng, draws) for a in arms])
-    best = np.argmax(samples, axis=1) if higher_is_better else np.argmin(samples, axis=1)
-    counts = np.bincount(best, minlength=len(arms))
-    return tuple(float(c) / draws for c in counts)
+    constant_var = _constant_arm_variance(arms) if isinstance(arms[0], MeanStatistic) else 0.0
+    samples = np.column_stack([_posterior_draws(a, rng, draws, constant_var) for a in arms])
+    top = samples.max(axis=1) if higher_is_better else samples.min(axis=1)
+    tied = samples == top[:, None]
+    share = tied / tied.sum(axis=1, keepdims=True)
+    return tuple(float(c) / draws for c in share.sum(axis=0))
 
 
 def thompson_weights(probabilities: Sequence[float], *, min_weight: float) -> tuple[float, ...]:

@@ -26,13 +26,18 @@ ARMS = [
 LATENCY = {"control": 900.0, "fast": 450.0, "cheap": 1200.0}
 COST = {"control": "0.0040", "fast": "0.0045", "cheap": "0.000008"}
 SUCCESS_EVERY = {"control": 2, "fast": 2, "cheap": 3}
+TTFT_SHARE = 0.25
 
 
-def build_dashboard_experiment(key: str = "ana", units: int = 90, latency: dict | None = None) -> Raw:
+def build_dashboard_experiment(
+    key: str = "ana", units: int = 90, latency: dict | None = None, streamed: bool = True
+) -> Raw:
     """Write the rows, compute three snapshots (one per day of data) and the rollup.
 
     ``latency``: per-arm base latencies (ms) replacing :data:`LATENCY` for the arms it names
-    (e.g. a ``cheap`` arm 68× slower puts the latency guardrail near +6,700 %)."""
+    (e.g. a ``cheap`` arm 68× slower puts the latency guardrail near +6,700 %). ``streamed``: the
+    first call of each unit is streamed, its time to first token :data:`TTFT_SHARE` of its
+    latency (False: no streamed call, so no time to first token anywhere)."""
     latencies = {**LATENCY, **(latency or {})}
     seed_catalogue()
     experiment = make_experiment(key=key, arms=ARMS)
@@ -57,6 +62,9 @@ def build_dashboard_experiment(key: str = "ana", units: int = 90, latency: dict 
                     variant,
                     at=at + timedelta(seconds=k),
                     latency_ms=latencies[variant] * (1 + 0.1 * (i % 7)),
+                    ttft_ms=latencies[variant] * (1 + 0.1 * (i % 7)) * TTFT_SHARE
+                    if streamed and k == 0
+                    else None,
                     cost_usd=COST[variant],
                     input_tokens=400 + 50 * (i % 5),
                     output_tokens=120 + 10 * (i % 4),

@@ -280,3 +280,16 @@ def test_an_update_without_new_data_is_recorded_but_keeps_the_phase_and_its_weig
     moved = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=51))
     assert (moved.decision, moved.phase) == ("update", 3)
     assert moved.weights["control"] > first.weights["control"] + 0.1
+
+
+@pytest.mark.django_db
+def test_an_update_with_an_arm_of_all_successes_and_one_of_all_failures_declares_the_winner():
+    experiment = _bandit(stop_when_probability_best=0.95)
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 60, 0)  # every unit failed
+    _units(raw, "p1", "b", 60, 60)  # every unit succeeded
+    update = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=10))
+    assert update is not None and update.winner == "b"
+    assert update.probability_best == {"control": 0.0, "b": 1.0}
+    (lift,) = bandit_results(experiment=experiment)["lifts"]
+    assert (lift["absolute_lift"], lift["p_value"]) == (1.0, 0.0)

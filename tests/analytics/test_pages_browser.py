@@ -361,3 +361,62 @@ def test_api_docs_render_offline(site):
     # nothing else may leave the host.
     logo = "https://cdn.redoc.ly/redoc/logo-mini.svg"
     assert [p for p in problems if logo not in p and "Failed to load resource" not in p] == []
+
+
+def test_results_page_shows_time_to_first_token_of_streamed_calls(site):
+    """The TTFT histogram sits next to the latency one, on the same grid, and reads the streamed
+    calls only (one per unit in the dashboard data, at a quarter of its call's latency)."""
+    page, base, problems = site
+    page.goto(f"{base}/results/ana/")
+    page.wait_for_function(CHARTS_DRAWN)
+    _shot(page, "results-ttft")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#ttft-block").screenshot(path=str(SHOTS / "results-ttft-chart.png"))
+    assert "chart-ttft" in _drawn_canvases(page)
+    data = json.loads(page.locator("#data-ttft").inner_text())
+    latency = json.loads(page.locator("#data-latency").inner_text())
+    assert data["labels"] and all("–" in label or label[0] in "<≥" for label in data["labels"])
+    assert set(data["series"]) == {"control", "fast", "cheap"}
+    assert all(abs(sum(shares) - 1.0) < 1e-9 for shares in data["series"].values())
+    # a quarter of the latency: the first-token bins start below the latency ones
+    assert data["labels"][0] != latency["labels"][0]
+    calls = page.locator("table[data-table=calls]")
+    assert calls.locator("th", has_text="First token p50").count() == 1
+    assert problems == []
+
+
+@pytest.mark.parametrize("site", [{"streamed": False}], indirect=True)
+def test_results_page_says_when_no_call_was_streamed(site):
+    page, base, problems = site
+    page.goto(f"{base}/results/ana/")
+    page.wait_for_function(CHARTS_DRAWN)
+    block = page.locator("#ttft-block")
+    assert "No streamed calls" in block.inner_text() and block.locator("canvas").count() == 0
+    assert "chart-latency" in _drawn_canvases(page)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#ttft-block").screenshot(path=str(SHOTS / "results-no-streamed-calls.png"))
+    assert problems == []
+
+
+def test_routing_health_shows_first_token_percentiles_next_to_latency(site):
+    """Per model and window: latency p50/p95 then first-token p50/p95 (streamed calls only, a
+    quarter of the latency in the dashboard data), under one header per window."""
+    page, base, problems = site
+    page.goto(f"{base}/routing/health/")
+    page.wait_for_function("window.museCharts && window.museCharts.length >= 1")
+    _shot(page, "routing-health-ttft")
+    table = page.locator("table[data-table=endpoints]")
+    groups = [g.strip() for g in table.locator("thead tr.groups th.group").all_inner_texts()]
+    assert len(groups) == 2 and groups[0].startswith("Since ") and groups[1].startswith("Last 24 hours")
+    heads = [h.strip() for h in table.locator("thead tr:not(.groups) th").all_inner_texts()]
+    hour = ["Calls", "Failed", "Latency p95", "First token p95", "Cost"]
+    day = ["Calls", "Failed", "Latency p50", "Latency p95", "First token p50", "First token p95", "Cost"]
+    assert heads[5:17] == hour + day
+    cells = {r.split("\t")[0]: r.split("\t") for r in table.locator("tbody tr").all_inner_texts()}
+    v15 = cells["avocado-v15"]
+    latency_p50, ttft_p50 = (float(v15[i].split()[0]) for i in (12, 14))  # the 24-hour window
+    assert v15[14].endswith(" ms") and 0.2 < ttft_p50 / latency_p50 < 0.3, v15
+    assert cells["avocado-v1"][14] == "—"  # no call, no streamed call
+    scroll = page.locator("#table-endpoints .scroll")
+    assert scroll.evaluate("s => s.scrollWidth <= s.clientWidth")  # fits a 1,400 px window
+    assert problems == []

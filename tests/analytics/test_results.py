@@ -383,3 +383,29 @@ def test_values_at_the_accepted_bound_keep_the_metric_valid(three_arms):
     assert rating["status"] == "ok", rating["reason"]
     fast = _cmp(rating, "fast")
     assert fast["status"] in ("ok", "constant_identical") and fast["control_n"] == 10
+
+
+@pytest.mark.django_db
+def test_a_guardrail_constant_in_both_arms_and_worse_is_a_certain_breach(three_arms):
+    """Every call of an arm costs the same (standard error 0, no test): the dearer arm's
+    difference is certain, so it is a breach, worded as such; the cheaper one is better."""
+    for i in range(150):  # 50 units per arm, one call each
+        unit, variant = f"k{i}", ["control", "fast", "cheap"][i % 3]
+        three_arms.expose(unit, variant)
+        three_arms.call(
+            unit, variant, cost_usd={"control": "0.002", "fast": "0.003", "cheap": "0.001"}[variant]
+        )
+    experiment = three_arms.experiment
+    experiment.guardrail_metrics = ["cost_usd"]
+    experiment.save(update_fields=["guardrail_metrics"])
+    ExperimentAnalysisSettings.objects.create(experiment=experiment, guardrail_min_units=50)
+    snapshot = results_compute(experiment=experiment)
+    rows = {g["variant"]: g for g in snapshot.results["guardrails"]}
+    assert rows["fast"]["status"] == "zero_variance" and rows["fast"]["certain"] is True
+    assert (rows["fast"]["worse"], rows["cheap"]["worse"]) == (True, False)
+    metric = next(m for m in snapshot.results["metrics"] if m["name"] == "cost_usd")
+    verdicts = {c["variant"]: c["sequential_verdict"] for c in metric["comparisons"]}
+    assert verdicts == {"fast": "worse", "cheap": "better"}
+    action = GuardrailAction.objects.get()
+    assert (action.variant_key, action.metric, action.decision) == ("fast", "cost_usd", "detected")
+    assert "with certainty (both arms constant, standard error 0)" in action.message

@@ -119,3 +119,27 @@ def test_waiting_for_data_neither_hides_a_breach_nor_outranks_the_step_minimums(
     assert _decide([empty], held_minutes=5).reason == "min_time"
     missing = GuardrailReading(metric="rating", status="missing", higher_is_better=True)
     assert _decide([_reading(), missing]).reason == "untested_guardrail"
+
+
+@pytest.mark.parametrize(
+    ("status", "estimate", "higher", "action", "p"),
+    [
+        ("zero_variance", 0.01, False, "rollback", 0.0),  # cost certainly higher: breach
+        ("zero_variance", -0.01, False, "advance", 0.0),  # cost certainly lower: clean
+        ("constant_identical", 0.0, False, "advance", 1.0),  # the same constant: clean
+        ("ok", -1.0, True, "rollback", 0.0),  # proportion 100 % vs 0 %, Wald SE 0: breach
+        ("ok", 0.0, True, "advance", 1.0),  # proportion 0 % vs 0 %, SE 0: clean
+    ],
+)
+def test_a_guardrail_with_standard_error_zero_is_decided(status, estimate, higher, action, p):
+    reading = _reading("g", estimate=estimate, se=0.0, status=status, higher=higher)
+    d = _decide([reading])
+    assert d.action == action
+    (test,) = d.evidence["guardrails"]
+    assert test["always_valid_p"] == p and test["certain"] is (estimate != 0.0)
+    if action == "rollback":
+        assert "difference" in d.message and "certain (standard error 0)" in d.message
+    small = _reading("g", estimate=estimate, se=0.0, status=status, higher=higher, n=(29, 29))
+    assert (
+        _decide([small], min_units=10).action == "advance"
+    )  # a certain breach also needs MIN_BREACH_UNITS per arm

@@ -169,3 +169,54 @@ def test_a_guardrail_constant_with_data_is_clean_and_the_step_advances():
     assert reading["status"] == "constant_identical"
     assert (reading["control_with_data"], reading["treatment_with_data"]) == (60, 60)
     assert decision.action == "advance"
+
+
+def _constant_cost_traffic(rollout: Rollout, *, control_cost: str, candidate_cost: str, units=60) -> None:
+    """Every call of an arm costs the same: cost per unit is constant in each arm (SE 0)."""
+    rollout.experiment.refresh_from_db()
+    raw = Raw(rollout.experiment)
+    for i in range(2 * units):
+        unit, variant = f"c{rollout.experiment.phase}-{i}", ("current", "candidate")[i % 2]
+        raw.expose(unit, variant)
+        for _ in range(3):
+            cost = candidate_cost if variant == "candidate" else control_cost
+            raw.call(unit, variant, latency_ms=300.0, cost_usd=cost)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("candidate_cost", "action", "reason"),
+    [
+        ("0.002", "rollback", "rolled_back_guardrail"),  # dearer, certainly: breach
+        ("0.0005", "advance", "advanced"),  # cheaper, certainly: clean
+        ("0.001", "advance", "advanced"),  # the same constant: clean
+    ],
+)
+def test_a_guardrail_constant_in_both_arms_is_decided_not_held_forever(
+    client, candidate_cost, action, reason
+):
+    rollout = _rollout(guardrails=("cost_usd",))
+    _constant_cost_traffic(rollout, control_cost="0.001", candidate_cost=candidate_cost)
+    now = rollout.step_started_at + timedelta(minutes=11)
+    decision = rollout_check(rollout_id=rollout.pk, now=now)
+    assert (decision.action, decision.reason) == (action, reason)
+    (reading,) = decision.evidence["guardrails"]
+    assert reading["std_error"] == 0.0
+    same = candidate_cost == "0.001"
+    assert reading["status"] == ("constant_identical" if same else "zero_variance")
+    assert reading["certain"] is (not same) and reading["always_valid_p"] == (1.0 if same else 0.0)
+    rollout.refresh_from_db()
+    last = rollout.history.last()
+    assert last.reason == reason
+    if action == "rollback":
+        assert (rollout.state, rollout.percent) == ("rolled_back", 0.0)
+        assert "both arms constant, difference +0.003 certain (standard error 0)" in last.message
+        user = get_user_model().objects.create_user("analyst", "a@example.com", "pw", is_staff=True)
+        user.groups.add(Group.objects.get(name="Analyst"))
+        client.force_login(user)
+        page = client.get("/results/ramp/").content.decode()
+        assert "cost_usd: both arms constant, difference +0.003 certain (SE 0) WORSE" in page
+        step = client.get("/results/ramp/", {"phase": 1}).content.decode()  # the step rolled back
+        assert "Worse (both arms constant: certain)" in step  # its guardrail's row in the metric table
+    else:
+        assert (rollout.state, rollout.percent) == ("running", 5.0)

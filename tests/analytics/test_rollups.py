@@ -257,3 +257,60 @@ def test_every_fallback_reason_counts_as_a_fallback(three_arms, reason):
     call_rollup_refresh()
     rows = CallRollup.objects.filter(span=RollupSpan.DAY, experiment_id=three_arms.experiment.id)
     assert rows.aggregate(fallbacks=Sum("fallbacks"))["fallbacks"] == 1
+
+
+def _hour(experiment, bucket, **values):
+    qs = CallRollup.objects.filter(span=RollupSpan.HOUR, experiment_id=experiment.id, bucket=bucket)
+    return qs.aggregate(calls=Sum("calls"), exposures=Sum("exposures"))
+
+
+@pytest.mark.django_db
+def test_a_row_written_after_its_hour_was_rolled_up_is_counted_by_the_next_run(three_arms):
+    from analytics.models import RollupMark
+    from analytics.tasks import refresh_call_rollup
+
+    _rows(three_arms)  # hours T0 .. T0+8h and T0+30h: the newest stored hour is T0+30h
+    refresh_call_rollup()
+    experiment = three_arms.experiment
+    assert _hour(experiment, T0) == {"calls": 2, "exposures": 1}
+    # drained late: a call and a first exposure of the hour T0, long rolled up
+    three_arms.expose("late", "fast", at=T0 + timedelta(minutes=30))
+    three_arms.call("late", "fast", at=T0 + timedelta(minutes=31))
+    refresh_call_rollup()
+    assert _hour(experiment, T0) == {"calls": 3, "exposures": 2}
+    day = CallRollup.objects.filter(span=RollupSpan.DAY, experiment_id=experiment.id).aggregate(
+        calls=Sum("calls"), exposures=Sum("exposures")
+    )
+    assert day == {"calls": 12, "exposures": 10}
+    refresh_call_rollup()  # run twice (or late): the same rows
+    assert _hour(experiment, T0) == {"calls": 3, "exposures": 2}
+
+    # a row whose id a refresh's mark already covers but whose transaction committed after it
+    # (ids are allocated before commit): the next refresh scans from an older mark and counts it
+    RollupMark.objects.create(
+        taken_at=timezone.now(),
+        call_record_id=RollupMark.objects.order_by("-pk").first().call_record_id + 1000,
+        exposure_id=RollupMark.objects.order_by("-pk").first().exposure_id + 1000,
+    )
+    three_arms.call("u1", "fast", at=T0 + timedelta(hours=1, minutes=2))
+    assert _hour(experiment, T0 + timedelta(hours=1))["calls"] == 1
+    refresh_call_rollup()
+    assert _hour(experiment, T0 + timedelta(hours=1))["calls"] == 2
+
+
+@pytest.mark.django_db
+def test_marks_older_than_the_one_scanned_from_are_pruned(three_arms):
+    from analytics.models import RollupMark
+    from analytics.rollups import LATE_ROW_GRACE
+
+    _rows(three_arms)
+    now = timezone.now()
+    for minutes in (60, 30, 15, 5):  # marks of earlier refreshes
+        RollupMark.objects.create(taken_at=now - timedelta(minutes=minutes))
+    call_rollup_refresh()
+    # the scanned mark: the newest taken >= LATE_ROW_GRACE before the newest one (5 min ago)
+    kept = sorted(
+        round((now - t).total_seconds() / 60) for t in RollupMark.objects.values_list("taken_at", flat=True)
+    )
+    assert timedelta(minutes=10) == LATE_ROW_GRACE
+    assert kept == [0, 5, 15]

@@ -255,3 +255,44 @@ def test_the_tolerance_is_about_three_monte_carlo_deviations_of_the_weights_on_t
     pairs = list(zip(weights, weights[1:], strict=False))
     assert sum(weights_moved(a, b) for a, b in pairs) <= 2
     assert sum(weights_moved(a, b, tolerance=0.005) for a, b in pairs) >= 60
+
+
+def test_a_mean_arm_of_constant_values_neither_freezes_nor_wins_by_a_tie():
+    """An arm whose units all have the same value (all successes, or the same cost) has s² = 0: it
+    borrows the other arms' spread instead of a fixed N(ȳ, 100²) that kept its P(best) near chance."""
+    ones, half, zeros = (MeanStatistic.from_values(v) for v in ([1.0] * 200, [0.0, 1.0] * 100, [0.0] * 200))
+    d = bandit_decide(
+        [zeros, half, ones], exploring=False, min_weight=0.05, stop_when_probability_best=0.95, seed=1
+    )
+    assert d.probability_best == pytest.approx((0.0, 0.0, 1.0)) and d.winner == 2
+    # every arm constant: the spread of the arms' means, narrowing with units
+    costs = [MeanStatistic.from_values([c] * n) for c, n in ((0.02, 200), (0.03, 200), (0.01, 200))]
+    d = bandit_decide(
+        costs,
+        exploring=False,
+        min_weight=0.05,
+        stop_when_probability_best=0.95,
+        seed=1,
+        higher_is_better=False,
+    )
+    assert d.winner == 2 and d.probability_best[2] > 0.99
+    few = [MeanStatistic.from_values([c] * 2) for c in (0.02, 0.03, 0.01)]
+    p_few = probability_best(few, seed=1, higher_is_better=False)
+    assert 0.5 < p_few[2] < 0.95  # two units each: leaning, not yet certain
+    # every arm the same constant: the ties are shared, no arm is favoured by its position
+    same = [MeanStatistic.from_values([1.0] * 50) for _ in range(3)]
+    d = bandit_decide(same, exploring=False, min_weight=0.05, stop_when_probability_best=0.95, seed=1)
+    assert d.probability_best == pytest.approx((1 / 3,) * 3) and d.winner is None
+    assert sum(d.weights) == pytest.approx(1.0)
+
+
+def test_proportion_arms_of_all_successes_or_all_failures_update():
+    arms = [
+        ProportionStatistic(n=100, sum=100),
+        ProportionStatistic(n=100, sum=0),
+        ProportionStatistic(n=100, sum=30),
+    ]
+    d = bandit_decide(arms, exploring=False, min_weight=0.05, stop_when_probability_best=0.95, seed=3)
+    assert d.winner == 0 and d.weights == pytest.approx((0.9, 0.05, 0.05))
+    lift = stratified_lift([arms[1]], [arms[0]], [200])
+    assert lift.absolute_lift == 1.0 and lift.std_error == 0.0 and lift.p_value == 0.0

@@ -195,12 +195,20 @@ def test_routing_health_reads_the_rollup(staff, ana):
     assert CallRollup.objects.filter(experiment_id=ana.experiment.id).exists()
     page = staff.get("/routing/health/").content.decode()
     since = (timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)).strftime("%H:%M")
-    assert "Model catalogue and routing health" in page and f"Calls since {since} UTC" in page
+    assert "Model catalogue and routing health" in page and f"Since {since} UTC" in page
     assert "Windows are whole rollup hours" in page
-    rows = staff.get("/routing/health/", {"export": "json", "table": "endpoints"}).json()["rows"]
+    export = staff.get("/routing/health/", {"export": "json", "table": "endpoints"}).json()
+    rows = export["rows"]
     v14 = next(r for r in rows if r["endpoint_label"] == "avocado-v14")
     assert v14["calls_day"] == 10 and v14["circuit"] == "closed" and v14["killed"] == "live"
     assert 900 <= v14["p50_day"] <= 1500
+    # first token: the first call of each unit is streamed, at a quarter of its latency
+    assert 0.2 < v14["ttft_p50_day"] / v14["p50_day"] < 0.3 and v14["ttft_p95_day"] >= v14["ttft_p50_day"]
+    assert "p50_hour" in v14 and "ttft_p50_hour" in v14  # not on the page, still exported
+    labels = {c["key"]: c["label"] for c in export["columns"]}
+    assert labels["calls_hour"] == f"Calls (Since {since} UTC)" and labels["ttft_p95_day"].startswith(
+        "First token p95 (Last 24 hours"
+    )
 
 
 def test_recompute_button_enqueues_a_snapshot(client, ana, django_capture_on_commit_callbacks):
@@ -302,7 +310,11 @@ def test_each_metric_row_shows_the_p_ci_and_verdict_of_one_test(staff, ana):
         assert r["test"] == ("sequential" if guardrail else "fixed")
         if not test["relative_ci"]:  # no lone p-value: the status says why
             assert r["p_value"] is None and r["ci_low"] is None
-            assert r["verdict"] == (test["relative_status"] if test["status"] == "ok" else test["status"])
+            expected = test["relative_status"] if test["status"] == "ok" else test["status"]
+            if expected == "zero_variance":  # both arms constant: the certain difference's direction
+                better = (c["absolute_lift"] > 0) == m["higher_is_better"]
+                expected = "constant_better" if better else "constant_worse"
+            assert r["verdict"] == expected
             assert r["verdict"] not in ("better", "worse", "inconclusive")
             continue
         assert r["ci_low"] == test["relative_ci"][0] and r["ci_high"] == test["relative_ci"][1]
