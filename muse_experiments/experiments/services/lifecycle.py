@@ -22,7 +22,16 @@ from django.utils import timezone
 from muse_experiments.infra import config_version
 
 from ..bandit_config import equal_weights, floor_errors
-from ..models import Experiment, ExperimentPhase, ExperimentStatus, ExperimentType, PhaseReason, Variant
+from ..models import (
+    Experiment,
+    ExperimentPhase,
+    ExperimentStatus,
+    ExperimentType,
+    PhaseReason,
+    Rollout,
+    RolloutState,
+    Variant,
+)
 from .audit import audit_record
 from .edits import experiment_lock, rollout_key_of
 from .rules import EDITABLE_FIELDS, LIVE_STATUSES, full_clean, validate_experiment_fields
@@ -43,10 +52,31 @@ def _transition(
     experiment = experiment_lock(experiment=experiment, expected_version=expected_version)
     if to not in ALLOWED_TRANSITIONS[experiment.status]:
         raise ValidationError({"status": f"Cannot go from {experiment.status} to {to}."})
+    if to in (ExperimentStatus.PAUSED, ExperimentStatus.STOPPED, ExperimentStatus.ARCHIVED):
+        _refuse_behind_live_rollout(experiment, to)
     before = experiment.status
     experiment.status = to
     experiment.version += 1
     return experiment, before
+
+
+def _refuse_behind_live_rollout(experiment: Experiment, to: str) -> None:
+    """A running or paused rollout drives its experiment's traffic (and reads its data): pausing,
+    stopping or archiving the experiment by hand would leave the rollout reporting a ramp that no
+    longer serves anyone. Raises ValidationError naming the rollout's own actions; once the rollout
+    is rolled back or completed, the experiment is the product manager's again."""
+    live = (
+        Rollout.objects.filter(experiment=experiment, state__in=(RolloutState.RUNNING, RolloutState.PAUSED))
+        .values_list("key", flat=True)
+        .first()
+    )
+    if live is not None:
+        raise ValidationError(
+            {
+                "status": f"This experiment is rollout {live!r}'s ramp, which is still live: pause or "
+                f"roll back the rollout instead (it cannot be {to} by hand)."
+            }
+        )
 
 
 @transaction.atomic

@@ -194,3 +194,32 @@ def test_the_experiment_of_a_rollout_is_neither_started_alone_nor_re_randomised(
         experiment_rerandomise(experiment=rollout.experiment, actor="pm")
     rollout.experiment.refresh_from_db()
     assert (rollout.experiment.seed, rollout.experiment.phase) == (seed, 1)
+
+
+def test_a_live_rollouts_experiment_is_paused_stopped_or_archived_only_through_the_rollout(api, admin_client):
+    """The admin's Pause/Stop buttons on a running (or paused) rollout's experiment would leave the
+    rollout reporting a ramp that serves no one: refused with the rollout named, nothing changed.
+    Once the rollout is rolled back, the experiment can be stopped and archived by hand."""
+    from django.urls import reverse
+
+    api.post("/api/v1/rollouts", BODY, format="json")
+    api.post("/api/v1/rollouts/avocado-16/start")
+    experiment = Rollout.objects.get(key="avocado-16").experiment
+    for rollout_state in ("running", "paused"):
+        if rollout_state == "paused":
+            api.post("/api/v1/rollouts/avocado-16/pause")
+        for action in ("pause", "stop"):
+            url = reverse("admin:muse_experiments_experiment_lifecycle", args=[experiment.pk, action])
+            page = admin_client.post(url, follow=True)
+            text = page.content.decode()
+            assert "avocado-16" in text and "ramp, which is still live" in text
+            experiment.refresh_from_db()
+            assert experiment.status == "running"
+    assert AuditEntry.objects.filter(action__in=["pause", "stop"], object_id=str(experiment.pk)).count() == 0
+
+    api.post("/api/v1/rollouts/avocado-16/rollback")
+    for action, status in (("stop", "stopped"), ("archive", "archived")):
+        url = reverse("admin:muse_experiments_experiment_lifecycle", args=[experiment.pk, action])
+        admin_client.post(url)
+        experiment.refresh_from_db()
+        assert experiment.status == status
