@@ -8,6 +8,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from muse_experiments.infra.natural_sort import natural_key
 from routing.guards.circuit import breaker
 from routing.guards.killswitch import kill_state
 from routing.models import KillSwitch, ModelEndpoint
@@ -116,7 +117,7 @@ def routing_health(*, now: datetime | None = None) -> dict[str, Any]:
             id="endpoints",
             title="Model catalogue and routing health",
             columns=cols,
-            rows=sorted(table_rows, key=lambda r: (-r["calls_day"], r["endpoint_label"])),
+            rows=sorted(table_rows, key=lambda r: (-r["calls_day"], natural_key(r["endpoint_label"]))),
             row_class="_class",
             export_extra=("p50_hour", "ttft_p50_hour"),
             note=f"Windows are whole rollup hours: 'since {since_hour}' is the current hour and the one "

@@ -205,6 +205,13 @@ def test_routing_health_reads_the_rollup(staff, ana):
     # first token: the first call of each unit is streamed, at a quarter of its latency
     assert 0.2 < v14["ttft_p50_day"] / v14["p50_day"] < 0.3 and v14["ttft_p95_day"] >= v14["ttft_p50_day"]
     assert "p50_hour" in v14 and "ttft_p50_hour" in v14  # not on the page, still exported
+    idle = [
+        r["endpoint_label"]
+        for r in rows
+        if r["calls_day"] == 0 and r["endpoint_label"].startswith("avocado-v")
+    ]
+    assert idle == sorted(idle, key=lambda label: int(label.removeprefix("avocado-v")))  # v2 before v10
+    assert len(idle) >= 10
     labels = {c["key"]: c["label"] for c in export["columns"]}
     assert labels["calls_hour"] == f"Calls (Since {since} UTC)" and labels["ttft_p95_day"].startswith(
         "First token p95 (Last 24 hours"
