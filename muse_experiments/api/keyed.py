@@ -23,10 +23,12 @@ from .auth import HasScope
 
 
 def api_actor(user) -> str:
-    """Audit actor of an API call: ``api:<key name> (<prefix>)`` for an API key, else
-    ``api:<username>`` for a staff session."""
+    """Audit actor of an API call, one spelling for every API: ``api-key:<key name> (<prefix>)``
+    for an API key, else the username of the staff session (as the admin records it)."""
     key = getattr(user, "key", None)
-    return f"api:{key.name} ({key.prefix})" if key is not None else f"api:{user.get_username()}"
+    if key is not None:
+        return f"api-key:{key.name} ({key.prefix})"
+    return getattr(user, "get_username", lambda: "")() or "unknown"
 
 
 @contextlib.contextmanager

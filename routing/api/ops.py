@@ -17,9 +17,9 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from muse_experiments.api.auth import ApiClient, HasScope
+from muse_experiments.api.auth import HasScope
 from muse_experiments.api.base import IdentifierField, StrictSerializer
-from muse_experiments.api.keyed import field_errors
+from muse_experiments.api.keyed import api_actor, field_errors
 from routing.guards.killswitch import kill_state
 from routing.models import KillScope
 from routing.ops_services import REASON_MAX, kill_switch_set
@@ -47,10 +47,7 @@ class KillSwitchListOutputSerializer(serializers.Serializer):
 
 
 def _actor(request) -> str:
-    user = request.user
-    if isinstance(user, ApiClient):
-        return f"api-key:{user.key.name} ({user.key.prefix})"
-    return user.get_username()
+    return api_actor(request.user)
 
 
 class KillSwitchListApi(APIView):

@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from muse_experiments.api.auth import ApiClient, HasScope
 from muse_experiments.api.base import StrictSerializer
+from muse_experiments.api.keyed import api_actor
 from muse_experiments.experiments.validation import unit_id_problem
 from routing.reasoning_store import ReasoningStoreUnavailable
 
@@ -52,10 +53,8 @@ def unit_id_error(name: str, value: str) -> Response | None:
 
 
 def actor_of(request) -> str:
-    user = request.user
-    if isinstance(user, ApiClient):
-        return f"api-key:{user.key.name}"
-    return getattr(user, "username", "") or "unknown"
+    """The audit actor of ``request`` (:func:`muse_experiments.api.keyed.api_actor`)."""
+    return api_actor(request.user)
 
 
 class SessionEndApi(APIView):

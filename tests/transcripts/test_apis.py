@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -33,7 +34,7 @@ def test_opt_out_api_opts_out_and_back_in_and_updates_unexported_turns(catalogue
     assert response.json() == {"user_id": "u1", "opted_out": True, "turns_changed": 2}
     assert client.post("/api/v1/users/u1/training-opt-out").json()["turns_changed"] == 0  # idempotent
     assert client.get("/api/v1/users/u1/training-opt-out").json()["opted_out"] is True
-    assert TrainingOptOut.objects.get(user_id="u1").actor == "api-key:test"
+    assert re.fullmatch(r"api-key:test \([^)]+\)", TrainingOptOut.objects.get(user_id="u1").actor)
     response = client.delete("/api/v1/users/u1/training-opt-out")
     assert response.json() == {"user_id": "u1", "opted_out": False, "turns_changed": 2}
     assert not TrainingOptOut.objects.exists()

@@ -39,7 +39,7 @@ def test_an_edit_with_the_current_version_applies_and_bumps_it(catalogue):
     assert response.status_code == 200, response.json()
     assert response.json()["version"] == version + 1
     assert Experiment.objects.get(pk=experiment.pk).hypothesis == "h1"
-    assert AuditEntry.objects.get(action="update").actor.startswith("api:")
+    assert AuditEntry.objects.get(action="update").actor.startswith("api-key:test (")
 
 
 @pytest.mark.django_db
