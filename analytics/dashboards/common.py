@@ -9,9 +9,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
+from django.db.models import Max
 from django.utils import timezone
 
-from muse_experiments.experiments.models import Experiment, Variant
+from muse_experiments.experiments.models import Experiment, Exposure, Variant
 from routing.models import KillScope, KillSwitch, ModelEndpoint
 
 ENGINES = ("frequentist", "bayesian")
@@ -44,7 +45,10 @@ class ResultsOptions:
 
 
 def results_options(*, query: Mapping[str, str], experiment: Experiment) -> tuple[ResultsOptions, list[str]]:
-    """Parse the page's query string; bad values fall back to defaults and come back as messages."""
+    """Parse the page's query string; bad values fall back to defaults and come back as messages.
+    Without a ``phase``, the current phase is shown, or the latest phase with units when the
+    current one has none yet (a bandit's or rollout's phase opened by its last weight change),
+    with a message saying so."""
     errors: list[str] = []
 
     def pick(name: str, allowed: Iterable[str], default: str) -> str:
@@ -64,6 +68,13 @@ def results_options(*, query: Mapping[str, str], experiment: Experiment) -> tupl
             phase = asked
         else:
             errors.append(f"No phase {query['phase']!r}: showing phase {phase}.")
+    elif phase > 1 and not Exposure.objects.filter(experiment=experiment, phase=phase).exists():
+        latest = Exposure.objects.filter(experiment=experiment, phase__lt=phase).aggregate(p=Max("phase"))[
+            "p"
+        ]
+        if latest:
+            errors.append(f"Phase {phase} has no units yet: showing phase {latest}, the latest with units.")
+            phase = latest
 
     def day(name: str) -> date | None:
         if not query.get(name):

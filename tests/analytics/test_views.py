@@ -420,3 +420,17 @@ def test_each_row_names_how_its_interval_was_built(staff, ana):
 def test_the_cuped_column_says_why_cuped_is_not_used(staff, ana):
     rows = staff.get("/results/ana/", {"export": "json", "table": "metrics"}).json()["rows"]
     assert {r["cuped"] for r in rows if r["variant"]} == {"no: metric has no covariate"}
+
+
+def test_a_current_phase_without_units_opens_the_latest_phase_with_units(staff, ana):
+    """A bandit's or rollout's last weight change opens a phase no unit has entered yet: the page
+    opens on the latest phase with units and says so; asking for the empty phase still shows it."""
+    from muse_experiments.experiments.services.lifecycle import experiment_rerandomise
+
+    experiment = experiment_rerandomise(experiment=ana.experiment, actor="test")
+    assert experiment.phase == 2
+    page = staff.get("/results/ana/").content.decode()
+    assert "Phase 2 has no units yet: showing phase 1, the latest with units." in page
+    assert "No results computed yet for phase 1" not in page  # phase 1's snapshots are shown
+    asked = staff.get("/results/ana/", {"phase": "2"}).content.decode()
+    assert "has no units yet" not in asked and "No results computed yet for phase 2" in asked
