@@ -4,9 +4,12 @@ a function printing one line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import httpx
 
 from .. import selectors
+from ..models import Experiment
 from . import config
 from .adaptive import AdaptiveOutcome
 
@@ -113,3 +116,21 @@ def _evidence(evidence: dict) -> str:
         for g in evidence["guardrails"]
     )
     return f"{evidence.get('candidate_units', 0)} candidate units; {tests}"
+
+
+def compute_phases(base: str, key: str, experiments: Iterable[Experiment]) -> int:
+    """Compute a results snapshot of every phase of ``experiments`` through the results API
+    (``?refresh=1&phase=N``, which also refreshes the routing-health rollup), so the pages the
+    demo prints show the bandit's and the rollout's phases at once instead of after the scheduled
+    computation. Returns how many snapshots were computed; raises ``httpx.HTTPStatusError``."""
+    computed = 0
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+        for experiment in experiments:
+            experiment.refresh_from_db(fields=["phase"])
+            for phase in range(1, (experiment.phase or 0) + 1):
+                answer = client.get(
+                    f"/api/v1/experiments/{experiment.key}/results", params={"refresh": "1", "phase": phase}
+                )
+                answer.raise_for_status()
+                computed += 1
+    return computed

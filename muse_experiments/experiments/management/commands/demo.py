@@ -126,6 +126,8 @@ class Command(BaseCommand):
         report.print_bandit(adaptive, write)
         report.print_rollout(adaptive, write)
         shadow_report(base, key, shadow, write)
+        computed = report.compute_phases(base, key, [demo.bandit, demo.rollout.experiment])
+        write(f"computed results for {computed} bandit and rollout phases (their pages open on them)")
 
         if no_serve:
             return
