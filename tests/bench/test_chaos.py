@@ -52,3 +52,37 @@ def test_pct_is_nearest_rank():
     assert pct([], 50) is None
     assert pct([1, 2, 3, 4, 5], 50) == 3
     assert pct(list(range(1, 101)), 99) == 99
+
+
+class _Child:
+    def __init__(self, code=None):
+        self.code = code
+
+    def poll(self):
+        return self.code
+
+
+def test_workers_are_ready_once_each_start_of_each_worker_logged_ready(tmp_path):
+    """The gate before each fault: a restarted worker counts only once its new start logged
+    ``ready.``; an exited one (about to be restarted) is not ready; other processes do not count."""
+    from types import SimpleNamespace
+
+    from chaos import Stack
+
+    stack = Stack.__new__(Stack)
+    line = b'{"msg": "worker.1@vm ready."}\n'
+    (tmp_path / "worker.1.log").write_bytes(line)
+    (tmp_path / "worker.2.log").write_bytes(b"booting\n")
+    children = {"web.1": _Child(), "worker.1": _Child(), "worker.2": _Child(), "shadow.1": _Child()}
+    stack.supervisor = SimpleNamespace(
+        output=tmp_path, children=children, restarts=dict.fromkeys(children, 0)
+    )
+    assert not stack.workers_ready()  # worker.2 has not logged ready.
+    (tmp_path / "worker.2.log").write_bytes(line.replace(b"worker.1", b"worker.2"))
+    assert stack.workers_ready()
+    stack.supervisor.restarts["worker.1"] = 1  # killed and started again: one more ready. needed
+    assert not stack.workers_ready()
+    (tmp_path / "worker.1.log").write_bytes(line * 2)
+    assert stack.workers_ready()
+    children["worker.2"] = _Child(code=-9)  # exited, not restarted yet
+    assert not stack.workers_ready()
