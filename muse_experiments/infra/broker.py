@@ -1,10 +1,14 @@
-"""kombu's Redis transport, keeping one Redis client per channel instead of one per command; and
-the web's direct publish of a task message onto a Redis queue (:class:`DirectPublisher`).
+"""The Celery broker's measured optimisations, each behind one name (figures in bench/README.md):
+
+* :class:`AMQP` (``Celery(amqp=...)``): kombu's Redis transport keeping one Redis client per
+  channel instead of one per command: less web and worker CPU per task
+  (``bench/bench_stages.py --profile``).
+* :func:`publish_task`: the web's direct publish of a task message onto a Redis queue
+  (:class:`DirectPublisher`): less web CPU per publish (``bench/bench_publish.py``).
 
 kombu 5.7's Redis ``Channel`` builds a new ``redis.Redis`` for every message it publishes and
 every acknowledgement (``Channel.conn_or_acquire`` → ``_create_client``), and ``redis.Redis()``
-copies its ~200 response callbacks each time, a visible share of the web's publish and of a
-worker's CPU (``bench/bench_stages.py --profile``; bench/README.md). A client is
+copies its ~200 response callbacks each time. A client is
 thread-safe (each command takes a connection from the channel's pool), so one per channel and
 pool is enough. Nothing else changes: same URL, pool, options and wire format.
 
@@ -58,7 +62,7 @@ class QoS(kombu_redis.QoS):
     :func:`routing.worker.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
     first on the event loop the moment the task was handed to its pool thread, so the thread waited
     for the loop's ``MULTI`` before its claim could go out (a longer claim step,
-    ``bench/bench_stages.py``; bench/README.md), and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
+    ``bench/bench_stages.py``), and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
     now costs neither.
 
     Everything else is kombu's: the in-memory count of unacknowledged messages (prefetch) is taken
@@ -235,14 +239,13 @@ class DirectPublisher:
     (``body`` serialised with ``task_serializer`` and base64-encoded, as the transport's
     ``body_encoding``; ``headers``; ``properties`` with ``delivery_mode``, ``delivery_info``,
     ``priority`` and a fresh ``delivery_tag``) as JSON, ``LPUSH``ed on the list named after the
-    queue, so any Celery worker consumes it as its own (``tests/routing/test_dispatch_publish.py``
-    compares it with ``apply_async``'s). What it leaves out is kombu's producer machinery: a pooled
+    queue, so any Celery worker consumes it as its own (the web's dispatch tests compare it with
+    ``apply_async``'s). What it leaves out is kombu's producer machinery: a pooled
     connection and channel taken and returned per message, the queue declaration a direct
     publish on Redis does not need, and several reads of Celery's layered configuration per
-    message, which are read once here. What it buys: less web CPU per publish
-    (``bench/bench_publish.py``; bench/README.md).
+    message, which are read once here.
 
-    Built by :func:`direct_publisher`; thread-safe (redis-py takes a pooled connection per
+    Built by :func:`direct_publisher`, used by :func:`publish_task`; thread-safe (redis-py takes a pooled connection per
     command).
     """
 
@@ -346,3 +349,29 @@ def _build_direct(app) -> DirectPublisher | None:
     if (app.conf.broker_transport_options or {}).get("global_keyprefix") or app.conf.broker_use_ssl:
         return None
     return DirectPublisher(app, redis_client(url))
+
+
+def publish_task(app, message, *, name: str, queue: str, along: Callable[[Any], None] | None = None) -> bool:
+    """Publish ``message`` (built by ``app.amqp.as_task_v2``) for task ``name`` on ``queue``.
+
+    What it buys: less web CPU per publish than ``send_task_message`` through kombu's producer
+    (``bench/bench_publish.py``). :func:`direct_publisher`'s :class:`DirectPublisher` pushes it
+    where it can; other brokers take ``app.amqp.send_task_message`` on a pooled producer (no queue
+    declaration on kombu's Redis transport, where a direct publish needs none). Returns whether
+    ``along(pipe)``'s commands went out with the message, in its ``MULTI`` (the broker is the
+    client :func:`~muse_experiments.infra.redis_client.redis_client` gives); when False the caller
+    runs them itself. Publish errors propagate (after ``task_publish_retry_policy``).
+    """
+    publisher = direct_publisher(app)
+    if publisher is not None and along is not None and publisher.client is redis_client():
+        publisher.push(message, name=name, queue=queue, along=along)
+        return True
+    if publisher is not None:
+        publisher.push(message, name=name, queue=queue)
+        return False
+    with app.producer_or_acquire() as producer:
+        redis_transport = isinstance(producer.connection.transport, kombu_redis.Transport)
+        app.amqp.send_task_message(
+            producer, name, message, queue=queue, declare=[] if redis_transport else None
+        )
+    return False
