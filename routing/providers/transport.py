@@ -171,7 +171,7 @@ def watched_http_client(sdk: Any) -> httpx2.Client:
     leaves the origin, so a redirect would carry ``x-api-key`` / ``api-key`` to any host (a 3xx
     is an error status instead). If a future ``httpx2`` lays its pools out differently, logs an
     error and returns the client unwatched (calls then run to their end when cancelled;
-    ``tests/routing/test_transport.py`` fails first)."""
+    ``tests/routing/providers/test_transport.py`` fails first)."""
     client = sdk.DefaultHttpxClient(follow_redirects=False)
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     pools = [getattr(t, "_pool", None) for t in transports if t is not None]

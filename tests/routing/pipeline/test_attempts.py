@@ -18,8 +18,7 @@ from routing.providers.errors import ProviderError, StreamFailed
 from routing.providers.types import CompletionRequest, Message
 from routing.selectors import catalogue
 from tests.factories import seed_catalogue
-
-from .conftest import WEATHER_TOOL
+from tests.routing.conftest import WEATHER_TOOL
 
 pytestmark = pytest.mark.django_db
 
