@@ -1,22 +1,14 @@
 """The Celery broker's measured optimisations, each behind one name (figures in bench/README.md):
 
-* :class:`AMQP` (``Celery(amqp=...)``): kombu's Redis transport keeping one Redis client per
-  channel instead of one per command: less web and worker CPU per task
-  (``bench/bench_stages.py --profile``).
+* :class:`AMQP` (``Celery(amqp=...)``): kombu's Redis transport with a worker's channel that hands
+  a delivered task on before recording it as unacknowledged, and records a completion task only
+  once it has run for a while (:class:`QoS`): two ``MULTI`` round trips less of worker CPU per
+  task, off the claim's path (``bench/bench_broker_record.py``, ``bench/bench_stages.py``).
 * :func:`publish_task`: the web's direct publish of a task message onto a Redis queue
   (:class:`DirectPublisher`): less web CPU per publish (``bench/bench_publish.py``).
 
-kombu 5.7's Redis ``Channel`` builds a new ``redis.Redis`` for every message it publishes and
-every acknowledgement (``Channel.conn_or_acquire`` → ``_create_client``), and ``redis.Redis()``
-copies its ~200 response callbacks each time. A client is
-thread-safe (each command takes a connection from the channel's pool), so one per channel and
-pool is enough. Nothing else changes: same URL, pool, options and wire format.
-
-A worker's channel also records a delivered completion task as unacknowledged only once its task
-has run for a while (:class:`QoS`), not before it starts.
-
-Installed through :class:`AMQP` (``Celery(amqp=...)``), whose connections (and the pooled ones
-Celery publishes on) use :class:`Connection`; other transports (RabbitMQ, Sentinel) are left as they are.
+:class:`AMQP`'s connections use :class:`Connection`; other transports (RabbitMQ, Sentinel) are left
+as they are.
 """
 
 from __future__ import annotations
@@ -32,7 +24,6 @@ from typing import Any
 from celery import signals
 from celery.app.amqp import AMQP as CeleryAMQP
 from kombu import Connection as KombuConnection
-from kombu import connection as kombu_connection
 from kombu.entity import DELIVERY_MODES
 from kombu.serialization import dumps as serialize
 from kombu.transport import redis as kombu_redis
@@ -144,19 +135,9 @@ class QoS(kombu_redis.QoS):
 
 
 class Channel(kombu_redis.Channel):
-    """A Redis channel whose synchronous client is built once per connection pool, with
-    :class:`QoS`."""
+    """kombu's Redis channel with :class:`QoS`, handing a delivered message on before recording it."""
 
     QoS = QoS
-    _sync_client = None
-
-    def _create_client(self, asynchronous=False):
-        if asynchronous:
-            return super()._create_client(asynchronous=True)
-        client = self._sync_client
-        if client is None or client.connection_pool is not self.pool:
-            client = self._sync_client = super()._create_client(asynchronous=False)
-        return client
 
     def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
         """kombu's consumer, except that a delivered message goes to the worker *before* it is
@@ -201,24 +182,11 @@ class Transport(kombu_redis.Transport):
 
 
 class Connection(KombuConnection):
-    """A kombu connection that uses :class:`Transport` where kombu would use its Redis transport,
-    and whose pool (Celery's producer pool) hands out connections that do the same."""
+    """A kombu connection that uses :class:`Transport` where kombu would use its Redis transport."""
 
     def get_transport_cls(self):
         cls = super().get_transport_cls()
         return Transport if cls is kombu_redis.Transport else cls
-
-    def Pool(self, limit=None, **kwargs):  # noqa: N802 - kombu's name
-        return _ConnectionPool(self, limit=limit, **kwargs)
-
-
-class _PooledConnection(kombu_connection.PooledConnection, Connection):
-    """kombu's pooled connection (closed on error) with :class:`Connection`'s transport."""
-
-
-class _ConnectionPool(kombu_connection.ConnectionPool):
-    def new(self):
-        return _PooledConnection(self, **dict(self.connection._info(resolve=False)))
 
 
 class AMQP(CeleryAMQP):
