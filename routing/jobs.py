@@ -64,7 +64,7 @@ def completion_job_create(
 
     ``durable=False`` is for a caller that waits for the answer on this request (drop-ins, native
     sync and streamed calls): the insert commits without waiting for the WAL flush
-    (:func:`relax_commit_durability`), taking one fsync (≈2 ms here) off every call's path. Only a
+    (:func:`relax_commit_durability`), taking one fsync off every call's path. Only a
     PostgreSQL *crash* in the next ≈0.6 s can forget such a job, and then its caller, still
     waiting, gets an error; a job id handed out for later (``async``) is always durable.
     """

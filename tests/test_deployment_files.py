@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,19 @@ def test_the_image_leaves_the_simulated_upstreams_out():
     # no process type of the image starts them
     assert "routing.simulated" not in (REPO / "Procfile").read_text()
     assert "routing.simulated" not in (REPO / "docker-compose.yml").read_text()
+
+
+def test_the_wheel_leaves_the_simulated_upstreams_out():
+    """The packages ``pip wheel .`` puts in the wheel, found as setuptools finds them with
+    pyproject's ``[tool.setuptools.packages.find]`` (building a wheel here would be too slow)."""
+    from setuptools import find_packages
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = config["packages"]["find"]
+    packages = set(find_packages(str(REPO), include=found["include"], exclude=found.get("exclude", ())))
+    assert {"routing", "routing.providers", "routing.pipeline", "routing.shadow"} <= packages
+    assert {"muse_experiments.infra", "analytics.stats", "routing.migrations"} <= packages
+    assert [p for p in packages if p.startswith("routing.simulated")] == []
+    assert not [p for p in packages if p.split(".")[0] not in ("muse_experiments", "routing", "analytics")]
+    # nothing comes back as package data (a stale egg-info's file list would bring them back)
+    assert config["include-package-data"] is False

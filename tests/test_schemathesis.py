@@ -5,7 +5,7 @@ schema's examples, schemathesis' coverage cases, then ``SCHEMATHESIS_MAX_EXAMPLE
 authenticated with one key per operation holding every scope (rate limit out of reach, so no
 request is answered 429 instead of reaching the view), and the ``not_a_server_error`` check. The
 drop-in ``/v1/*`` endpoints follow vendor specs and are not in our schema; their malformed-input
-handling is tested in ``tests/routing/test_dropin.py``. No worker runs: a completion is answered
+handling is tested in ``tests/routing/dropin/test_endpoints.py``. No worker runs: a completion is answered
 202 (streamed ones end with an error event).
 
 Each operation's test records how many requests it sent, per phase, and why Hypothesis stopped

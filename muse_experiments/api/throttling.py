@@ -52,8 +52,9 @@ return {current, tonumber(redis.call('GET', KEYS[2]) or '0'), 0}
 
 
 class _RedisCounter:
-    """One script call per request (``INCR``, ``EXPIRE``, ``GET``): less client CPU than the same
-    commands in a pipeline (``bench/bench_stages.py --profile``; bench/README.md)."""
+    """One script call per request (the address's failure check, ``INCR``, ``EXPIRE``, ``GET``):
+    one round trip, atomic, and the simplest way to refuse before counting. Kept for that, not for
+    its CPU (a little less than a pipeline's; bench/README.md, ``bench_stages.py``)."""
 
     def __init__(self) -> None:
         self.client = redis_client()

@@ -1,18 +1,14 @@
-"""kombu's Redis transport, keeping one Redis client per channel instead of one per command; and
-the web's direct publish of a task message onto a Redis queue (:class:`DirectPublisher`).
+"""The Celery broker's measured optimisations, each behind one name (figures in bench/README.md):
 
-kombu 5.7's Redis ``Channel`` builds a new ``redis.Redis`` for every message it publishes and
-every acknowledgement (``Channel.conn_or_acquire`` → ``_create_client``), and ``redis.Redis()``
-copies its ~200 response callbacks each time, a visible share of the web's publish and of a
-worker's CPU (``bench/bench_stages.py --profile``; bench/README.md). A client is
-thread-safe (each command takes a connection from the channel's pool), so one per channel and
-pool is enough. Nothing else changes: same URL, pool, options and wire format.
+* :class:`AMQP` (``Celery(amqp=...)``): kombu's Redis transport with a worker's channel that hands
+  a delivered task on before recording it as unacknowledged, and records a completion task only
+  once it has run for a while (:class:`QoS`): two ``MULTI`` round trips less of worker CPU per
+  task, off the claim's path (``bench/bench_broker_record.py``, ``bench/bench_stages.py``).
+* :func:`publish_task`: the web's direct publish of a task message onto a Redis queue
+  (:class:`DirectPublisher`): less web CPU per publish (``bench/bench_publish.py``).
 
-A worker's channel also records a delivered completion task as unacknowledged only once its task
-has run for a while (:class:`QoS`), not before it starts.
-
-Installed through :class:`AMQP` (``Celery(amqp=...)``), whose connections (and the pooled ones
-Celery publishes on) use :class:`Connection`; other transports (RabbitMQ, Sentinel) are left as they are.
+:class:`AMQP`'s connections use :class:`Connection`; other transports (RabbitMQ, Sentinel) are left
+as they are.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ from typing import Any
 from celery import signals
 from celery.app.amqp import AMQP as CeleryAMQP
 from kombu import Connection as KombuConnection
-from kombu import connection as kombu_connection
 from kombu.entity import DELIVERY_MODES
 from kombu.serialization import dumps as serialize
 from kombu.transport import redis as kombu_redis
@@ -58,7 +53,7 @@ class QoS(kombu_redis.QoS):
     :func:`routing.worker.tasks.requeue_lost_jobs` and by the request waiting for it. kombu's write came
     first on the event loop the moment the task was handed to its pool thread, so the thread waited
     for the loop's ``MULTI`` before its claim could go out (a longer claim step,
-    ``bench/bench_stages.py``; bench/README.md), and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
+    ``bench/bench_stages.py``), and every task cost two ``MULTI`` of worker CPU. A completion task that ends within the delay
     now costs neither.
 
     Everything else is kombu's: the in-memory count of unacknowledged messages (prefetch) is taken
@@ -140,19 +135,9 @@ class QoS(kombu_redis.QoS):
 
 
 class Channel(kombu_redis.Channel):
-    """A Redis channel whose synchronous client is built once per connection pool, with
-    :class:`QoS`."""
+    """kombu's Redis channel with :class:`QoS`, handing a delivered message on before recording it."""
 
     QoS = QoS
-    _sync_client = None
-
-    def _create_client(self, asynchronous=False):
-        if asynchronous:
-            return super()._create_client(asynchronous=True)
-        client = self._sync_client
-        if client is None or client.connection_pool is not self.pool:
-            client = self._sync_client = super()._create_client(asynchronous=False)
-        return client
 
     def basic_consume(self, queue, no_ack, callback, consumer_tag, **kwargs):
         """kombu's consumer, except that a delivered message goes to the worker *before* it is
@@ -197,24 +182,11 @@ class Transport(kombu_redis.Transport):
 
 
 class Connection(KombuConnection):
-    """A kombu connection that uses :class:`Transport` where kombu would use its Redis transport,
-    and whose pool (Celery's producer pool) hands out connections that do the same."""
+    """A kombu connection that uses :class:`Transport` where kombu would use its Redis transport."""
 
     def get_transport_cls(self):
         cls = super().get_transport_cls()
         return Transport if cls is kombu_redis.Transport else cls
-
-    def Pool(self, limit=None, **kwargs):  # noqa: N802 - kombu's name
-        return _ConnectionPool(self, limit=limit, **kwargs)
-
-
-class _PooledConnection(kombu_connection.PooledConnection, Connection):
-    """kombu's pooled connection (closed on error) with :class:`Connection`'s transport."""
-
-
-class _ConnectionPool(kombu_connection.ConnectionPool):
-    def new(self):
-        return _PooledConnection(self, **dict(self.connection._info(resolve=False)))
 
 
 class AMQP(CeleryAMQP):
@@ -235,14 +207,13 @@ class DirectPublisher:
     (``body`` serialised with ``task_serializer`` and base64-encoded, as the transport's
     ``body_encoding``; ``headers``; ``properties`` with ``delivery_mode``, ``delivery_info``,
     ``priority`` and a fresh ``delivery_tag``) as JSON, ``LPUSH``ed on the list named after the
-    queue, so any Celery worker consumes it as its own (``tests/routing/test_dispatch_publish.py``
-    compares it with ``apply_async``'s). What it leaves out is kombu's producer machinery: a pooled
+    queue, so any Celery worker consumes it as its own (the web's dispatch tests compare it with
+    ``apply_async``'s). What it leaves out is kombu's producer machinery: a pooled
     connection and channel taken and returned per message, the queue declaration a direct
     publish on Redis does not need, and several reads of Celery's layered configuration per
-    message, which are read once here. What it buys: less web CPU per publish
-    (``bench/bench_publish.py``; bench/README.md).
+    message, which are read once here.
 
-    Built by :func:`direct_publisher`; thread-safe (redis-py takes a pooled connection per
+    Built by :func:`direct_publisher`, used by :func:`publish_task`; thread-safe (redis-py takes a pooled connection per
     command).
     """
 
@@ -384,3 +355,33 @@ def _build_direct(app) -> DirectPublisher | None:
     if (app.conf.broker_transport_options or {}).get("global_keyprefix") or app.conf.broker_use_ssl:
         return None
     return DirectPublisher(app, redis_client(url))
+
+
+def publish_task(
+    app, message, *, name: str, queue: str, send: Callable[[str, str], Any] | None = None
+) -> bool:
+    """Publish ``message`` (built by ``app.amqp.as_task_v2``) for task ``name`` on ``queue``.
+
+    What it buys: less web CPU per publish than ``send_task_message`` through kombu's producer
+    (``bench/bench_publish.py``). :func:`direct_publisher`'s :class:`DirectPublisher` pushes it
+    where it can; other brokers take ``app.amqp.send_task_message`` on a pooled producer (no queue
+    declaration on kombu's Redis transport, where a direct publish needs none). ``send(queue,
+    entry)`` pushes the encoded entry with what must go with it (one script: both or neither; it
+    must accept being retried) where the broker is the client
+    :func:`~muse_experiments.infra.redis_client.redis_client` gives; returns whether it did (when
+    False the caller writes what would have gone with it itself). Publish errors propagate (after
+    ``task_publish_retry_policy``).
+    """
+    publisher = direct_publisher(app)
+    if publisher is not None and send is not None and publisher.client is redis_client():
+        publisher.push(message, name=name, queue=queue, send=send)
+        return True
+    if publisher is not None:
+        publisher.push(message, name=name, queue=queue)
+        return False
+    with app.producer_or_acquire() as producer:
+        redis_transport = isinstance(producer.connection.transport, kombu_redis.Transport)
+        app.amqp.send_task_message(
+            producer, name, message, queue=queue, declare=[] if redis_transport else None
+        )
+    return False

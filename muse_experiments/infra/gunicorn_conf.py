@@ -5,10 +5,7 @@ default), and a worker that exits is marked dead for prometheus-client's multipr
 Access lines come from Django (:mod:`muse_experiments.infra.observability`), not gunicorn.
 """
 
-import logging
 import os
-
-from gunicorn.glogging import Logger
 
 from .gunicorn_worker import ClientLimits
 
@@ -58,24 +55,10 @@ if _format == "json":
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
         "loggers": {
             "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},
+            # gunicorn builds its access lines and drops them here: Django writes them
             "gunicorn.access": {"handlers": ["console"], "level": "WARNING", "propagate": False},
         },
     }
-
-
-class AccessLogger(Logger):
-    """gunicorn's logger, minus the access line nobody reads: with a ``logconfig_dict`` gunicorn
-    builds every request's access-log atoms (headers, environ) and hands them to
-    ``gunicorn.access``, which the config above sets to WARNING: web CPU per request for nothing
-    (``bench/bench_stages.py --profile``; bench/README.md). Django writes the access lines
-    (:mod:`muse_experiments.infra.observability`)."""
-
-    def access(self, resp, req, environ, request_time):
-        if self.access_log.isEnabledFor(logging.INFO):
-            super().access(resp, req, environ, request_time)
-
-
-logger_class = AccessLogger
 
 
 def child_exit(server, worker):

@@ -8,16 +8,15 @@ keep the session's encrypted reasoning server-side (:mod:`routing.reasoning_stor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from muse_experiments.infra.deferral import defer
 from muse_experiments.infra.redis_client import redis_client
 from routing.guards import roundtrip
 from routing.guards.circuit import OPEN, PROBE, breaker
@@ -175,41 +174,6 @@ class _Permit:
             self.slot.release()
 
 
-_answer = threading.local()
-
-
-@contextlib.contextmanager
-def answer_first() -> Iterator[None]:
-    """Within this block, a successful attempt's bookkeeping that its caller's answer need not
-    wait for (its circuit-breaker report and the release of its concurrency slot,
-    :func:`after_answer`) runs when the block exits, once :func:`routing.pipeline.router.execute_job` has
-    handed the job's final state back: one Redis round trip less before every answer
-    (``bench/bench_stages.py``; bench/README.md). A slot is held that much longer. Failures
-    are still reported at once (the next attempt's guards must see them). Errors of the deferred
-    calls are logged, never raised.
-    """
-    pending: list[tuple[Callable[..., None], tuple]] = []
-    _answer.pending = pending
-    try:
-        yield
-    finally:
-        _answer.pending = None
-        for fn, args in pending:
-            try:
-                fn(*args)
-            except Exception:  # noqa: BLE001 - the answer is out; the bookkeeping must not fail the job
-                log.exception("bookkeeping after the answer failed (%s)", getattr(fn, "__qualname__", fn))
-
-
-def after_answer(fn: Callable[..., None], *args: Any) -> None:
-    """``fn(*args)`` now, or when the enclosing :func:`answer_first` block exits."""
-    pending = getattr(_answer, "pending", None)
-    if pending is None:
-        fn(*args)
-    else:
-        pending.append((fn, args))
-
-
 def kill_for(candidate: Candidate) -> KillInForce | None:
     """The kill switch that keeps ``candidate`` from being called now (its experiment or variant,
     else its endpoint, provider or all external providers), or None. In-process, no I/O: cheap
@@ -348,7 +312,7 @@ def attempt(
                 elapsed = (time.perf_counter() - started) * 1000.0
                 raise AttemptKilled(permit.config.public_id, call.kill, usage, elapsed) from None
             raise AttemptCancelled(permit.config.public_id, usage) from None
-    after_answer(permit.finish, None)
+    defer(permit.finish, None)  # after the answer (run_deferred in execute_job)
     if session is not None:
         _keep_reasoning(session, result.reasoning_state)
     return result
@@ -357,10 +321,10 @@ def attempt(
 def _keep_reasoning(session: OwnedSession, state: Any) -> None:
     """Keep a successful turn's reasoning state for the session's next turn: at once when there is
     state (the caller may send its next turn the moment it has this answer), after the answer
-    (:func:`after_answer`) when the turn only renews the session's TTL (``state`` None: every
-    Avocado turn; one Redis round trip less before the answer)."""
+    (:func:`~muse_experiments.infra.deferral.defer`) when the turn only renews the session's TTL
+    (``state`` None: every Avocado turn)."""
     if state is None:
-        after_answer(_renew_reasoning, session)
+        defer(_renew_reasoning, session)
     else:
         reasoning_save(session=session, state=state)
 

@@ -54,10 +54,10 @@ only ``CompletionResult.to_public_dict()`` is stored.
 
 from __future__ import annotations
 
+from muse_experiments.infra.deferral import run_deferred
 from routing.jobs import completion_job_claim
 from routing.models import CompletionJob
 from routing.pipeline.answered import call_answered
-from routing.pipeline.attempts import answer_first
 from routing.pipeline.planning import build_request, job_plan, state_session
 from routing.pipeline.recording import record_call
 from routing.pipeline.serving import serve
@@ -77,7 +77,7 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
         return CompletionJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     decision, chain, reason = job_plan(job)
     request = build_request(job, {})
-    with answer_first():
+    with run_deferred():  # what the attempts defer (their bookkeeping) runs after the answer
         outcome = serve(request, chain, reason, session=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)
     call_answered(job=job, decision=decision, outcome=outcome)  # the answer is out: off its path

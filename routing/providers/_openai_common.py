@@ -18,8 +18,8 @@ warm client (and connection pool) per endpoint.
 Calls go through the client's ``post`` with the body as built (the SDK's documented way to send
 a body as it is), with :data:`INFERENCE_OPTIONS`, the request options the SDK's own ``create``
 passes. ``create`` would also walk the body through its parameter transform, which is the
-identity on our bodies (``tests/routing/test_providers_clients.py`` checks it against the
-installed SDK) and costs CPU on every call (``bench/bench_sdk_post.py``; bench/README.md).
+identity on our bodies (``tests/routing/providers/test_clients.py`` checks it against the
+installed SDK) and costs CPU on every call (``bench/bench_sdk_post.py``).
 """
 
 from __future__ import annotations

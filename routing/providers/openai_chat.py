@@ -27,17 +27,16 @@ error classes) with ``client.post`` rather than ``chat.completions.create`` (why
 instead of being built into the SDK's typed :class:`ChatCompletion`: the few fields read here are
 checked as they are read (anything malformed is :class:`~routing.providers.errors.BadResponse`).
 The typed build is on the worker's critical path and the SDK's ``construct_type`` is pure Python
-(``bench/bench_execute_job.py``; bench/README.md). Streamed chunks stay typed (:class:`ChatCompletionChunk`).
+(``bench/bench_execute_job.py``). Streamed chunks stay typed (:class:`ChatCompletionChunk`).
 
 The native service (``provider_kind`` ``native``: Avocado, our own) is not a vendor with an
 official SDK of its own; its non-streamed calls are POSTed through a ``urllib3`` pool
 (:func:`native_route`; :func:`routing.providers.transport.watched_pool`: cancellable like the
 SDK's connections), bearer auth, the same JSON body, the same answer checks. An error status
 becomes the SDK's own :class:`openai.APIStatusError` and urllib3's errors map to the same classes
-as ``httpx2``'s (:func:`routing.providers.sdk_errors.map_exception`). Why: less client CPU per call and
-a shorter upstream call stage (``bench/bench_sdk_post.py``, ``bench/bench_stages.py``;
-bench/README.md). Its streams, and native endpoints reached through an environment proxy, stay on
-the SDK.
+as ``httpx2``'s (:func:`routing.providers.sdk_errors.map_exception`). Why: what
+:func:`~routing.providers.transport.watched_pool` buys. Its streams, and native endpoints reached
+through an environment proxy, stay on the SDK.
 """
 
 from __future__ import annotations

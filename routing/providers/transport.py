@@ -18,9 +18,8 @@ never touches a connection the pool has handed to another call since.
 
 The native Avocado service's non-streamed calls go through :func:`watched_pool` instead: a
 ``urllib3`` connection pool (the HTTP library under ``requests``) whose connections bind their
-socket to the current :class:`UpstreamCall` in the same way. Its POST costs the worker a fraction
-of the CPU of the SDK's ``client.post`` over ``httpx2``, on the critical path of every routed call
-(``bench/bench_sdk_post.py``; bench/README.md). Django-free.
+socket to the current :class:`UpstreamCall` in the same way: cancellable like the SDK's, and
+cheaper (the optimisation is the pool; cancellation is the same on both paths). Django-free.
 """
 
 from __future__ import annotations
@@ -172,7 +171,7 @@ def watched_http_client(sdk: Any) -> httpx2.Client:
     leaves the origin, so a redirect would carry ``x-api-key`` / ``api-key`` to any host (a 3xx
     is an error status instead). If a future ``httpx2`` lays its pools out differently, logs an
     error and returns the client unwatched (calls then run to their end when cancelled;
-    ``tests/routing/test_transport.py`` fails first)."""
+    ``tests/routing/providers/test_transport.py`` fails first)."""
     client = sdk.DefaultHttpxClient(follow_redirects=False)
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     pools = [getattr(t, "_pool", None) for t in transports if t is not None]
@@ -232,7 +231,10 @@ POOL_MAXSIZE = 100
 
 def watched_pool(base_url: str, *, timeout_s: float) -> urllib3.HTTPConnectionPool | None:
     """A ``urllib3`` keep-alive pool for ``base_url``'s host whose calls :meth:`UpstreamCall.cancel`
-    can cut off; ``timeout_s`` bounds the connect and each read (as the SDK's timeout does). No
+    can cut off. What it buys: less worker CPU per native call than the SDK's ``client.post`` over
+    ``httpx2`` (``bench/bench_sdk_post.py``; figures in bench/README.md).
+
+    ``timeout_s`` bounds the connect and each read (as the SDK's timeout does). No
     retries and no redirects: a failed call is the caller's to retry. ``None`` when an environment
     proxy (``HTTP(S)_PROXY`` or ``ALL_PROXY``, not excluded by ``NO_PROXY``) applies to the host: the caller then
     uses the SDK's client, which honours it."""

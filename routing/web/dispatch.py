@@ -38,10 +38,9 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from kombu.transport import redis as kombu_redis
 from rest_framework.exceptions import AuthenticationFailed
 
-from muse_experiments.infra.broker import direct_publisher
+from muse_experiments.infra.broker import publish_task
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
 from routing.jobs import (
@@ -103,16 +102,10 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
 
     No Celery result is stored (the answer travels through :mod:`routing.state.handoff`): the message
     is built by ``app.amqp.as_task_v2``, the call ``Task.apply_async`` makes itself (same
-    headers and signals), and pushed onto the queue's Redis list by
-    :class:`muse_experiments.infra.broker.DirectPublisher` in kombu's wire format, with Celery's
-    publish retry policy. Left out is what ``apply_async`` and kombu's producer add for a task
-    whose caller may want a result or another broker: task routing, an ``AsyncResult``
-    registered with the result backend and dropped at once, a pooled connection and channel per
-    message, a queue declaration a direct publish on Redis does not need, and ~20 reads of
-    Celery's layered configuration: less CPU per publish than ``apply_async``
-    (``bench/bench_publish.py``; bench/README.md). It is on the web's critical path before the worker can start. Brokers
-    :func:`~muse_experiments.infra.broker.direct_publisher` declines (Sentinel, key prefixes,
-    ``task-sent`` events) take ``send_task_message``; eager mode (tests) takes ``apply_async``.
+    headers and signals), and published by :func:`muse_experiments.infra.broker.publish_task`
+    with Celery's publish retry policy. Left out is what ``apply_async`` adds for a task whose
+    caller may want a result: task routing and an ``AsyncResult`` registered with the result
+    backend and dropped at once. Eager mode (tests) takes ``apply_async``.
     """
     # the message's printable copy of its arguments (Celery's saferepr of them, shown by monitoring
     # tools) never holds the conversation, and costs nothing to build
@@ -136,23 +129,13 @@ def _send(job_id: str, kwargs: dict[str, Any]) -> None:
         time_limit=RUN_COMPLETION.time_limit, soft_time_limit=RUN_COMPLETION.soft_time_limit,
         argsrepr=argsrepr, kwargsrepr=kwargsrepr,
     )  # fmt: skip
-    publisher = direct_publisher(app)
-    if publisher is not None and publisher.client is redis_client():
-        row, stream = kwargs.get("row"), bool(kwargs.get("stream"))
-        publisher.push(
-            message, name=name, queue=Queue.COMPLETIONS,
-            send=lambda queue, entry: claims.push_published(queue, entry, job_id=job_id, row=row, stream=stream),
-        )  # fmt: skip
-        return
-    if publisher is not None:
-        publisher.push(message, name=name, queue=Queue.COMPLETIONS)
-    else:
-        with app.producer_or_acquire() as producer:
-            app.amqp.send_task_message(
-                producer, name, message, queue=Queue.COMPLETIONS,
-                declare=[] if _redis_broker(producer) else None,
-            )  # fmt: skip
-    _record_published(record)
+    row, stream = kwargs.get("row"), bool(kwargs.get("stream"))
+
+    def send(queue: str, entry: str) -> None:
+        claims.push_published(queue, entry, job_id=job_id, row=row, stream=stream)
+
+    if not publish_task(app, message, name=name, queue=Queue.COMPLETIONS, send=send):
+        _record_published(record)
 
 
 def _registered(app, name: str):
@@ -174,12 +157,6 @@ def _record_published(record: Callable[[Any], None]) -> None:
         pipe.execute()
     except Exception as exc:  # noqa: BLE001 - Redis down: see muse_experiments.infra.redis_client
         log.warning("could not record a published job (%s)", type(exc).__name__)
-
-
-def _redis_broker(producer) -> bool:
-    """Whether ``producer`` publishes to kombu's Redis transport (where a direct publish needs no
-    declared queue: the message is pushed onto the queue's list by name)."""
-    return isinstance(producer.connection.transport, kombu_redis.Transport)
 
 
 def submit_completion(

@@ -9,7 +9,7 @@ import pytest
 from routing.catalogue import avocado_id
 from routing.models import Attempt, ModelEndpoint
 from tests.factories import make_experiment, seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from routing.catalogue import avocado_id
 from routing.models import ModelEndpoint
 from routing.selectors import catalogue
 from tests.factories import make_experiment, seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db
 

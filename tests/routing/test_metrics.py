@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from routing.catalogue import avocado_id
 from tests.factories import make_experiment, seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db
 

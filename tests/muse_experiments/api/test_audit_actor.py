@@ -22,7 +22,9 @@ pytestmark = pytest.mark.django_db
 def test_one_key_is_one_actor_in_the_experiments_ops_and_training_apis():
     seed_catalogue()
     make_experiment(key="actor-exp")
-    client = APIClient(HTTP_AUTHORIZATION=f"Bearer {api_key(['experiments:write', 'analytics:read', 'ops', 'training'])}")
+    client = APIClient(
+        HTTP_AUTHORIZATION=f"Bearer {api_key(['experiments:write', 'analytics:read', 'ops', 'training'])}"
+    )
     prefix = ApiKey.objects.get(name="test").prefix
     expected = f"api-key:test ({prefix})"
 

@@ -110,7 +110,7 @@ def admin_site(chromium, live_server, transactional_db, client, upstreams):  # n
     from django.contrib.auth import get_user_model
 
     from analytics.models import ResultSnapshot
-    from tests.routing.test_router import job, run
+    from tests.routing.pipeline.test_router import job, run
 
     seed_catalogue(upstreams.url)
     experiment = make_experiment(key="wide", arms=[("control", V14, 0.5), ("treatment", V2, 0.5)])

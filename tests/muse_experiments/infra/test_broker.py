@@ -1,7 +1,6 @@
-"""The Redis broker transport keeps one client per channel, on the producer pool's connections too
-(kombu builds a ``redis.Redis`` per published message otherwise), hands a delivered task on before
-recording it, and records a completion task only once it has run for a while
-(muse_experiments/infra/broker.py). On real Redis, with kombu's own event loop (``Hub``)."""
+"""The Redis broker transport hands a delivered task on before recording it, and records a
+completion task only once it has run for a while (muse_experiments/infra/broker.py). On real
+Redis, with kombu's own event loop (``Hub``)."""
 
 from __future__ import annotations
 
@@ -14,28 +13,8 @@ import pytest
 import redis
 from kombu.asynchronous import Hub
 
-from muse_experiments.celery import app
 from muse_experiments.infra import broker
 from muse_experiments.infra.redis_client import broker_url
-
-
-def test_the_producer_pool_publishes_on_channels_that_reuse_their_client(redis_url, monkeypatch):
-    built: list[bool] = []
-    create = kombu_redis.Channel._create_client
-
-    def counting(self, asynchronous=False):
-        built.append(asynchronous)
-        return create(self, asynchronous)
-
-    monkeypatch.setattr(kombu_redis.Channel, "_create_client", counting)
-    with app.producer_or_acquire() as producer:
-        assert isinstance(producer.channel, broker.Channel)
-        for i in range(5):
-            producer.publish({"n": i}, routing_key="muse-test-broker", declare=[])
-        client = producer.channel.client
-        assert client.llen("muse-test-broker") == 5
-        client.delete("muse-test-broker")
-    assert built.count(False) <= 1  # one synchronous client for five publishes (kombu alone: five)
 
 
 @pytest.mark.parametrize("url", ["memory://", "amqp://guest:guest@127.0.0.1:5672//"])
@@ -209,3 +188,42 @@ def test_each_test_process_takes_a_redis_database_of_its_own():
     assert xdist_worker_url("redis://127.0.0.1:6379", "gw2") == "redis://127.0.0.1:6379/14"
     assert xdist_worker_url("redis://127.0.0.1:6379/15", "") == "redis://127.0.0.1:6379/15"
     assert xdist_worker_url("unix:///tmp/r.sock?db=0", "gw1") == "unix:///tmp/r.sock?db=0"
+
+
+def test_publish_task_sends_directly_or_through_kombus_producer(redis_url):
+    """:func:`broker.publish_task`: the direct publish where it can (through ``send``, with what
+    goes along, when the broker is :func:`redis_client`'s), else kombu's producer (here because
+    ``task-sent`` events need it); either way a worker reads the same message."""
+    from celery import Celery
+
+    from muse_experiments.infra.redis_client import client_url, redis_client
+
+    url = broker_url(redis_url)
+    client = redis_client(client_url(url))
+    assert client is redis_client()
+    client.delete("muse-test-publish", "muse-test-along")
+
+    def send(queue: str, entry: str) -> None:
+        pipe = client.pipeline(transaction=True)
+        pipe.set("muse-test-along", "1")
+        pipe.lpush(queue, entry)
+        pipe.execute()
+
+    try:
+        for sent_event, direct in ((False, True), (True, False)):
+            app = Celery("muse-test-publish", broker=url, set_as_current=False, amqp=broker.AMQP)
+            app.conf.task_send_sent_event = sent_event
+            message = app.amqp.as_task_v2("job-1", "routing.run_completion", args=["job-1"], kwargs={})
+            went_along = broker.publish_task(
+                app, message, name="routing.run_completion", queue="muse-test-publish", send=send
+            )
+            assert went_along is direct  # the test's broker is redis_client()'s server and database
+            [raw] = client.lrange("muse-test-publish", 0, -1)
+            entry = json.loads(raw)
+            assert entry["headers"]["id"] == "job-1" and entry["headers"]["task"] == "routing.run_completion"
+            assert entry["properties"]["delivery_info"]["routing_key"] == "muse-test-publish"
+            assert bool(client.exists("muse-test-along")) is went_along
+            client.delete("muse-test-publish", "muse-test-along")
+            app.close()
+    finally:
+        client.delete("muse-test-publish", "muse-test-along")

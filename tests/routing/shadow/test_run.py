@@ -19,7 +19,7 @@ from routing.shadow.sampling import session_shadowed
 from routing.transcripts.gate import RejectReason, gate_check
 from routing.transcripts.models import TrainingOptOut, TranscriptTurn
 from tests.factories import seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db
 

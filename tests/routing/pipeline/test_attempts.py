@@ -7,18 +7,18 @@ import dataclasses
 import pytest
 
 from muse_experiments.infra.config_version import invalidate_all
+from muse_experiments.infra.deferral import run_deferred
 from routing.guards.circuit import PROBE, breaker
 from routing.guards.concurrency import limiter
 from routing.guards.cooling import cool
 from routing.ops_services import kill_switch_set
-from routing.pipeline.attempts import EndpointRefused, _guard, answer_first, attempt, attempt_stream
+from routing.pipeline.attempts import EndpointRefused, _guard, attempt, attempt_stream
 from routing.pipeline.planning import Candidate
 from routing.providers.errors import ProviderError, StreamFailed
 from routing.providers.types import CompletionRequest, Message
 from routing.selectors import catalogue
 from tests.factories import seed_catalogue
-
-from .conftest import WEATHER_TOOL
+from tests.routing.conftest import WEATHER_TOOL
 
 pytestmark = pytest.mark.django_db
 
@@ -146,7 +146,7 @@ def test_a_full_endpoint_gives_back_the_half_open_probe(candidate, shared_stores
 
 
 def test_a_successful_attempt_frees_its_slot_once_the_answer_is_out(candidate, upstreams, redis_url):
-    with answer_first():
+    with run_deferred():
         attempt(candidate, REQUEST)
         assert limiter.in_flight(AZURE) == 1  # still held while the job's answer is handed back
     assert limiter.in_flight(AZURE) == 0
@@ -154,7 +154,7 @@ def test_a_successful_attempt_frees_its_slot_once_the_answer_is_out(candidate, u
 
 def test_a_failed_attempt_is_reported_at_once_even_before_the_answer(candidate, upstreams, redis_url):
     upstreams.set_scenario("muse-special", failure="server_error")
-    with answer_first():
+    with run_deferred():
         with pytest.raises(ProviderError):
             attempt(candidate, REQUEST)
         assert limiter.in_flight(AZURE) == 0
@@ -181,7 +181,7 @@ def test_a_turn_without_reasoning_renews_the_sessions_reasoning_after_the_answer
     client.expire(key, 100)
     monkeypatch.setattr(reasoning_store._Renewals, "RENEW_EVERY_S", 0.0)
     avocado = Candidate(catalogue().get(avocado_id(14)), "assigned")
-    with answer_first():
+    with run_deferred():
         result = attempt(avocado, REQUEST, session=session)
         assert result.reasoning_state is None
         assert 0 < client.ttl(key) <= 100  # not yet: the answer does not wait for it
@@ -202,7 +202,7 @@ def test_a_turn_with_reasoning_keeps_it_before_the_answer(candidate, upstreams, 
     session = reasoning_store.OwnedSession(owner="key:1", session_id="s-kept")
     key = f"muse:reasoning:{session.store_key}"
     client.delete(key)
-    with answer_first():
+    with run_deferred():
         result = attempt(candidate, dataclasses.replace(REQUEST, tools=(WEATHER_TOOL,)), session=session)
         assert result.reasoning_state is not None
         assert client.llen(key) == 1  # the next turn may come the moment this answer is out

@@ -585,7 +585,7 @@ def test_cli_main_serves(tmp_path: Path):
     scenarios.write_text(json.dumps({"demo-model": {"reply": "from cli", "quality": 0.8}}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "routing.simulated", "--port", str(port), "--scenarios", str(scenarios)],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

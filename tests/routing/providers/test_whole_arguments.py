@@ -2,7 +2,7 @@
 
 Provider streams over HTTP from a scripted upstream sending exact wire bytes (:mod:`tests.wire`),
 and the drop-in formatters re-framing calls from the assembled result, read back through the
-official SDKs' own accumulators (``tests/routing/test_dropin_reframing.py``).
+official SDKs' own accumulators (``tests/routing/dropin/test_framing.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from routing.dropin.streams import assembled_tool_calls
 from routing.providers import CompletionRequest, Message, client_for
 from tests.routing.conftest import MODELS
-from tests.routing.test_dropin_reframing import via_chat, via_messages, via_responses
+from tests.routing.dropin.test_framing import via_chat, via_messages, via_responses
 from tests.wire import WHOLE_ARGUMENT_CARRIERS, anthropic_whole_input_stream, responses_whole_arguments_stream
 
 

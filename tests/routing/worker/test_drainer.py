@@ -27,7 +27,7 @@ from routing.state.handoff import final_state
 from routing.transcripts.models import TranscriptTurn
 from routing.worker import drainer
 from tests.factories import make_experiment, seed_catalogue
-from tests.routing.test_router import job
+from tests.routing.pipeline.test_router import job
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,7 @@ from routing.ops_services import kill_switch_set
 from routing.simulated import FakeUpstreams
 from tests.conftest import allow_simulated_upstream, forget_simulated_upstream
 from tests.factories import make_experiment, seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 CANARY = "sk-canary-7f3a9c2e41b8d6f0a5"
 CANARY_REJECTED = "sk-canary-7f3aREJECTED0b1c2d3"

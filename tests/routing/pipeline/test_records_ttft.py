@@ -18,8 +18,8 @@ from routing.pipeline.streaming import publish_job_events
 from routing.worker import drainer as writebehind
 from tests.conftest import wait_for_records_written
 from tests.factories import api_key, seed_catalogue
-from tests.routing.test_router import job
-from tests.routing.test_writebehind import buffered_entries, drain_all
+from tests.routing.pipeline.test_router import job
+from tests.routing.worker.test_drainer import buffered_entries, drain_all
 
 CLAUDE = "anthropic/claude-sonnet-5-5"
 HEADERS_AFTER_MS = 150  # the simulated upstream's wait before its response headers

@@ -117,7 +117,7 @@ def test_a_job_for_a_key_deleted_after_it_was_cached_is_a_401_not_a_500():
     """Within the refresh bound a process still holds the deleted key: a job written before its
     task is published (an id handed out for later) cannot reference it (the foreign key fails at
     commit), and the caller is told the key no longer exists. (A waiting caller's job is written by
-    the worker, without the key: tests/routing/test_deferred_jobs.py.)"""
+    the worker, without the key: tests/routing/web/test_dispatch.py.)"""
     from rest_framework.exceptions import AuthenticationFailed
 
     from routing.web.dispatch import submit_completion

@@ -31,7 +31,7 @@ from routing.models import Attempt, CompletionJob, Provider
 from routing.pipeline.streaming import stream_job_events
 from tests.conftest import REPO, UPSTREAM_KEYS, allow_simulated_upstream, forget_simulated_upstream
 from tests.factories import UNUSED_UPSTREAM, make_experiment, seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 CLAUDE = "anthropic/claude-sonnet-5-5"
 AZURE = "azure/muse-special"

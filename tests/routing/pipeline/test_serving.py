@@ -14,7 +14,7 @@ from routing.guards.concurrency import limiter
 from routing.guards.cooling import cooling_until
 from routing.models import CallRecord, ModelEndpoint
 from tests.factories import make_experiment, seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db
 

@@ -57,7 +57,7 @@ def test_the_worker_claims_in_redis_without_writing_and_a_redelivery_follows_the
     assert message["args"] == [str(job.id)] and message["stream"] is False
     row = message["row"]
     claimed = completion_job_claim(job_id=str(job.id), row=row, worker="w1:1")
-    assert claimed._state.adding  # its row comes with its records (tests/routing/test_writebehind.py)
+    assert claimed._state.adding  # its row comes with its records (tests/routing/worker/test_drainer.py)
     assert not CompletionJob.objects.filter(pk=job.pk).exists()
     assert (claimed.pk, claimed.status, claimed.deliveries, claimed.worker) == (
         job.pk,

@@ -18,7 +18,7 @@ from routing.guards.killswitch import kill_state
 from routing.models import CallRecord, KillSwitch, ModelEndpoint
 from routing.ops_services import kill_switch_set
 from tests.factories import api_key, make_experiment, seed_catalogue
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db
 
