@@ -20,7 +20,7 @@ from routing.shadow.sampling import shadow_offer
 from routing.state.handoff import final_state
 from tests.factories import seed_catalogue
 from tests.routing.shadow.test_run import SOURCE, start
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db
 

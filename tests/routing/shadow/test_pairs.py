@@ -12,7 +12,7 @@ from muse_experiments.experiments.models import ShadowPair
 from routing.shadow import pairs
 from tests.factories import seed_catalogue
 from tests.routing.shadow.test_run import CANDIDATE, start
-from tests.routing.test_router import job, run
+from tests.routing.pipeline.test_router import job, run
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the flusher thread writes on its own connection
 
