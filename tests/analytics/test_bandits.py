@@ -3,11 +3,13 @@ sticky units left in their first period, the schedule's idempotence, the stratif
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
 
 from analytics.bandits import bandit_periods, bandit_results, bandit_update, running_bandit_ids
+from analytics.stats.bandit import DEFAULT_DRAWS
 from analytics.tasks import update_bandit
 from muse_experiments.experiments.models import BanditUpdate, Experiment, ExperimentPhase
 from routing.catalogue import avocado_id
@@ -269,7 +271,11 @@ def test_an_update_without_new_data_is_recorded_but_keeps_the_phase_and_its_weig
     assert [u.phase for u in later] == [2, 2, 2]
     assert all(u.weights == first.weights for u in later)  # the weights in force, not the noisy ones
     assert len({u.probability_best["b"] for u in [first, *later]}) > 1  # P(best) recorded as drawn
-    assert all(abs(u.probability_best["b"] - first.probability_best["b"]) < 0.01 for u in later)
+    # two draws of the same P(best) differ by Monte Carlo noise only: the difference's standard error
+    # is at most sqrt(2) * 0.5 / sqrt(draws) (~0.0071 at 10,000 draws); 4 of them bound it (the seed
+    # follows the experiment's id, so the draws differ from run to run)
+    bound = 4 * math.sqrt(2) * 0.5 / math.sqrt(DEFAULT_DRAWS)
+    assert all(abs(u.probability_best["b"] - first.probability_best["b"]) < bound for u in later)
     experiment.refresh_from_db()
     assert experiment.phase == 2
     assert ExperimentPhase.objects.filter(experiment=experiment).count() == 2
