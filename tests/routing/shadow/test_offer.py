@@ -19,8 +19,8 @@ from routing.shadow.budget import BACKLOG_KEY, dropped_counts
 from routing.shadow.sampling import shadow_offer
 from routing.state.handoff import final_state
 from tests.factories import seed_catalogue
-from tests.routing.shadow.test_run import SOURCE, start
 from tests.routing.pipeline.test_router import job, run
+from tests.routing.shadow.test_run import SOURCE, start
 
 pytestmark = pytest.mark.django_db
 

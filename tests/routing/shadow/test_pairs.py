@@ -11,8 +11,8 @@ from muse_experiments.celery import app
 from muse_experiments.experiments.models import ShadowPair
 from routing.shadow import pairs
 from tests.factories import seed_catalogue
-from tests.routing.shadow.test_run import CANDIDATE, start
 from tests.routing.pipeline.test_router import job, run
+from tests.routing.shadow.test_run import CANDIDATE, start
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the flusher thread writes on its own connection
 
