@@ -9,6 +9,7 @@ callers can tell an outage from a bug and retry.
 from __future__ import annotations
 
 import logging
+import re
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
@@ -17,6 +18,17 @@ from rest_framework import exceptions
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from .base import RequestTooLarge
+
+_DJANGO_NOT_FOUND = re.compile(r"No ([A-Za-z]+) matches the given query\.")
+
+
+def _readable_not_found(message: str) -> str:
+    """Django's ``get_object_or_404`` message ("No ShadowTest matches the given query.") in the
+    API's own wording ("No such shadow test."); any other message unchanged."""
+    found = _DJANGO_NOT_FOUND.fullmatch(message)
+    if found is None:
+        return message
+    return f"No such {re.sub(r'(?<!^)(?=[A-Z])', ' ', found.group(1)).lower()}."
 
 
 def exception_handler(exc, context):
@@ -34,7 +46,7 @@ def exception_handler(exc, context):
         detail = (
             response.data.get("detail", response.data) if isinstance(response.data, dict) else response.data
         )
-        body = {"error": {"code": code, "message": str(detail)}}
+        body = {"error": {"code": code, "message": _readable_not_found(str(detail))}}
     if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
         response["Retry-After"] = str(int(exc.wait) + 1)
     response.data = body
