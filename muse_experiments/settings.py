@@ -328,6 +328,12 @@ COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
 # Shadow tests (routing.shadow): most shadow calls waiting on the shadow queue; beyond it new ones
 # are dropped and counted, never delaying a primary call.
 SHADOW_MAX_BACKLOG = env.int("SHADOW_MAX_BACKLOG", default=1000)
+# A shadow call waits until at least this share (0-1) of the host's CPU was idle over the last 0.25 s
+# (muse_experiments.infra.idle_cpu), at most SHADOW_MAX_WAIT_S seconds, else it is dropped and counted
+# (reason "busy"). 0 (the default): no wait, for shadow workers on hosts of their own; the Procfile's
+# shadow worker, beside the primaries, sets it.
+SHADOW_MIN_IDLE_CPU = env.float("SHADOW_MIN_IDLE_CPU", default=0.0)
+SHADOW_MAX_WAIT_S = env.float("SHADOW_MAX_WAIT_S", default=240.0)
 # A Celery worker that runs only on CPU nothing else wants (Linux SCHED_IDLE, nice 19, every thread:
 # muse_experiments.infra.runtime.run_at_idle_priority): the Procfile's shadow worker sets it.
 WORKER_IDLE_PRIORITY = env.bool("WORKER_IDLE_PRIORITY", default=False)

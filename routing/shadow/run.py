@@ -10,6 +10,9 @@ Isolation, in order:
   second delivery does nothing);
 * an external candidate needs ``allow_external``, and never gets a session of a user who opted
   out of training (dropped ``opted_out``); the same holds for an external judge (no verdict);
+* the host has room: each shadow call (candidate or judge) first waits until ``SHADOW_MIN_IDLE_CPU``
+  of the host's CPU is idle (:func:`~muse_experiments.infra.idle_cpu.wait_for_idle_cpu`: the primaries
+  on a shared host keep their CPU), at most ``SHADOW_MAX_WAIT_S``, else it is dropped ``busy``;
 * the daily budget admits the call (:func:`~routing.shadow.budget.budget_admit`, else dropped
   ``budget``); the judge's call is admitted and costed the same way;
 * the call is one guarded attempt (:func:`routing.pipeline.attempts.attempt`): kill switches, circuit
@@ -33,8 +36,11 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+
 from muse_experiments.experiments.models import ShadowPair, ShadowStatus, ShadowTest
 from muse_experiments.infra.config_version import VersionedSnapshot
+from muse_experiments.infra.idle_cpu import wait_for_idle_cpu
 from muse_experiments.infra.redis_client import redis_client
 from routing.guards.credentials import CredentialUnavailable
 from routing.pipeline.attempts import EndpointRefused, attempt, usage_cost_usd
@@ -75,6 +81,8 @@ def _guarded_call(
 ) -> tuple[Any | None, Decimal, str, bool]:
     """One budgeted, guarded attempt. ``(result or None, cost USD, error, called)``; ``called``
     False when the budget or a guard refused it (nothing was sent)."""
+    if not wait_for_idle_cpu(settings.SHADOW_MIN_IDLE_CPU, max_wait_s=settings.SHADOW_MAX_WAIT_S):
+        return None, Decimal(0), "busy", False
     if not budget_admit(test_key=test.key, max_usd_per_day=test.max_usd_per_day):
         return None, Decimal(0), "budget", False
     cost = Decimal(0)
@@ -128,7 +136,7 @@ def shadow_run(
         return _drop(test_key, "opted_out")
     result, cost, error, called = _guarded_call(test, info, stored_request(request, {}))
     if not called:
-        return _drop(test_key, "budget" if error == "budget" else "killed")
+        return _drop(test_key, error if error in ("budget", "busy") else "killed")
     pair = ShadowPair(
         test=test,
         job_id=job_id,

@@ -228,3 +228,23 @@ def test_a_streamed_primary_is_mirrored_after_its_stream_ends(catalogue, upstrea
     pair = ShadowPair.objects.get()
     assert (pair.session_id, pair.candidate_model, pair.candidate_ok) == ("s-stream", CANDIDATE, True)
     assert upstreams.calls(model="avocado-v14")[0]["body"].get("stream") in (None, False)  # never streamed
+
+
+def test_a_shadow_call_waits_for_idle_cpu_and_is_dropped_busy_after_the_longest_wait(
+    catalogue, upstreams, settings, monkeypatch, tmp_path
+):
+    """On a host whose CPU is never idle enough the candidate gets no call: after
+    ``SHADOW_MAX_WAIT_S`` the shadow call is dropped and counted ``busy``; the primary is served."""
+    from muse_experiments.infra import idle_cpu
+    from tests.muse_experiments.infra.test_idle_cpu import busy_host
+
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(idle_cpu, "_sampler", idle_cpu.IdleCpuSampler(path=stat, window_s=0.05))
+    settings.SHADOW_MIN_IDLE_CPU, settings.SHADOW_MAX_WAIT_S = 0.25, 0.2
+    start(judge=None)
+    with busy_host(stat):
+        j = run(job(session_id="s-busy"))
+    assert j.status == "succeeded" and j.result["served_model"] == SOURCE
+    assert upstreams.calls(model="avocado-v14") == []
+    assert dropped_counts("sh") == {"busy": 1}
+    assert not ShadowPair.objects.exists()
