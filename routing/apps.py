@@ -8,17 +8,17 @@ class RoutingConfig(AppConfig):
     def ready(self) -> None:
         """Provider error messages are checked with the project's encrypted-reasoning detector;
         the credential binding is parsed now, so a bad one stops every process at start-up
-        (ImproperlyConfigured) rather than failing calls later; every answered call is offered to
-        the running shadow tests (:mod:`routing.pipeline.answered`: the pipeline does not import
-        the shadow package, whose calls are attempts of the pipeline's)."""
+        (ImproperlyConfigured) rather than failing calls later; every call, once its records are
+        written, is offered to the running shadow tests (:mod:`routing.pipeline.recorded`: the
+        pipeline does not import the shadow package, whose calls are attempts of the pipeline's)."""
         from routing.guards.credentials import credential_binding
-        from routing.pipeline.answered import on_answered
+        from routing.pipeline.recorded import on_recorded
         from routing.providers.errors import register_reasoning_detector
         from routing.shadow.sampling import shadow_offer
 
         register_reasoning_detector(holds_encrypted_reasoning)
         credential_binding()
-        on_answered(shadow_offer)
+        on_recorded(shadow_offer)
 
 
 def holds_encrypted_reasoning(text: str) -> bool:

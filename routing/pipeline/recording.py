@@ -24,6 +24,7 @@ from muse_experiments.infra.redis_client import redis_client
 from routing.metrics import observe_outcome
 from routing.models import CompletionJob
 from routing.pipeline.planning import Candidate
+from routing.pipeline.recorded import calls_recorded
 from routing.pipeline.records import call_payload, job_final_state, records_write
 from routing.pipeline.serving import ServeOutcome
 from routing.state.claims import queue_done
@@ -43,8 +44,9 @@ def record_call(
 
     With ``RECORDS_WRITE_BEHIND`` (the default outside the test process) the records are buffered
     (written to the database by the drainer); if Redis refuses the buffer they are written here
-    instead, so none is lost. Otherwise they are written here, in one transaction, and the final
-    state is handed to the waiting request afterwards. Raises what the write raised (the database
+    instead, so none is lost. Otherwise they are written here, in one transaction, the final
+    state is handed to the waiting request afterwards, and then the listeners of recorded calls
+    run (:mod:`routing.pipeline.recorded`; the drainer runs them for buffered records). Raises what the write raised (the database
     refused it).
     """
     observe_outcome(
@@ -64,6 +66,7 @@ def record_call(
             log.exception("could not buffer the records of job %s in Redis; writing them now", job.id)
     records_write([payload])
     publish_final(job_id=str(job.id), state=final)
+    calls_recorded([payload])
 
 
 def buffer_call(payload: Mapping[str, Any]) -> None:

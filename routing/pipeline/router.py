@@ -57,7 +57,6 @@ from __future__ import annotations
 from muse_experiments.infra.deferral import run_deferred
 from routing.jobs import completion_job_claim
 from routing.models import CompletionJob
-from routing.pipeline.answered import call_answered
 from routing.pipeline.planning import build_request, job_plan, state_session
 from routing.pipeline.recording import record_call
 from routing.pipeline.serving import serve
@@ -80,5 +79,4 @@ def execute_job(*, job_id: str, row: dict | None = None) -> str:
     with run_deferred():  # what the attempts defer (their bookkeeping) runs after the answer
         outcome = serve(request, chain, reason, session=state_session(job), job_id=job_id)
         record_call(job, decision, chain, outcome)
-    call_answered(job=job, decision=decision, outcome=outcome)  # the answer is out: off its path
     return job.status

@@ -42,7 +42,6 @@ from django.utils import timezone
 
 from routing.jobs import completion_job_claim, completion_job_fail
 from routing.models import FINISHED_STATUSES, JOB_LOST, CompletionJob, JobStatus
-from routing.pipeline.answered import call_answered
 from routing.pipeline.cancel import CancelWatch
 from routing.pipeline.planning import build_request, job_plan, state_session
 from routing.pipeline.recording import record_call
@@ -62,9 +61,6 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
     closes this generator — the upstream stream is closed at once, freeing its
     concurrency slot, and the call is recorded ``cancelled`` / ``client_disconnected`` with the
     tokens received so far, costed.
-
-    Once the consumer asks for the event after ``done`` (its ``for`` loop ends), the answered-call
-    listeners run (:func:`routing.pipeline.answered.call_answered`: e.g. the shadow tests' offer).
     """
     job = completion_job_claim(job_id=job_id)
     if job is None:
@@ -75,7 +71,6 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
             yield terminal_event(existing)
         return
     decision = chain = outcome = None
-    answered = False
     try:
         decision, chain, reason = job_plan(job)
         outcome = ServeOutcome(result=None, served=None, reason=reason)
@@ -89,7 +84,6 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
             job_id=job_id,
         )
         record_call(job, decision, chain, outcome)
-        answered = True
     except GeneratorExit:
         if outcome is not None:  # serve_stream closed the upstream and logged the attempt
             outcome.cancelled, outcome.error_kind = True, "client_disconnected"
@@ -102,8 +96,6 @@ def stream_job_events(*, job_id: str) -> Iterator[dict[str, Any]]:
         completion_job_fail(job_id=job_id, reason=f"worker error: {type(exc).__name__}")
         job.refresh_from_db()
     yield terminal_event(job)
-    if answered:  # the consumer took the terminal event (published it): the answer is out
-        call_answered(job=job, decision=decision, outcome=outcome)
 
 
 def job_lost(job_id: str) -> dict[str, Any]:

@@ -115,7 +115,7 @@ def shadow_run(
     ``dropped:<reason>`` (``stopped``, ``budget``, ``killed``, ``opted_out``, ...).
 
     ``request``: the primary job's stored request; ``primary``:
-    :func:`routing.shadow.sampling.primary_summary`. Safe to run twice (one pair per job)."""
+    :func:`routing.shadow.sampling.primary_summary` (of its written records). Safe to run twice (one pair per job)."""
     test = _running.get().get(test_key)
     if test is None:
         if ShadowTest.objects.filter(key=test_key).exists():

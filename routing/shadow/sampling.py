@@ -8,22 +8,23 @@ percent. The running tests come from an in-process snapshot rebuilt when the con
 version moves (starting or stopping a test bumps it), so a call with no test to mirror costs no
 I/O at all.
 
-:func:`shadow_offer` runs in the worker after the primary's caller has its answer: it listens to
-:mod:`routing.pipeline.answered` (registered by :meth:`routing.apps.RoutingConfig.ready`), which
-:func:`routing.pipeline.router.execute_job` calls after handing the job's final state back and
-:func:`routing.pipeline.streaming.stream_job_events` after its terminal event went out. It never
-raises. Each shadow call it offers costs the primary's worker one message built and one Redis
-round trip: the backlog check and the push are one Lua script
-(:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`), where the broker is this
-Redis and publishes directly (else the backlog is taken, then the task published as any task).
+:func:`shadow_offer` runs once a primary call's records are written, from what was written (its
+:func:`~routing.pipeline.records.call_payload`): it listens to :mod:`routing.pipeline.recorded`
+(registered by :meth:`routing.apps.RoutingConfig.ready`), which the records drainer calls after
+each batch it wrote -- after the callers had their answers, in a process of its own -- so the
+primaries' workers do nothing for shadow tests. It never raises. Each shadow call it offers costs
+the drainer one message built and one Redis round trip: the backlog check and the push are one Lua
+script (:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`), where the broker is
+this Redis and publishes directly (else the backlog is taken, then the task published as any
+task).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -104,63 +105,69 @@ def running_shadow_tests() -> tuple[ShadowSpec, ...]:
     return _running.get()
 
 
-def primary_summary(result: Any, billed_cost_usd: Decimal) -> dict[str, Any]:
-    """What a shadow task needs of the primary's answer (JSON): ``model``, ``latency_ms`` (ms),
-    ``cost_usd`` (USD, string), ``output_tokens``, ``text``, ``tool_calls`` ``[{"name",
-    "arguments"}]``. Reasoning never."""
+def primary_summary(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """What a shadow task needs of the primary's answer (JSON), from its written records
+    (:func:`~routing.pipeline.records.call_payload`): ``model``, ``latency_ms`` (ms), ``cost_usd``
+    (USD, string: every attempt's, as billed), ``output_tokens``, ``text``, ``tool_calls``
+    ``[{"name", "arguments"}]``. Reasoning never (the records hold none)."""
+    result = payload["turn"]["result_public"]
     return {
-        "model": result.endpoint_id,
-        "latency_ms": float(result.latency_ms),
-        "cost_usd": str(billed_cost_usd),
-        "output_tokens": int(result.usage.output_tokens),
-        "text": result.text,
-        "tool_calls": [{"name": c.name, "arguments": dict(c.arguments)} for c in result.tool_calls],
+        "model": result["endpoint_id"],
+        "latency_ms": float(result["latency_ms"]),
+        "cost_usd": str(payload["call"]["cost_usd"]),
+        "output_tokens": int(result["usage"]["output_tokens"]),
+        "text": result["text"],
+        "tool_calls": [{"name": c["name"], "arguments": dict(c["arguments"])} for c in result["tool_calls"]],
     }
 
 
-def shadow_offer(*, job: Any, decision: Any, outcome: Any) -> int:
-    """Enqueue a shadow call for every running test that mirrors this finished call and samples
-    its session; returns how many were enqueued. Failed or cancelled primaries are not mirrored.
-    Beyond ``SHADOW_MAX_BACKLOG`` waiting shadow calls, a call is dropped and counted
-    (``backlog``). Never raises: a shadow test must not fail its primary.
+def shadow_offer(payloads: Sequence[Mapping[str, Any]]) -> int:
+    """Enqueue a shadow call for every running test that mirrors one of these written calls and
+    samples its session; returns how many were enqueued. Failed or cancelled primaries are not
+    mirrored. Beyond ``SHADOW_MAX_BACKLOG`` waiting shadow calls, a call is dropped and counted
+    (``backlog``). Never raises: a shadow test must not fail its primary's records.
 
-    ``job``: the :class:`~routing.models.CompletionJob`; ``decision``: its plan's decision;
-    ``outcome``: its :class:`~routing.pipeline.serving.ServeOutcome` (the call
-    :mod:`routing.pipeline.answered` makes)."""
+    ``payloads``: the calls' :func:`~routing.pipeline.records.call_payload` dicts (what
+    :mod:`routing.pipeline.recorded` hands its listeners)."""
     specs = running_shadow_tests()
-    if not specs or outcome.result is None or outcome.served is None or outcome.cancelled:
+    if not specs:
         return 0
-    try:
-        return _offer(specs, job, decision, outcome)
-    except Exception:  # noqa: BLE001 - the primary is answered; the shadow call is lost, not the job
-        log.exception("could not offer job %s to its shadow tests", job.id)
-        return 0
+    sent = 0
+    for payload in payloads:
+        try:
+            sent += _offer(specs, payload)
+        except Exception:  # noqa: BLE001 - the primary is answered; the shadow call is lost, not the job
+            log.exception("could not offer job %s to its shadow tests", payload.get("job", {}).get("id"))
+    return sent
 
 
-def _offer(specs: tuple[ShadowSpec, ...], job: Any, decision: Any, outcome: Any) -> int:
-    served = outcome.served.public_id
-    experiment = decision.experiment_key if decision.in_experiment else None
+def _offer(specs: tuple[ShadowSpec, ...], payload: Mapping[str, Any]) -> int:
+    call, turn = payload["call"], payload.get("turn")
+    if turn is None or call["status"] != "succeeded" or not call["served_endpoint"]:
+        return 0
+    experiment = call["experiment_key"] if payload.get("exposure") else None
     wanted = [
         s
         for s in specs
-        if s.mirrors(served=served, experiment=experiment, variant=decision.variant_key)
-        and session_shadowed(test_key=s.key, session_id=job.session_id, sample_percent=s.sample_percent)
+        if s.mirrors(served=call["served_endpoint"], experiment=experiment, variant=call["variant_key"])
+        and session_shadowed(test_key=s.key, session_id=call["session_id"], sample_percent=s.sample_percent)
     ]
     if not wanted:
         return 0
-    primary = primary_summary(outcome.result, outcome.billed_cost_usd())
-    request = {k: v for k, v in job.request.items() if k != "model"}
+    primary = primary_summary(payload)
+    request = {k: v for k, v in turn["request"].items() if k != "model"}
+    job_id = str(payload["job"]["id"])
     sent = 0
     for spec in wanted:
         kwargs = {
             "test_key": spec.key,
-            "job_id": str(job.id),
-            "session_id": job.session_id,
-            "user_id": job.user_id,
+            "job_id": job_id,
+            "session_id": call["session_id"],
+            "user_id": call["user_id"],
             "request": request,
             "primary": primary,
         }
-        if _publish(kwargs, repr({"test_key": spec.key, "job_id": str(job.id)})):
+        if _publish(kwargs, repr({"test_key": spec.key, "job_id": job_id})):
             sent += 1
         else:
             dropped_count(spec.key, "backlog")

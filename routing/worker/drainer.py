@@ -13,7 +13,8 @@ Both or neither: once a caller can see the answer, the records are in Redis. A d
 (:func:`drain`; the Procfile's ``drainer`` process, :func:`drain_forever`, else a thread in each
 worker started with ``RECORDS_DRAINER``) reads the stream through the consumer group
 ``drain`` (``XREADGROUP``), writes each batch in one transaction (:func:`routing.pipeline.records.records_write`)
-and only then acknowledges and deletes the entries. A drainer that dies mid-batch leaves its
+and only then acknowledges and deletes the entries, and runs the listeners of recorded calls
+(:mod:`routing.pipeline.recorded`: the shadow tests' offer). A drainer that dies mid-batch leaves its
 entries pending; any drainer claims entries pending longer than :data:`STALE_MS`
 (``XAUTOCLAIM``) and writes them again — the write is idempotent, so a replay changes nothing.
 So a worker SIGKILLed after answering loses no record: the entries wait in Redis for the next
@@ -44,6 +45,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from muse_experiments.infra.redis_client import redis_client
+from routing.pipeline.recorded import calls_recorded
 from routing.pipeline.recording import STREAM
 from routing.pipeline.records import records_write
 from routing.state.claims import queue_forget_row
@@ -102,13 +104,14 @@ def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     if not entries:
         return 0
     payloads = [json.loads(fields[b"p"]) for _, fields in entries]
+    written = payloads
     try:
         records_write(payloads)
     except DATABASE_DOWN:  # keep them pending: this drainer takes them again first
         raise
     except Exception:  # one bad payload must not block the others: write one by one
         log.exception("writing %d buffered call records failed; writing them one by one", len(payloads))
-        _write_one_by_one(client, entries)
+        written = _write_one_by_one(client, entries)
     ids = [entry_id for entry_id, _ in entries]
     pipe = client.pipeline(transaction=False)
     pipe.xack(STREAM, GROUP, *ids)
@@ -119,20 +122,26 @@ def drain(*, batch: int | None = None, block_ms: int | None = None) -> int:
     pipe.execute()
     lag_s = time.time() - min(float(fields[b"t"]) for _, fields in entries)
     _stats.note(len(entries), lag_s)
+    calls_recorded(written)  # e.g. the shadow tests' offer: off every caller's path
     return len(entries)
 
 
-def _write_one_by_one(client, entries) -> None:
+def _write_one_by_one(client, entries) -> list[dict]:
     """Write each entry on its own; one that still fails goes to :data:`DEAD_LETTERS` (logged),
-    so it stays inspectable and replayable without blocking the buffer."""
+    so it stays inspectable and replayable without blocking the buffer. Returns the payloads
+    written."""
+    written = []
     for entry_id, fields in entries:
         try:
-            records_write([json.loads(fields[b"p"])])
+            payload = json.loads(fields[b"p"])
+            records_write([payload])
+            written.append(payload)
         except DATABASE_DOWN:
             raise
         except Exception:
             log.exception("call record entry %s moved to %s", entry_id, DEAD_LETTERS)
             client.xadd(DEAD_LETTERS, {**fields, b"error_at": repr(time.time())})
+    return written
 
 
 def pending() -> int:

@@ -1,6 +1,8 @@
-"""The offer of an answered call to the shadow tests: it runs after the caller has its answer
-(sync and streamed), through the pipeline's answered-call listeners (the pipeline does not import
-the shadow package), and publishes with one bounded push (backlog check + message, one Lua script)."""
+"""The offer of a written call to the shadow tests: it runs once the call's records are written
+(after its caller has its answer), through the pipeline's recorded-call listeners (the pipeline does
+not import the shadow package), and publishes with one bounded push (backlog check + message, one
+Lua script). The drainer's side (write-behind: the production path) is in
+tests/routing/worker/test_drainer.py."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from muse_experiments.celery import app
 from muse_experiments.infra.broker import direct_publisher
 from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import client_url, redis_client
-from routing.pipeline import answered
+from routing.models import CallRecord
+from routing.pipeline import recorded
 from routing.shadow.budget import BACKLOG_KEY, dropped_counts
 from routing.shadow.sampling import shadow_offer
 from routing.state.handoff import final_state
@@ -38,10 +41,17 @@ def listener():
     seen: list[dict] = []
     hooks: dict = {}
 
-    def record(*, job, decision, outcome):
-        seen.append({"job_id": str(job.id), "served": outcome.served.public_id, **hooks.get("probe", dict)()})
+    def record(payloads):
+        for p in payloads:
+            seen.append(
+                {
+                    "job_id": p["job"]["id"],
+                    "served": p["call"]["served_endpoint"],
+                    **hooks.get("probe", dict)(),
+                }
+            )
 
-    remove = answered.on_answered(record)
+    remove = recorded.on_recorded(record)
     yield seen, hooks
     remove()
 
@@ -58,50 +68,52 @@ def shadow_queue(redis_store):
 
 
 def test_the_shadow_offer_is_registered_as_a_listener_by_the_app():
-    assert shadow_offer in answered._listeners
+    assert shadow_offer in recorded._listeners
 
 
-def test_a_sync_call_is_offered_after_its_final_state_was_handed_back(catalogue, listener):
+def test_a_sync_call_is_offered_after_its_records_were_written_and_its_final_state_handed_back(
+    catalogue, listener
+):
     seen, hooks = listener
     j = job(session_id="s-sync")
-    hooks["probe"] = lambda: {"final": final_state(str(j.id))}
+    hooks["probe"] = lambda: {
+        "final": final_state(str(j.id)),
+        "records": CallRecord.objects.filter(job_id=j.id).count(),
+    }
     run(j)
     [call] = seen
     assert call["job_id"] == str(j.id) and call["served"] == SOURCE
     assert call["final"] is not None and call["final"]["status"] == "succeeded"  # the caller could read it
+    assert call["records"] == 1
 
 
-def test_a_streamed_call_is_offered_after_its_consumer_took_the_done_event(catalogue, listener):
+def test_a_streamed_call_is_offered_once_its_records_are_written(catalogue, listener):
     from routing.jobs import completion_job_create
     from routing.pipeline.streaming import stream_job_events
 
     seen, hooks = listener
-    consumed: list[str] = []
-    hooks["probe"] = lambda: {"consumed": list(consumed)}
     streamed, _ = completion_job_create(
         api_key=None, session_id="s-stream", user_id="u-1", subagent="coder", attributes={},
         request={"messages": [{"role": "user", "content": "stream it"}], "tools": []}, stream=True,
     )  # fmt: skip
-    events = stream_job_events(job_id=str(streamed.id))
-    for event in events:
-        consumed.append(event["type"])
-        if event["type"] == "done":
-            assert seen == []  # not yet: the done event is only now with its consumer
+    hooks["probe"] = lambda: {"records": CallRecord.objects.filter(job_id=streamed.id).count()}
+    events = list(stream_job_events(job_id=str(streamed.id)))
+    assert events[-1]["type"] == "done"
     [call] = seen
-    assert call["consumed"][-1] == "done" and call["job_id"] == str(streamed.id)
+    assert call["job_id"] == str(streamed.id) and call["records"] == 1
 
 
 def test_a_failed_listener_does_not_fail_the_call_nor_the_next_listener(catalogue, listener):
     seen, _ = listener
 
-    def broken(**_):
+    def broken(_payloads):
         raise RuntimeError("boom")
 
-    answered._listeners.insert(0, broken)
+    recorded._listeners.insert(0, broken)
     try:
         j = run(job(session_id="s-broken"))
     finally:
-        answered._listeners.remove(broken)
+        recorded._listeners.remove(broken)
     assert j.status == "succeeded"
     assert [c["job_id"] for c in seen] == [str(j.id)]
 

@@ -345,3 +345,43 @@ def test_a_payload_buffered_before_calls_carried_the_exposure_time_is_stamped_wh
     del payload["exposure"]["first_exposed_at"]
     assert records_write([payload]) == 1
     assert Exposure.objects.get().first_exposed_at >= CompletionJob.objects.get(pk=j.id).started_at
+
+
+def test_the_drainer_offers_calls_to_their_listeners_only_once_their_records_are_written():
+    """Write-behind (production): the call's worker hands the answer back and buffers the records;
+    the recorded-call listeners (the shadow tests' offer) run in the drainer, after the batch it
+    wrote, with each call's payload; nothing runs for them on the worker."""
+    from routing.pipeline import recorded
+
+    seen: list[tuple[str, str, int]] = []
+
+    def listener(payloads):
+        for p in payloads:
+            written = CallRecord.objects.filter(job_id=p["job"]["id"]).count()
+            seen.append((p["job"]["id"], p["call"]["status"], written))
+
+    remove = recorded.on_recorded(listener)
+    try:
+        j = job(session_id="s-1", user_id="u-1")
+        assert execute_job(job_id=str(j.id)) == JobStatus.SUCCEEDED
+        assert final_state(str(j.id))["status"] == JobStatus.SUCCEEDED  # the caller has its answer
+        assert seen == []  # the worker offered nothing
+        assert drain_all() == 1
+    finally:
+        remove()
+    assert seen == [(str(j.id), JobStatus.SUCCEEDED, 1)]
+
+
+def test_a_call_moved_to_dead_letters_is_not_offered_to_the_listeners():
+    from routing.pipeline import recorded
+
+    seen: list[str] = []
+    remove = recorded.on_recorded(lambda payloads: seen.extend(p["job"]["id"] for p in payloads))
+    try:
+        good, other = job(session_id="s-1", user_id="u-1"), job(session_id="s-2", user_id="u-2")
+        execute_job(job_id=str(good.id))
+        redis_client().xadd(drainer.STREAM, {"p": json.dumps({"job": {"id": str(other.id)}}), "t": "0"})
+        assert drainer.drain() == 2
+    finally:
+        remove()
+    assert seen == [str(good.id)]
