@@ -22,9 +22,9 @@ primaries' processes leave a core idle. That is a modelling choice of this bench
 the platform does. ``--shared-upstream`` serves them from the primaries' upstream as before
 (every shadowed call then costs two more calls on the same normal-priority process).
 
-The Procfile's shadow worker waits for a quarter of the host's CPU to be idle before each shadow
-call (``SHADOW_MIN_IDLE_CPU=0.25``): at 8 clients this machine's two cores are saturated, so the
-shadowed round's shadow calls wait and run after it (``wait_shadow_queue_empty``); a round of more
+The Procfile's shadow worker waits for 60 % of the host's CPU to be idle before each shadow call
+(``SHADOW_MIN_IDLE_CPU=0.6``): from 1 client on, the primaries keep this machine's two cores at
+least half busy, so the shadowed round's shadow calls wait and run after it (``wait_shadow_queue_empty``); a round of more
 than ``SHADOW_MAX_BACKLOG`` (1,000) calls drops the rest, counted ``backlog``. The offers are made by
 the records drainer (its CPU column), not the primaries' worker.
 

@@ -1,6 +1,7 @@
-"""CPU of one shadow-call publish on the primary's worker: the earlier path (``backlog_take``, then
-``apply_async`` through kombu) against the bounded direct push the offer now takes
-(:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`: one Lua script).
+"""CPU of one shadow-call publish (made by the records drainer): the earliest path
+(``backlog_take``, then ``apply_async`` through kombu) against the bounded direct push the offer
+takes (:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`: one Lua script), one
+offer per script and a drained batch's offers in one script.
 
 Runs in this process on ``DATABASE_URL`` + ``REDIS_URL`` (a Redis database of your own: the
 script empties its ``shadow`` list and the shadow backlog counter). Thread CPU time per publish
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: Offers per drained batch in the batched case (the drainer offers a batch's calls together).
+BATCH = 20
 
 KWARGS = {
     "test_key": "bench-control",
@@ -68,18 +71,23 @@ def main() -> int:
         backlog_take(10**9)
         app.tasks[RUN_SHADOW.name].apply_async(kwargs=KWARGS, kwargsrepr="k", queue=Queue.SHADOW)
 
-    def now() -> None:
-        sampling._publish(KWARGS, "k")
+    def one() -> None:
+        sampling._publish([KWARGS])
 
-    cpu: dict[str, list[float]] = {"apply_async (before)": [], "push_bounded (now)": []}
+    def batch() -> None:  # a drained batch's offers: BATCH messages, one script
+        sampling._publish([KWARGS] * BATCH)
+
+    cpu: dict[str, list[float]] = {
+        "apply_async (before)": [], "push_bounded, 1": [], f"push_bounded, {BATCH}": []
+    }  # fmt: skip
     for _ in range(args.rounds):
-        for name, fn in zip(cpu, (before, now), strict=True):
-            for _ in range(50):
+        for name, fn, per in zip(cpu, (before, one, batch), (1, 1, BATCH), strict=True):
+            for _ in range(50 // per):
                 fn()
             started = time.thread_time()
-            for _ in range(args.n):
+            for _ in range(args.n // per):
                 fn()
-            cpu[name].append((time.thread_time() - started) / args.n * 1e6)
+            cpu[name].append((time.thread_time() - started) / (args.n // per * per) * 1e6)
             client.delete(Queue.SHADOW, BACKLOG_KEY)
     for name, values in cpu.items():
         rounds = ", ".join(f"{v:.0f}" for v in values)

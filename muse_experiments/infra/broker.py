@@ -18,7 +18,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery import signals
@@ -245,29 +245,31 @@ class DirectPublisher:
         self._retrying(send or self.client.lpush, (queue, entry), redis)
         self._published(message, name=name, queue=queue)
 
-    def push_bounded(self, message, *, name: str, queue: str, counter: str, limit: int) -> bool:
-        """Publish ``message`` as :meth:`push` does, unless the integer at key ``counter`` is
-        already ``limit`` or more: one Lua script (one round trip) increments ``counter`` and
-        pushes, or leaves both as they were. Returns whether the message was pushed. Whoever
-        consumes the message must decrement ``counter`` (the shadow queue's backlog,
-        :func:`routing.shadow.budget.backlog_release`). A retry after a lost reply may count
-        one message twice (the counter then stays one too high until it is reset)."""
+    def push_bounded(self, messages: Sequence, *, name: str, queue: str, counter: str, limit: int) -> int:
+        """Publish ``messages`` in order as :meth:`push` does, while the integer at key ``counter``
+        stays below ``limit``: one Lua script (one round trip for them all) increments ``counter``
+        and pushes each message that fits, and leaves the rest out. Returns how many were pushed
+        (the first ones). Whoever consumes a message must decrement ``counter`` (the shadow
+        queue's backlog, :func:`routing.shadow.budget.backlog_release`). A retry after a lost
+        reply may count messages twice (the counter then stays too high until it is reset)."""
         import redis
 
-        entry = self._entry(message, name=name, queue=queue)
+        if not messages:
+            return 0
+        entries = [self._entry(m, name=name, queue=queue) for m in messages]
         script = self._bounded_push
         if script is None:
             script = self._bounded_push = self.client.register_script(_BOUNDED_PUSH)
-        pushed: list[bool] = []
+        pushed: list[int] = []
 
-        def send(counter: str, queue: str, entry: str) -> None:
-            pushed.append(bool(script(keys=[counter, queue], args=[int(limit), entry])))
+        def send(counter: str, queue: str, entries: list[str]) -> None:
+            pushed.append(int(script(keys=[counter, queue], args=[int(limit), *entries])))
 
-        self._retrying(send, (counter, queue, entry), redis)
-        if pushed and pushed[-1]:
+        self._retrying(send, (counter, queue, entries), redis)
+        n = pushed[-1] if pushed else 0
+        for message in messages[:n]:
             self._published(message, name=name, queue=queue)
-            return True
-        return False
+        return n
 
     def _entry(self, message, *, name: str, queue: str) -> str:
         """The list entry of ``message`` (see the class docstring); sends ``before_task_publish``."""
@@ -314,12 +316,14 @@ class DirectPublisher:
             )
 
 
-#: KEYS[1] the counter, KEYS[2] the queue's list; ARGV[1] the limit, ARGV[2] the entry.
+#: KEYS[1] the counter, KEYS[2] the queue's list; ARGV[1] the limit, ARGV[2..] the entries in order.
 _BOUNDED_PUSH = """
-if tonumber(redis.call('GET', KEYS[1]) or '0') >= tonumber(ARGV[1]) then return 0 end
-redis.call('INCR', KEYS[1])
-redis.call('LPUSH', KEYS[2], ARGV[2])
-return 1
+local room = tonumber(ARGV[1]) - tonumber(redis.call('GET', KEYS[1]) or '0')
+local n = math.max(0, math.min(room, #ARGV - 1))
+if n == 0 then return 0 end
+redis.call('INCRBY', KEYS[1], n)
+for i = 2, n + 1 do redis.call('LPUSH', KEYS[2], ARGV[i]) end
+return n
 """
 
 

@@ -13,10 +13,11 @@ I/O at all.
 (registered by :meth:`routing.apps.RoutingConfig.ready`), which the records drainer calls after
 each batch it wrote -- after the callers had their answers, in a process of its own -- so the
 primaries' workers do nothing for shadow tests. It never raises. Each shadow call it offers costs
-the drainer one message built and one Redis round trip: the backlog check and the push are one Lua
-script (:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`), where the broker is
-this Redis and publishes directly (else the backlog is taken, then the task published as any
-task).
+the drainer one message built; a drained batch's offers go out in one Redis round trip: the
+backlog check and the pushes are one Lua script
+(:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`), where the broker is this
+Redis and publishes directly (else the backlog is taken, then the task published as any task,
+one by one).
 """
 
 from __future__ import annotations
@@ -128,23 +129,34 @@ def shadow_offer(payloads: Sequence[Mapping[str, Any]]) -> int:
     (``backlog``). Never raises: a shadow test must not fail its primary's records.
 
     ``payloads``: the calls' :func:`~routing.pipeline.records.call_payload` dicts (what
-    :mod:`routing.pipeline.recorded` hands its listeners)."""
+    :mod:`routing.pipeline.recorded` hands its listeners: a drained batch); their offers go out
+    together (one round trip)."""
     specs = running_shadow_tests()
     if not specs:
         return 0
-    sent = 0
+    offers: list[dict[str, Any]] = []
     for payload in payloads:
         try:
-            sent += _offer(specs, payload)
+            offers += _offers(specs, payload)
         except Exception:  # noqa: BLE001 - the primary is answered; the shadow call is lost, not the job
             log.exception("could not offer job %s to its shadow tests", payload.get("job", {}).get("id"))
+    if not offers:
+        return 0
+    try:
+        sent = _publish(offers)
+    except Exception:  # noqa: BLE001 - as above: lost shadow calls, counted
+        log.exception("could not publish %d shadow calls", len(offers))
+        sent = 0
+    for kwargs in offers[sent:]:
+        dropped_count(kwargs["test_key"], "backlog")
     return sent
 
 
-def _offer(specs: tuple[ShadowSpec, ...], payload: Mapping[str, Any]) -> int:
+def _offers(specs: tuple[ShadowSpec, ...], payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``run_shadow`` keyword arguments of every test that shadows this written call."""
     call, turn = payload["call"], payload.get("turn")
     if turn is None or call["status"] != "succeeded" or not call["served_endpoint"]:
-        return 0
+        return []
     experiment = call["experiment_key"] if payload.get("exposure") else None
     wanted = [
         s
@@ -153,13 +165,12 @@ def _offer(specs: tuple[ShadowSpec, ...], payload: Mapping[str, Any]) -> int:
         and session_shadowed(test_key=s.key, session_id=call["session_id"], sample_percent=s.sample_percent)
     ]
     if not wanted:
-        return 0
+        return []
     primary = primary_summary(payload)
     request = {k: v for k, v in turn["request"].items() if k != "model"}
     job_id = str(payload["job"]["id"])
-    sent = 0
-    for spec in wanted:
-        kwargs = {
+    return [
+        {
             "test_key": spec.key,
             "job_id": job_id,
             "session_id": call["session_id"],
@@ -167,31 +178,47 @@ def _offer(specs: tuple[ShadowSpec, ...], payload: Mapping[str, Any]) -> int:
             "request": request,
             "primary": primary,
         }
-        if _publish(kwargs, repr({"test_key": spec.key, "job_id": job_id})):
-            sent += 1
-        else:
-            dropped_count(spec.key, "backlog")
-    return sent
+        for spec in wanted
+    ]
 
 
-def _publish(kwargs: dict[str, Any], kwargsrepr: str) -> bool:
-    """Publish one ``run_shadow`` message if the backlog has room; whether it was published."""
+def _publish(offers: list[dict[str, Any]]) -> int:
+    """Publish ``run_shadow`` messages for ``offers`` (in order) while the backlog has room;
+    returns how many were published (the first ones)."""
     from celery import current_app
 
     app = current_app._get_current_object()
     limit = settings.SHADOW_MAX_BACKLOG
     publisher = None if app.conf.task_always_eager else direct_publisher(app)
     if publisher is not None and publisher.client is redis_client():
-        message = app.amqp.as_task_v2(
-            str(uuid.uuid4()), RUN_SHADOW.name, kwargs=kwargs, ignore_result=True, kwargsrepr=kwargsrepr,
-            soft_time_limit=RUN_SHADOW.soft_time_limit, time_limit=RUN_SHADOW.time_limit,
-        )  # fmt: skip
+        messages = [
+            app.amqp.as_task_v2(
+                str(uuid.uuid4()),
+                RUN_SHADOW.name,
+                kwargs=kwargs,
+                ignore_result=True,
+                kwargsrepr=_kwargsrepr(kwargs),
+                soft_time_limit=RUN_SHADOW.soft_time_limit,
+                time_limit=RUN_SHADOW.time_limit,
+            )  # fmt: skip
+            for kwargs in offers
+        ]
         return publisher.push_bounded(
-            message, name=RUN_SHADOW.name, queue=Queue.SHADOW, counter=BACKLOG_KEY, limit=limit
+            messages, name=RUN_SHADOW.name, queue=Queue.SHADOW, counter=BACKLOG_KEY, limit=limit
         )
-    if not backlog_take(limit):
-        return False
     if RUN_SHADOW.name not in app.tasks:  # eager mode (tests): loaded as a worker loads it
         app.loader.import_default_modules()
-    app.tasks[RUN_SHADOW.name].apply_async(kwargs=kwargs, kwargsrepr=kwargsrepr, queue=Queue.SHADOW)
-    return True
+    sent = 0
+    for kwargs in offers:
+        if not backlog_take(limit):
+            break
+        app.tasks[RUN_SHADOW.name].apply_async(
+            kwargs=kwargs, kwargsrepr=_kwargsrepr(kwargs), queue=Queue.SHADOW
+        )
+        sent += 1
+    return sent
+
+
+def _kwargsrepr(kwargs: Mapping[str, Any]) -> str:
+    """What the worker logs of a shadow task's arguments (never the conversation)."""
+    return repr({"test_key": kwargs["test_key"], "job_id": kwargs["job_id"]})

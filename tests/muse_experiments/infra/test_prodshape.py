@@ -28,7 +28,7 @@ def test_the_repository_procfile_has_web_worker_beat_and_the_drainer():
     # tests/routing/shadow/test_worker_priority.py starts it)
     assert (
         types["shadow"].startswith(
-            "nice -n 19 env RECORDS_DRAINER=false WORKER_IDLE_PRIORITY=true SHADOW_PAIR_FLUSH_S=1 SHADOW_MIN_IDLE_CPU=0.25 celery "
+            "nice -n 19 env RECORDS_DRAINER=false WORKER_IDLE_PRIORITY=true SHADOW_PAIR_FLUSH_S=1 SHADOW_MIN_IDLE_CPU=0.6 celery "
         )
         and "-Q shadow " in types["shadow"]
     )

@@ -149,3 +149,29 @@ def not_eager():
     app.conf.task_always_eager = False
     yield
     app.conf.task_always_eager = before
+
+
+def test_a_drained_batch_is_offered_in_one_push_and_what_does_not_fit_is_dropped(
+    catalogue, shadow_queue, settings
+):
+    """The drainer hands a batch of written calls at once: their offers go out together, the
+    first ones up to the backlog's room are pushed in order and the rest counted ``backlog``."""
+    start(judge=None)
+    payloads_seen: list = []
+    remove = recorded.on_recorded(payloads_seen.extend)
+    settings.SHADOW_MAX_BACKLOG = 10**6
+    try:
+        jobs = [run(job(session_id=f"s-{i}")) for i in range(3)]
+    finally:
+        remove()
+    shadow_queue.delete(Queue.SHADOW)
+    redis_client().set(BACKLOG_KEY, 0)
+    for key in redis_client().scan_iter("muse:shadow:sh:dropped*"):
+        redis_client().delete(key)
+    settings.SHADOW_MAX_BACKLOG = 2
+
+    assert shadow_offer(payloads_seen) == 2
+    entries = [json.loads(e) for e in reversed(shadow_queue.lrange(Queue.SHADOW, 0, -1))]
+    offered = [json.loads(base64.b64decode(e["body"]))[1]["job_id"] for e in entries]
+    assert offered == [str(j.id) for j in jobs[:2]]
+    assert int(redis_client().get(BACKLOG_KEY)) == 2 and dropped_counts("sh") == {"backlog": 1}
