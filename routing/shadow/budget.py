@@ -75,8 +75,8 @@ def spent_usd_today(test_key: str) -> float:
 
 
 def dropped_count(test_key: str, reason: str, n: int = 1) -> None:
-    """Count ``n`` shadow calls of the test not made (``reason``: ``backlog``, ``stopped``, ``budget``,
-    ``killed``, ``opted_out``, ``external_disallowed``)."""
+    """Count ``n`` shadow calls of the test not made (``reason``: ``backlog``, ``busy``, ``stopped``,
+    ``budget``, ``killed``, ``opted_out``, ``external_disallowed``)."""
     redis_client().hincrby(f"muse:shadow:{test_key}:dropped", reason, n)
 
 
@@ -93,6 +93,11 @@ def backlog_take(limit: int) -> bool:
         client.decr(BACKLOG_KEY)
         return False
     return True
+
+
+def backlog_room(limit: int) -> int:
+    """How many more shadow calls the backlog holds now (0 when full); it may change at once."""
+    return max(0, limit - int(redis_client().get(BACKLOG_KEY) or 0))
 
 
 def backlog_release() -> None:

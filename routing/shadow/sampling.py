@@ -13,8 +13,8 @@ I/O at all.
 (registered by :meth:`routing.apps.RoutingConfig.ready`), which the records drainer calls after
 each batch it wrote -- after the callers had their answers, in a process of its own -- so the
 primaries' workers do nothing for shadow tests. It never raises. Each shadow call it offers costs
-the drainer one message built; a drained batch's offers go out in one Redis round trip: the
-backlog check and the pushes are one Lua script
+the drainer one message built (none when the backlog is full: its room is read first); a drained
+batch's offers go out in one Redis round trip: the backlog check and the pushes are one Lua script
 (:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`), where the broker is this
 Redis and publishes directly (else the backlog is taken, then the task published as any task,
 one by one).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
 
 from ..messages import RUN_SHADOW
-from .budget import BACKLOG_KEY, backlog_take, dropped_count
+from .budget import BACKLOG_KEY, backlog_room, backlog_take, dropped_count
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +148,8 @@ def shadow_offer(payloads: Sequence[Mapping[str, Any]]) -> int:
     except Exception:  # noqa: BLE001 - as above: lost shadow calls, counted
         log.exception("could not publish %d shadow calls", len(offers))
         sent = 0
-    for kwargs in offers[sent:]:
-        dropped_count(kwargs["test_key"], "backlog")
+    for test_key, n in Counter(kwargs["test_key"] for kwargs in offers[sent:]).items():
+        dropped_count(test_key, "backlog", n)  # one count per test and batch
     return sent
 
 
@@ -184,13 +185,16 @@ def _offers(specs: tuple[ShadowSpec, ...], payload: Mapping[str, Any]) -> list[d
 
 def _publish(offers: list[dict[str, Any]]) -> int:
     """Publish ``run_shadow`` messages for ``offers`` (in order) while the backlog has room;
-    returns how many were published (the first ones)."""
+    returns how many were published (the first ones). The backlog's room is read first, so no
+    message is built for a call it cannot take (it is full while the host is too busy for shadow
+    calls: :mod:`muse_experiments.infra.idle_cpu`)."""
     from celery import current_app
 
     app = current_app._get_current_object()
     limit = settings.SHADOW_MAX_BACKLOG
     publisher = None if app.conf.task_always_eager else direct_publisher(app)
     if publisher is not None and publisher.client is redis_client():
+        offers = offers[: backlog_room(limit)]  # no message built for a call the backlog cannot take
         messages = [
             app.amqp.as_task_v2(
                 str(uuid.uuid4()),
