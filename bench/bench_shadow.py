@@ -286,14 +286,23 @@ def cpu_table(cpu: dict[str, dict[str, float]], calls: dict[str, int]) -> str:
 
 
 def wait_shadow_queue_empty(timeout_s: float = 300) -> None:
-    """Wait until every enqueued shadow call has started and the shadow worker is idle again."""
-    from muse_experiments.infra.redis_client import redis_client
-    from routing.shadow.budget import BACKLOG_KEY
+    """Wait until the shadow queue is empty and the shadow worker has stopped writing pairs (the
+    calls it had already taken ran to their end; pairs are written a second apart)."""
+    from django.conf import settings
 
+    from muse_experiments.experiments.models import ShadowPair
+    from muse_experiments.infra.queues import Queue
+    from muse_experiments.infra.redis_client import client_url, redis_client
+
+    broker = redis_client(client_url(settings.CELERY_BROKER_URL))
     deadline = time.monotonic() + timeout_s
-    while int(redis_client().get(BACKLOG_KEY) or 0) > 0 and time.monotonic() < deadline:
+    while broker.llen(Queue.SHADOW) > 0 and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(2.0)  # the last calls started run to their end
+    pairs, still = -1, 0
+    while still < 4 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = ShadowPair.objects.count()
+        pairs, still = now, (still + 1 if now == pairs else 0)
 
 
 def _restart(keys: list[str]) -> list[str]:

@@ -245,13 +245,12 @@ class DirectPublisher:
         self._retrying(send or self.client.lpush, (queue, entry), redis)
         self._published(message, name=name, queue=queue)
 
-    def push_bounded(self, messages: Sequence, *, name: str, queue: str, counter: str, limit: int) -> int:
-        """Publish ``messages`` in order as :meth:`push` does, while the integer at key ``counter``
-        stays below ``limit``: one Lua script (one round trip for them all) increments ``counter``
-        and pushes each message that fits, and leaves the rest out. Returns how many were pushed
-        (the first ones). Whoever consumes a message must decrement ``counter`` (the shadow
-        queue's backlog, :func:`routing.shadow.budget.backlog_release`). A retry after a lost
-        reply may count messages twice (the counter then stays too high until it is reset)."""
+    def push_bounded(self, messages: Sequence, *, name: str, queue: str, limit: int) -> int:
+        """Publish ``messages`` in order as :meth:`push` does, while the queue's list holds fewer
+        than ``limit`` entries: one Lua script (one round trip for them all) reads the list's
+        length and pushes each message that fits, and leaves the rest out. Returns how many were
+        pushed (the first ones). The bound is the list itself, so nothing can drift from it (a
+        purged queue is empty again); messages a worker has already taken do not count."""
         import redis
 
         if not messages:
@@ -262,10 +261,10 @@ class DirectPublisher:
             script = self._bounded_push = self.client.register_script(_BOUNDED_PUSH)
         pushed: list[int] = []
 
-        def send(counter: str, queue: str, entries: list[str]) -> None:
-            pushed.append(int(script(keys=[counter, queue], args=[int(limit), *entries])))
+        def send(queue: str, entries: list[str]) -> None:
+            pushed.append(int(script(keys=[queue], args=[int(limit), *entries])))
 
-        self._retrying(send, (counter, queue, entries), redis)
+        self._retrying(send, (queue, entries), redis)
         n = pushed[-1] if pushed else 0
         for message in messages[:n]:
             self._published(message, name=name, queue=queue)
@@ -316,13 +315,11 @@ class DirectPublisher:
             )
 
 
-#: KEYS[1] the counter, KEYS[2] the queue's list; ARGV[1] the limit, ARGV[2..] the entries in order.
+#: KEYS[1] the queue's list; ARGV[1] the limit, ARGV[2..] the entries in order.
 _BOUNDED_PUSH = """
-local room = tonumber(ARGV[1]) - tonumber(redis.call('GET', KEYS[1]) or '0')
+local room = tonumber(ARGV[1]) - redis.call('LLEN', KEYS[1])
 local n = math.max(0, math.min(room, #ARGV - 1))
-if n == 0 then return 0 end
-redis.call('INCRBY', KEYS[1], n)
-for i = 2, n + 1 do redis.call('LPUSH', KEYS[2], ARGV[i]) end
+for i = 2, n + 1 do redis.call('LPUSH', KEYS[1], ARGV[i]) end
 return n
 """
 

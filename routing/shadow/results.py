@@ -9,13 +9,16 @@ Shape (latencies ms, costs USD, tokens as billed)::
      "cost_usd_per_call": {"primary", "candidate", "ratio": {...}},
      "output_tokens_per_call": {"primary", "candidate", "ratio": {...}},
      "tool_call_agreement": {"rate", "ci": [lo, hi]},
-     "judge": {"candidate_wins", "primary_wins", "ties", "invalid", "win_rate": {"estimate", "ci"}} | null}
+     "judge": {"candidate_wins", "primary_wins", "ties", "invalid", "not_judged",
+               "win_rate": {"estimate", "ci"}} | null}
 
 ``pairs``: primary calls mirrored (the candidate answered or failed); ``candidate_failed``: of
 those, where the candidate failed (left out of the comparisons); ``dropped``: shadow calls not
-made (backlog full, budget spent, killed, opted out); ``spent_usd``: candidate and judge calls,
-all days. The win rate counts a tie as half a win, over valid verdicts; ``judge`` is null for a
-test without a judge.
+made (backlog full, host busy, budget spent, killed, opted out, ...); ``spent_usd``: candidate and
+judge calls, all days. The win rate counts a tie as half a win, over valid verdicts;
+``not_judged``: pairs the candidate answered that have no verdict (the judge call failed or was
+not made: budget, host busy, kill switch, opt-out; those reasons are counted as ``judge_<reason>``
+in the test's drop counters, not in ``dropped``); ``judge`` is null for a test without a judge.
 """
 
 from __future__ import annotations
@@ -91,7 +94,9 @@ def shadow_results(test: ShadowTest, *, n_boot: int = 1000) -> dict[str, Any]:
         "pairs": len(rows),
         "sessions": len(_per_session(rows)),
         "candidate_failed": len(rows) - len(ok),
-        "dropped": sum(dropped_counts(test.key).values()),
+        "dropped": sum(
+            n for reason, n in dropped_counts(test.key).items() if not reason.startswith("judge_")
+        ),
         "spent_usd": round(spent, 8),
         "latency_ms": {
             "primary_p50": float(np.median([r["primary_latency_ms"] for r in ok])) if ok else None,
@@ -119,6 +124,7 @@ def _judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "primary_wins": counts["primary"],
         "ties": counts["tie"],
         "invalid": counts["invalid"],
+        "not_judged": sum(not r["judge_verdict"] for r in rows),
         "win_rate": win.to_dict(),
     }
 

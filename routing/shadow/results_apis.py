@@ -83,7 +83,10 @@ def judge_table(results: dict) -> Table | None:
             {"verdict": label, "pairs": judge[key], "share": judge[key] / judged if judged else None}
             for label, key in VERDICTS
         ],
-        note="Pairs the candidate answered. Invalid: the judge did not answer with one VERDICT line.",
+        note=(
+            "Pairs the candidate answered. Invalid: the judge did not answer with one VERDICT line. "
+            f"Not judged (no judge call made or it failed): {judge['not_judged']}."
+        ),
     )
 
 

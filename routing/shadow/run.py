@@ -80,9 +80,14 @@ def _guarded_call(
     test: ShadowTest, info: EndpointInfo, request: Any
 ) -> tuple[Any | None, Decimal, str, bool]:
     """One budgeted, guarded attempt. ``(result or None, cost USD, error, called)``; ``called``
-    False when the budget or a guard refused it (nothing was sent)."""
+    False when nothing was sent: the host stayed busy (``busy``), the test was stopped meanwhile
+    (``stopped``), the budget (``budget``) or a guard refused it (``killed`` for a kill switch or
+    a disabled endpoint, else the guard's outcome: ``concurrency_limited``, ``circuit_open``,
+    ``cooling``, ``unsupported_contract``), or no credential may go to the endpoint (its kind)."""
     if not wait_for_idle_cpu(settings.SHADOW_MIN_IDLE_CPU, max_wait_s=settings.SHADOW_MAX_WAIT_S):
         return None, Decimal(0), "busy", False
+    if test.key not in _running.get():  # stopped while the call waited for the host
+        return None, Decimal(0), "stopped", False
     if not budget_admit(test_key=test.key, max_usd_per_day=test.max_usd_per_day):
         return None, Decimal(0), "budget", False
     cost = Decimal(0)
@@ -91,9 +96,9 @@ def _guarded_call(
         cost = result.cost_usd
         return result, cost, "", True
     except EndpointRefused as exc:
-        return None, cost, exc.outcome, exc.outcome not in ("killed", "disabled")
+        return None, cost, "killed" if exc.outcome in ("killed", "disabled") else exc.outcome, False
     except CredentialUnavailable as exc:
-        return None, cost, exc.kind, True
+        return None, cost, exc.kind, False
     except ProviderError as exc:
         cost = usage_cost_usd(info, exc.usage)
         return None, cost, type(exc).__name__, True
@@ -136,7 +141,7 @@ def shadow_run(
         return _drop(test_key, "opted_out")
     result, cost, error, called = _guarded_call(test, info, stored_request(request, {}))
     if not called:
-        return _drop(test_key, error if error in ("budget", "busy") else "killed")
+        return _drop(test_key, error)
     pair = ShadowPair(
         test=test,
         job_id=job_id,
@@ -180,8 +185,9 @@ def _judge(test, pair, request, primary, candidate, info: EndpointInfo, opted_ou
         candidate_first=candidate_first,
         instructions=test.judge_instructions,
     )
-    result, cost, _error, called = _guarded_call(test, info, req)
-    if not called:
+    result, cost, error, called = _guarded_call(test, info, req)
+    if not called:  # no verdict; counted apart from the calls the test dropped
+        dropped_count(test.key, f"judge_{error}")
         return
     pair.judge_model = info.public_id
     pair.judge_cost_usd = cost

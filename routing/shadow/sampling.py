@@ -13,11 +13,11 @@ I/O at all.
 (registered by :meth:`routing.apps.RoutingConfig.ready`), which the records drainer calls after
 each batch it wrote -- after the callers had their answers, in a process of its own -- so the
 primaries' workers do nothing for shadow tests. It never raises. Each shadow call it offers costs
-the drainer one message built (none when the backlog is full: its room is read first); a drained
-batch's offers go out in one Redis round trip: the backlog check and the pushes are one Lua script
-(:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`), where the broker is this
-Redis and publishes directly (else the backlog is taken, then the task published as any task,
-one by one).
+the drainer one message built (none when the backlog is full: the queue's room is read first);
+a drained batch's offers go out in one Lua script that checks the room again and pushes
+(:meth:`muse_experiments.infra.broker.DirectPublisher.push_bounded`: the backlog is the queue's
+own length), where the broker is this Redis and publishes directly (else a place in the backlog
+counter is taken, then the task published as any task, one by one).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from muse_experiments.infra.queues import Queue
 from muse_experiments.infra.redis_client import redis_client
 
 from ..messages import RUN_SHADOW
-from .budget import BACKLOG_KEY, backlog_room, backlog_take, dropped_count
+from .budget import backlog_release, backlog_room, backlog_take, dropped_count
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,8 @@ def shadow_offer(payloads: Sequence[Mapping[str, Any]]) -> int:
     """Enqueue a shadow call for every running test that mirrors one of these written calls and
     samples its session; returns how many were enqueued. Failed or cancelled primaries are not
     mirrored. Beyond ``SHADOW_MAX_BACKLOG`` waiting shadow calls, a call is dropped and counted
-    (``backlog``). Never raises: a shadow test must not fail its primary's records.
+    (``backlog``; ``error`` when the publish failed). Never raises: a shadow test must not fail
+    its primary's records.
 
     ``payloads``: the calls' :func:`~routing.pipeline.records.call_payload` dicts (what
     :mod:`routing.pipeline.recorded` hands its listeners: a drained batch); their offers go out
@@ -143,13 +144,17 @@ def shadow_offer(payloads: Sequence[Mapping[str, Any]]) -> int:
             log.exception("could not offer job %s to its shadow tests", payload.get("job", {}).get("id"))
     if not offers:
         return 0
+    reason = "backlog"
     try:
         sent = _publish(offers)
     except Exception:  # noqa: BLE001 - as above: lost shadow calls, counted
         log.exception("could not publish %d shadow calls", len(offers))
-        sent = 0
-    for test_key, n in Counter(kwargs["test_key"] for kwargs in offers[sent:]).items():
-        dropped_count(test_key, "backlog", n)  # one count per test and batch
+        sent, reason = 0, "error"
+    try:
+        for test_key, n in Counter(kwargs["test_key"] for kwargs in offers[sent:]).items():
+            dropped_count(test_key, reason, n)  # one count per test and batch
+    except Exception:  # noqa: BLE001 - Redis is failing: the log line above is what is left
+        log.exception("could not count %d dropped shadow calls", len(offers) - sent)
     return sent
 
 
@@ -194,7 +199,7 @@ def _publish(offers: list[dict[str, Any]]) -> int:
     limit = settings.SHADOW_MAX_BACKLOG
     publisher = None if app.conf.task_always_eager else direct_publisher(app)
     if publisher is not None and publisher.client is redis_client():
-        offers = offers[: backlog_room(limit)]  # no message built for a call the backlog cannot take
+        offers = offers[: backlog_room(limit, publisher.client)]  # no message for a call it cannot take
         messages = [
             app.amqp.as_task_v2(
                 str(uuid.uuid4()),
@@ -207,18 +212,20 @@ def _publish(offers: list[dict[str, Any]]) -> int:
             )  # fmt: skip
             for kwargs in offers
         ]
-        return publisher.push_bounded(
-            messages, name=RUN_SHADOW.name, queue=Queue.SHADOW, counter=BACKLOG_KEY, limit=limit
-        )
+        return publisher.push_bounded(messages, name=RUN_SHADOW.name, queue=Queue.SHADOW, limit=limit)
     if RUN_SHADOW.name not in app.tasks:  # eager mode (tests): loaded as a worker loads it
         app.loader.import_default_modules()
     sent = 0
     for kwargs in offers:
         if not backlog_take(limit):
             break
-        app.tasks[RUN_SHADOW.name].apply_async(
-            kwargs=kwargs, kwargsrepr=_kwargsrepr(kwargs), queue=Queue.SHADOW
-        )
+        try:
+            app.tasks[RUN_SHADOW.name].apply_async(
+                kwargs={**kwargs, "counted": True}, kwargsrepr=_kwargsrepr(kwargs), queue=Queue.SHADOW
+            )
+        except Exception:
+            backlog_release()  # not published: its place is free again
+            raise
         sent += 1
     return sent
 

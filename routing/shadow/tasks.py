@@ -31,9 +31,12 @@ def run_shadow(
     user_id: str,
     request: dict[str, Any],
     primary: dict[str, Any],
+    counted: bool = False,
 ) -> str:
-    """Make one shadow call (:func:`routing.shadow.run.shadow_run`), freeing its backlog place first."""
-    backlog_release()
+    """Make one shadow call (:func:`routing.shadow.run.shadow_run`). ``counted``: published with a
+    place in the backlog counter (a broker other than this Redis), given back first."""
+    if counted:
+        backlog_release()
     return shadow_run(
         test_key=test_key,
         job_id=job_id,

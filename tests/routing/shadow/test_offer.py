@@ -119,13 +119,14 @@ def test_a_failed_listener_does_not_fail_the_call_nor_the_next_listener(catalogu
 
 
 def test_the_offer_is_one_bounded_push_onto_the_shadow_queue(catalogue, shadow_queue, settings):
-    """Not eager: the message goes to the shadow queue's list (no worker runs here), the backlog
-    counted with it; at the limit nothing is pushed and the call is dropped ``backlog``."""
+    """Not eager: the message goes to the shadow queue's list (no worker runs here), which is the
+    backlog; at the limit nothing is pushed and the call is dropped ``backlog``; once the list is
+    emptied (a worker took its calls, or the queue was purged) there is room again."""
     assert direct_publisher(app).client is redis_client()  # the one-round-trip path is the one tested
     start(judge=None)
     settings.SHADOW_MAX_BACKLOG = 1
     first = run(job(session_id="s-1"))
-    assert int(redis_client().get(BACKLOG_KEY)) == 1
+    assert shadow_queue.llen(Queue.SHADOW) == 1
     [raw] = shadow_queue.lrange(Queue.SHADOW, 0, -1)
     message = json.loads(raw)
     assert message["headers"]["task"] == "shadow.run_shadow"
@@ -138,8 +139,15 @@ def test_the_offer_is_one_bounded_push_onto_the_shadow_queue(catalogue, shadow_q
 
     second = run(job(session_id="s-2"))  # the backlog is full
     assert second.status == "succeeded"
-    assert shadow_queue.llen(Queue.SHADOW) == 1 and int(redis_client().get(BACKLOG_KEY)) == 1
+    assert shadow_queue.llen(Queue.SHADOW) == 1
     assert dropped_counts("sh") == {"backlog": 1}
+
+    shadow_queue.delete(Queue.SHADOW)  # purged (celery purge -Q shadow): nothing left to drift
+    third = run(job(session_id="s-3"))
+    assert shadow_queue.llen(Queue.SHADOW) == 1 and dropped_counts("sh") == {"backlog": 1}
+    assert json.loads(base64.b64decode(json.loads(shadow_queue.lindex(Queue.SHADOW, 0))["body"]))[1][
+        "job_id"
+    ] == str(third.id)
 
 
 @pytest.fixture(autouse=True)
@@ -165,7 +173,6 @@ def test_a_drained_batch_is_offered_in_one_push_and_what_does_not_fit_is_dropped
     finally:
         remove()
     shadow_queue.delete(Queue.SHADOW)
-    redis_client().set(BACKLOG_KEY, 0)
     for key in redis_client().scan_iter("muse:shadow:sh:dropped*"):
         redis_client().delete(key)
     settings.SHADOW_MAX_BACKLOG = 2
@@ -174,4 +181,25 @@ def test_a_drained_batch_is_offered_in_one_push_and_what_does_not_fit_is_dropped
     entries = [json.loads(e) for e in reversed(shadow_queue.lrange(Queue.SHADOW, 0, -1))]
     offered = [json.loads(base64.b64decode(e["body"]))[1]["job_id"] for e in entries]
     assert offered == [str(j.id) for j in jobs[:2]]
-    assert int(redis_client().get(BACKLOG_KEY)) == 2 and dropped_counts("sh") == {"backlog": 1}
+    assert shadow_queue.llen(Queue.SHADOW) == 2 and dropped_counts("sh") == {"backlog": 1}
+
+
+def test_with_another_broker_a_failed_publish_gives_its_backlog_place_back(catalogue, settings, monkeypatch):
+    """The counter path (a broker other than this Redis): a publish that raises frees the place
+    it took, and the call is counted ``error``, not ``backlog``."""
+    from routing.shadow import sampling
+
+    monkeypatch.setattr(sampling, "direct_publisher", lambda app: None)
+    app.loader.import_default_modules()
+    task = app.tasks["shadow.run_shadow"]
+
+    def refused(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(task, "apply_async", refused)
+    start(judge=None)
+    settings.SHADOW_MAX_BACKLOG = 5
+    j = run(job(session_id="s-err"))
+    assert j.status == "succeeded"
+    assert int(redis_client().get(BACKLOG_KEY) or 0) == 0
+    assert dropped_counts("sh") == {"error": 1}

@@ -248,3 +248,84 @@ def test_a_shadow_call_waits_for_idle_cpu_and_is_dropped_busy_after_the_longest_
     assert upstreams.calls(model="avocado-v14") == []
     assert dropped_counts("sh") == {"busy": 1}
     assert not ShadowPair.objects.exists()
+
+
+def test_a_call_a_guard_refuses_is_dropped_with_the_guards_reason_not_recorded_as_failed(
+    catalogue, upstreams
+):
+    """Nothing was sent (the candidate's only concurrency slot is taken): no pair, no
+    ``candidate_failed``; the drop is counted under the guard's outcome."""
+    from routing.guards.concurrency import limiter
+    from routing.models import ModelEndpoint
+
+    ModelEndpoint.objects.filter(public_id=CANDIDATE).update(max_concurrency=1)
+    invalidate_all()
+    start(judge=None)
+    held = limiter.acquire(CANDIDATE, 1)
+    assert held is not None
+    try:
+        j = run(job(session_id="s-full"))
+    finally:
+        held.release()
+    assert j.status == "succeeded"
+    assert upstreams.call_count(model="avocado-v14") == 0
+    assert not ShadowPair.objects.exists()
+    assert dropped_counts("sh") == {"concurrency_limited": 1}
+
+
+def test_a_test_stopped_while_its_call_waited_for_the_host_makes_no_call(catalogue, upstreams, monkeypatch):
+    from muse_experiments.experiments.services.shadow import shadow_test_stop
+    from routing.shadow import run as shadow_run_module
+
+    test = start(judge=None)
+
+    def stop_meanwhile(min_share, *, max_wait_s):  # the PM stops the test during the wait
+        shadow_test_stop(test=ShadowTest.objects.get(pk=test.pk), actor="test")
+        invalidate_all()
+        return True
+
+    monkeypatch.setattr(shadow_run_module, "wait_for_idle_cpu", stop_meanwhile)
+    run(job(session_id="s-stop"))
+    assert upstreams.call_count(model="avocado-v14") == 0
+    assert not ShadowPair.objects.exists()
+    assert dropped_counts("sh") == {"stopped": 1}
+
+
+def test_a_judge_call_not_made_is_counted_and_the_pair_reported_not_judged(catalogue, upstreams):
+    from routing.shadow.results import shadow_results
+
+    start()
+    kill_switch_set(scope="endpoint", target=JUDGE, active=True, reason="incident", actor="oncall")
+    invalidate_all()
+    run(job(session_id="s-nj"))
+    pair = ShadowPair.objects.get()
+    assert pair.candidate_ok and pair.judge_verdict == "" and upstreams.call_count(model="avocado-v13") == 0
+    assert dropped_counts("sh") == {"judge_killed": 1}
+    results = shadow_results(ShadowTest.objects.get(key="sh"))
+    assert results["dropped"] == 0  # the candidate's call was made
+    assert results["judge"]["not_judged"] == 1
+
+
+def test_until_a_call_has_finished_today_the_budget_admits_one_call_at_a_time(catalogue):
+    """No dearest cost known yet: a second concurrent call could cost anything, so it waits for
+    the first to settle (the spend can pass the limit by one call, never one per thread)."""
+    import threading
+
+    from routing.shadow.budget import budget_admit, budget_settle
+
+    assert budget_admit(test_key="b", max_usd_per_day=Decimal("0.01"))
+    assert not budget_admit(test_key="b", max_usd_per_day=Decimal("0.01"), wait_s=0.2)  # waited, gave up
+    second: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: second.append(budget_admit(test_key="b", max_usd_per_day=Decimal("0.01")))
+    )
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and second == []  # it waits for the first call's cost
+    budget_settle(test_key="b", cost_usd=Decimal("0.002"))
+    waiter.join(5)
+    assert second == [True]  # then admitted: 0.002 + 2 × 0.002 ≤ 0.01
+    budget_settle(test_key="b", cost_usd=Decimal("0.002"))
+    # spent 0.004, dearest 0.002: in flight k, one more admitted while 0.004 + (k + 1) × 0.002 ≤ 0.01
+    admitted = [budget_admit(test_key="b", max_usd_per_day=Decimal("0.01")) for _ in range(4)]
+    assert admitted == [True, True, True, False]

@@ -153,62 +153,43 @@ def test_the_direct_publish_retries_by_the_publish_policy_then_raises():
     assert time.monotonic() - started >= 0.2  # two waits of 0.1 s between the three tries
 
 
-def test_a_bounded_push_pushes_what_push_does_until_its_counter_reaches_the_limit(queue):
+def test_a_bounded_push_pushes_what_push_does_while_the_list_is_below_the_limit(queue):
     from muse_experiments.infra.broker import direct_publisher
 
     publisher = direct_publisher(app)
-    counter = "muse:test:bounded-push"
-    queue.delete(counter)
     job_id = str(uuid.uuid4())
     message = app.amqp.as_task_v2(job_id, "routing.run_completion", args=[job_id], kwargs={})
     publisher.push(message, name="routing.run_completion", queue=Queue.COMPLETIONS)
     plain = pushed(queue)
-    try:
-        assert (
-            publisher.push_bounded(
-                [message], name="routing.run_completion", queue=Queue.COMPLETIONS, counter=counter, limit=2
-            )
-            == 1
-        )
-        bounded = pushed(queue)
-        del plain["properties"]["delivery_tag"], bounded["properties"]["delivery_tag"]
-        assert bounded == plain  # the same entry, one Lua script instead of an LPUSH
-        results = [
-            publisher.push_bounded(
-                [message], name="routing.run_completion", queue=Queue.COMPLETIONS, counter=counter, limit=2
-            )
-            for _ in range(2)
-        ]
-        assert results == [1, 0]  # 1 + 1 = the limit; the next one is refused
-        assert queue.llen(Queue.COMPLETIONS) == 1 and int(queue.get(counter)) == 2
-        assert publisher.push_bounded([], name="x", queue=Queue.COMPLETIONS, counter=counter, limit=9) == 0
-    finally:
-        queue.delete(counter)
+    bounded_push = publisher.push_bounded
+    assert bounded_push([message], name="routing.run_completion", queue=Queue.COMPLETIONS, limit=2) == 1
+    bounded = pushed(queue)
+    del plain["properties"]["delivery_tag"], bounded["properties"]["delivery_tag"]
+    assert bounded == plain  # the same entry, one Lua script instead of an LPUSH
+    results = [
+        bounded_push([message], name="routing.run_completion", queue=Queue.COMPLETIONS, limit=2)
+        for _ in range(3)
+    ]
+    assert results == [1, 1, 0]  # the list holds the limit; the next one is refused
+    assert queue.llen(Queue.COMPLETIONS) == 2
+    queue.rpop(Queue.COMPLETIONS)  # a worker takes one: room for one again
+    assert bounded_push([message], name="routing.run_completion", queue=Queue.COMPLETIONS, limit=2) == 1
+    assert bounded_push([], name="x", queue=Queue.COMPLETIONS, limit=9) == 0
 
 
 def test_a_bounded_push_of_many_pushes_the_first_that_fit_in_one_script(queue):
-    """A batch: the first messages up to the limit are pushed, in order, the counter raised by as
-    many; the rest are left out (the caller counts them dropped)."""
+    """A batch: the first messages up to the list's room are pushed, in order; the rest are left
+    out (the caller counts them dropped)."""
     from muse_experiments.infra.broker import direct_publisher
 
     publisher = direct_publisher(app)
-    counter = "muse:test:bounded-push-many"
-    queue.delete(counter, Queue.COMPLETIONS)
-    queue.set(counter, 1)
+    queue.lpush(Queue.COMPLETIONS, "waiting")
     ids = [str(uuid.uuid4()) for _ in range(5)]
     messages = [app.amqp.as_task_v2(i, "routing.run_completion", args=[i], kwargs={}) for i in ids]
-    try:
-        n = publisher.push_bounded(
-            messages, name="routing.run_completion", queue=Queue.COMPLETIONS, counter=counter, limit=4
-        )
-        assert n == 3 and int(queue.get(counter)) == 4
-        entries = [json.loads(e) for e in queue.lrange(Queue.COMPLETIONS, 0, -1)]
-        assert [e["headers"]["id"] for e in reversed(entries)] == ids[:3]  # LPUSHed in order
-        assert (
-            publisher.push_bounded(
-                messages, name="routing.run_completion", queue=Queue.COMPLETIONS, counter=counter, limit=4
-            )
-            == 0
-        )
-    finally:
-        queue.delete(counter, Queue.COMPLETIONS)
+    n = publisher.push_bounded(messages, name="routing.run_completion", queue=Queue.COMPLETIONS, limit=4)
+    assert n == 3 and queue.llen(Queue.COMPLETIONS) == 4
+    entries = [json.loads(e) for e in queue.lrange(Queue.COMPLETIONS, 0, 2)]
+    assert [e["headers"]["id"] for e in reversed(entries)] == ids[:3]  # LPUSHed in order
+    assert (
+        publisher.push_bounded(messages, name="routing.run_completion", queue=Queue.COMPLETIONS, limit=4) == 0
+    )
