@@ -12,7 +12,8 @@ Isolation, in order:
   out of training (dropped ``opted_out``); the same holds for an external judge (no verdict);
 * the host has room: each shadow call (candidate or judge) first waits until ``SHADOW_MIN_IDLE_CPU``
   of the host's CPU is idle (:func:`~muse_experiments.infra.idle_cpu.wait_for_idle_cpu`: the primaries
-  on a shared host keep their CPU), at most ``SHADOW_MAX_WAIT_S``, else it is dropped ``busy``;
+  on a shared host keep their CPU), both waits together at most ``SHADOW_MAX_WAIT_S``, else it is
+  dropped ``busy`` (a judge call: no verdict, counted ``judge_busy``);
 * the daily budget admits the call (:func:`~routing.shadow.budget.budget_admit`, else dropped
   ``budget``); the judge's call is admitted and costed the same way;
 * the call is one guarded attempt (:func:`routing.pipeline.attempts.attempt`): kill switches, circuit
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -77,14 +79,15 @@ def _take(test_key: str, job_id: str) -> bool:
 
 
 def _guarded_call(
-    test: ShadowTest, info: EndpointInfo, request: Any
+    test: ShadowTest, info: EndpointInfo, request: Any, deadline: float
 ) -> tuple[Any | None, Decimal, str, bool]:
     """One budgeted, guarded attempt. ``(result or None, cost USD, error, called)``; ``called``
     False when nothing was sent: the host stayed busy (``busy``), the test was stopped meanwhile
     (``stopped``), the budget (``budget``) or a guard refused it (``killed`` for a kill switch or
     a disabled endpoint, else the guard's outcome: ``concurrency_limited``, ``circuit_open``,
     ``cooling``, ``unsupported_contract``), or no credential may go to the endpoint (its kind)."""
-    if not wait_for_idle_cpu(settings.SHADOW_MIN_IDLE_CPU, max_wait_s=settings.SHADOW_MAX_WAIT_S):
+    max_wait_s = max(0.0, deadline - time.monotonic())  # the shadow call's waits share one limit
+    if not wait_for_idle_cpu(settings.SHADOW_MIN_IDLE_CPU, max_wait_s=max_wait_s):
         return None, Decimal(0), "busy", False
     if test.key not in _running.get():  # stopped while the call waited for the host
         return None, Decimal(0), "stopped", False
@@ -139,7 +142,8 @@ def shadow_run(
     opted_out = (info.is_external or bool(judge_info and judge_info.is_external)) and user_opted_out(user_id)
     if info.is_external and opted_out:
         return _drop(test_key, "opted_out")
-    result, cost, error, called = _guarded_call(test, info, stored_request(request, {}))
+    deadline = time.monotonic() + settings.SHADOW_MAX_WAIT_S  # for the candidate's and the judge's waits
+    result, cost, error, called = _guarded_call(test, info, stored_request(request, {}), deadline)
     if not called:
         return _drop(test_key, error)
     pair = ShadowPair(
@@ -168,13 +172,15 @@ def shadow_run(
         pair.candidate_text = result.text
         del result  # its reasoning state (an external model's encrypted reasoning) goes with it
         if judge_info is not None:
-            _judge(test, pair, request, primary, candidate, judge_info, opted_out)
+            _judge(test, pair, request, primary, candidate, judge_info, opted_out, deadline)
     if not pair_save(pair):
         return "duplicate"
     return "recorded" if pair.candidate_ok else "candidate_failed"
 
 
-def _judge(test, pair, request, primary, candidate, info: EndpointInfo, opted_out: bool) -> None:
+def _judge(
+    test, pair, request, primary, candidate, info: EndpointInfo, opted_out: bool, deadline: float
+) -> None:
     if info.is_external and (opted_out or not test.allow_external):
         return
     candidate_first = secrets.randbelow(2) == 1
@@ -185,7 +191,7 @@ def _judge(test, pair, request, primary, candidate, info: EndpointInfo, opted_ou
         candidate_first=candidate_first,
         instructions=test.judge_instructions,
     )
-    result, cost, error, called = _guarded_call(test, info, req)
+    result, cost, error, called = _guarded_call(test, info, req, deadline)
     if not called:  # no verdict; counted apart from the calls the test dropped
         dropped_count(test.key, f"judge_{error}")
         return

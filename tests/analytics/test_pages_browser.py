@@ -90,9 +90,19 @@ def site(request, chromium, live_server, transactional_db, client):
     client.get("/results/")  # warm the URL conf and imports (slow on a busy machine) before timing out
     context, page, problems = logged_in_page(chromium, live_server.url, client)
     page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
-    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url} {r.failure}"))
+    page.on(
+        "requestfailed",
+        lambda r: _aborted_by_navigation(r) or problems.append(f"failed: {r.url} {r.failure}"),
+    )
     yield page, live_server.url, problems
     context.close()
+
+
+def _aborted_by_navigation(request) -> bool:
+    """A request the browser itself cancelled because the page navigated away (Chromium's
+    ``net::ERR_ABORTED``: e.g. the favicon still loading when a filter form is submitted), not a
+    fault of the page; a blocked foreign request fails with ``net::ERR_FAILED`` instead."""
+    return request.failure == "net::ERR_ABORTED" and "/favicon" in urlparse(request.url).path
 
 
 def logged_in_page(chromium, base_url: str, client, *, width: int = 1400):
