@@ -23,6 +23,7 @@ from routing.catalogue import AVOCADO_VERSIONS, avocado_id
 from routing.models import CallRecord, CompletionJob, ModelEndpoint
 from tests.conftest import wait_for_records_written
 from tests.factories import api_key, make_experiment, seed_catalogue
+from tests.routing.dropin.test_endpoints import CLOCK, WEATHER
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -33,16 +34,6 @@ CLAUDE = "anthropic/claude-sonnet-5-5"
 #: pinned model -> the upstream model the simulated upstreams record
 PROVIDERS = {DEFAULT: "avocado-v15", AZURE: "muse-special", CLAUDE: "claude-sonnet-5-5"}
 DROP_INS = ("chat", "responses", "messages")
-WEATHER = {
-    "name": "weather",
-    "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
-CLOCK = {
-    "name": "clock",
-    "description": "Time in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 class Day(BaseModel):

@@ -21,18 +21,11 @@ from routing.pipeline import recorded
 from routing.shadow.budget import BACKLOG_KEY, dropped_counts
 from routing.shadow.sampling import shadow_offer
 from routing.state.handoff import final_state
-from tests.factories import seed_catalogue
 from tests.routing.pipeline.test_router import job, run
+from tests.routing.shadow.conftest import celery_eager
 from tests.routing.shadow.test_run import SOURCE, start
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def catalogue(upstreams, redis_store):
-    for key in redis_store.scan_iter("muse:shadow:*"):  # counters of earlier tests
-        redis_store.delete(key)
-    return seed_catalogue(upstreams.url)
 
 
 @pytest.fixture
@@ -153,10 +146,8 @@ def test_the_offer_is_one_bounded_push_onto_the_shadow_queue(catalogue, shadow_q
 @pytest.fixture(autouse=True)
 def not_eager():
     """These tests publish for real (test_run's tests run the task eagerly instead)."""
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    yield
-    app.conf.task_always_eager = before
+    with celery_eager(False):
+        yield
 
 
 def test_a_drained_batch_is_offered_in_one_push_and_what_does_not_fit_is_dropped(

@@ -7,7 +7,6 @@ from decimal import Decimal
 
 import pytest
 
-from muse_experiments.celery import app
 from muse_experiments.experiments.models import ShadowPair, ShadowTest
 from muse_experiments.experiments.services.shadow import shadow_test_create, shadow_test_start
 from muse_experiments.infra.config_version import invalidate_all
@@ -18,8 +17,8 @@ from routing.shadow.run import shadow_training_record
 from routing.shadow.sampling import session_shadowed
 from routing.transcripts.gate import RejectReason, gate_check
 from routing.transcripts.models import TrainingOptOut, TranscriptTurn
-from tests.factories import seed_catalogue
 from tests.routing.pipeline.test_router import job, run
+from tests.routing.shadow.conftest import celery_eager
 
 pytestmark = pytest.mark.django_db
 
@@ -27,20 +26,11 @@ SOURCE, CANDIDATE, JUDGE = avocado_id(15), avocado_id(14), avocado_id(13)  # v15
 TOOLS = [{"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 
 
-@pytest.fixture
-def catalogue(upstreams, redis_store):
-    for key in redis_store.scan_iter("muse:shadow:*"):  # counters of earlier tests
-        redis_store.delete(key)
-    return seed_catalogue(upstreams.url)
-
-
 @pytest.fixture(autouse=True)
 def eager():
     """The shadow task runs in this process as it is enqueued (the worker tests run it for real)."""
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = before
+    with celery_eager(True):
+        yield
 
 
 def start(key="sh", candidate=CANDIDATE, judge=JUDGE, percent=100.0, budget="10", external=False):
