@@ -105,6 +105,55 @@ def _no_auth_failures_of_other_tests(no_claims_of_other_tests):
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases, with the other sessions on a PostgreSQL test database gone
+    before it is dropped: a worker subprocess a test stopped may still be closing its connection,
+    and a daemon thread of this process (a lease keeper, a drainer) keeps its own until the process
+    exits; ``DROP DATABASE`` refuses either ("is being accessed by other users")."""
+    yield
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        end_other_sessions()
+        connections.close_all()
+
+
+def end_other_sessions(wait_s: float = 10.0) -> list[int]:
+    """Wait up to ``wait_s`` for the other sessions on the (PostgreSQL) test database to end, then
+    end the rest, naming them on stderr; returns the pids it ended. Nothing to do on SQLite or when
+    no test database was made (no test of the session asked for one)."""
+    import sys
+    import time
+
+    from django.db import connection
+    from django.db.backends.base.creation import TEST_DATABASE_PREFIX
+
+    if connection.vendor != "postgresql" or not connection.settings_dict["NAME"].startswith(
+        TEST_DATABASE_PREFIX
+    ):
+        return []
+    query = (
+        "SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    deadline = time.monotonic() + wait_s
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        others = cursor.fetchall()
+        while others and time.monotonic() < deadline:
+            time.sleep(0.2)
+            cursor.execute(query)
+            others = cursor.fetchall()
+        for pid, application, state, last in others:
+            print(
+                f"ending a test-database session left open: {pid} {application!r} {state} {last!r}",
+                file=sys.stderr,
+            )
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    return [pid for pid, *_ in others]
+
+
+@pytest.fixture(scope="session")
 def postgres(django_db_setup, django_db_blocker) -> None:
     """Require that the test database is PostgreSQL."""
     from django.db import connection
