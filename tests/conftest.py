@@ -87,6 +87,23 @@ def no_claims_of_other_tests() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _no_shadow_counters_of_other_tests(no_claims_of_other_tests):
+    """Each test starts with no shadow-test counter in Redis (spend, drops, job claims,
+    :mod:`routing.shadow.budget`): the test database starts empty each session, so a test's ids
+    and keys come again in the next session, while Redis keeps the last one's counters."""
+    from django.apps import apps
+
+    if not apps.ready:  # pure-core tests may run with -p no:django
+        return
+    from muse_experiments.infra.redis_client import redis_client
+
+    client = redis_client()
+    keys = list(client.scan_iter(match="muse:shadow:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
 def _no_auth_failures_of_other_tests(no_claims_of_other_tests):
     """Each test starts with no failed authentication counted (``muse_experiments.api.auth_failures``):
     the test client's requests all come from 127.0.0.1, and other tests' 401s would add up to a 429."""

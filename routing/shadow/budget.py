@@ -19,7 +19,7 @@ worker thread. :func:`budget_settle` adds a finished call's cost and frees its p
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from muse_experiments.infra.queues import Queue
@@ -59,10 +59,22 @@ def _day(now: datetime | None = None) -> str:
     return (now or datetime.now(UTC)).strftime("%Y%m%d")
 
 
-def _keys(test_key: str) -> list[str]:
-    day = _day()
+def _keys(test_key: str, now: datetime | None = None) -> list[str]:
+    day = _day(now)
     base = f"muse:shadow:{test_key}"
     return [f"{base}:spent:{day}", f"{base}:inflight:{day}", f"{base}:dearest:{day}"]
+
+
+def counters_forget(test_key: str) -> None:
+    """Delete the test's spend (today's and yesterday's) and dropped counters: called once a
+    deleted test's row is gone, so a new test under the same key starts at nothing spent and
+    nothing dropped. (Its calls' ``job`` claims expire on their own; job ids are never reused.)"""
+    now = datetime.now(UTC)
+    redis_client().delete(
+        *_keys(test_key, now),
+        *_keys(test_key, now - timedelta(days=1)),
+        f"muse:shadow:{test_key}:dropped",
+    )
 
 
 #: Seconds between two asks while today's first call, of unknown cost, is in flight.

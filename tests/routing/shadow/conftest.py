@@ -13,9 +13,8 @@ from tests.factories import seed_catalogue
 
 @pytest.fixture
 def catalogue(upstreams, redis_store):
-    """The model catalogue at the simulated upstreams, the shadow counters of earlier tests gone."""
-    for key in redis_store.scan_iter("muse:shadow:*"):
-        redis_store.delete(key)
+    """The model catalogue at the simulated upstreams (the shadow counters of earlier tests are
+    gone: tests/conftest.py)."""
     return seed_catalogue(upstreams.url)
 
 

@@ -319,3 +319,21 @@ def test_until_a_call_has_finished_today_the_budget_admits_one_call_at_a_time(ca
     # spent 0.004, dearest 0.002: in flight k, one more admitted while 0.004 + (k + 1) × 0.002 ≤ 0.01
     admitted = [budget_admit(test_key="b", max_usd_per_day=Decimal("0.01")) for _ in range(4)]
     assert admitted == [True, True, True, False]
+
+
+def test_a_new_test_under_a_deleted_tests_key_starts_with_nothing_spent_or_dropped(
+    catalogue, django_capture_on_commit_callbacks
+):
+    from routing.shadow.budget import budget_admit, budget_settle, dropped_count
+
+    old = start(key="reused")
+    assert budget_admit(test_key="reused", max_usd_per_day=Decimal("10"))
+    budget_settle(test_key="reused", cost_usd=Decimal("0.25"))
+    dropped_count("reused", "busy", 3)
+    other = start(key="kept")
+    budget_settle(test_key="kept", cost_usd=Decimal("0.5"))
+    with django_capture_on_commit_callbacks(execute=True):
+        ShadowTest.objects.filter(pk=old.pk).delete()  # as the admin's delete does
+    start(key="reused")
+    assert spent_usd_today("reused") == 0 and dropped_counts("reused") == {}
+    assert spent_usd_today("kept") == 0.5 and other.key == "kept"  # another test's counters stay
