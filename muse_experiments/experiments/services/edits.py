@@ -26,6 +26,7 @@ from .rules import (
     as_condition,
     bandit_normalised,
     full_clean,
+    key_taken_as_field_error,
     validate_experiment_fields,
 )
 from .variants import VariantInput, phase_current_seed, phase_open, validate_variants, variants_write
@@ -81,7 +82,8 @@ def experiment_create(
     validate_variants(variants)
     experiment = Experiment(**values)
     full_clean(experiment)
-    experiment.save()
+    with key_taken_as_field_error(Experiment, key, "Experiment with this Key already exists."):
+        experiment.save()
     variants_write(experiment=experiment, variants=variants, rows={})
     audit_record(
         actor=actor,

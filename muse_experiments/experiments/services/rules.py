@@ -4,11 +4,13 @@ uses to collect field errors."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError, models, transaction
 from django.utils.module_loading import import_string
 
 from ..audit_text import percent
@@ -143,6 +145,22 @@ def as_condition(condition: Any) -> Any:
     if condition is None:
         return {}
     return dict(condition) if isinstance(condition, Mapping) else condition
+
+
+@contextlib.contextmanager
+def key_taken_as_field_error(model: type[models.Model], key: str, message: str) -> Iterator[None]:
+    """Run the insert of a ``model`` row with unique ``key`` in a savepoint: when a concurrent
+    create took the key between the caller's check and this insert (both checks passed; on
+    PostgreSQL the loser's INSERT then violates the unique constraint), raise
+    ``ValidationError({"key": [message]})`` instead of the ``IntegrityError``. Any other integrity
+    error propagates. The caller's transaction stays usable either way."""
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError:
+        if model.objects.filter(key=key).exists():
+            raise ValidationError({"key": [message]}) from None
+        raise
 
 
 def full_clean(obj: Any, **kwargs: Any) -> None:

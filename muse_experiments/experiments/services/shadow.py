@@ -21,6 +21,7 @@ from muse_experiments.infra import config_version
 from ..models import Experiment, ShadowStatus, ShadowTest
 from ..selectors import model_by_id_or_label
 from .audit import audit_record
+from .rules import key_taken_as_field_error
 
 #: The provider kind of the in-house models; any other is external.
 NATIVE_KIND = "native"
@@ -116,20 +117,21 @@ def shadow_test_create(
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
-        test = ShadowTest.objects.create(
-            key=key,
-            name=name,
-            candidate=cand,
-            source_model=source_model,
-            source_experiment=source_experiment,
-            source_variant=source_variant,
-            sample_percent=sample_percent,
-            judge=judge_model,
-            judge_instructions=(judge or {}).get("instructions", ""),
-            max_usd_per_day=max_usd_per_day,
-            allow_external=allow_external,
-            created_by=actor,
-        )
+        with key_taken_as_field_error(ShadowTest, key, "A shadow test with this key exists."):
+            test = ShadowTest.objects.create(
+                key=key,
+                name=name,
+                candidate=cand,
+                source_model=source_model,
+                source_experiment=source_experiment,
+                source_variant=source_variant,
+                sample_percent=sample_percent,
+                judge=judge_model,
+                judge_instructions=(judge or {}).get("instructions", ""),
+                max_usd_per_day=max_usd_per_day,
+                allow_external=allow_external,
+                created_by=actor,
+            )
         audit_record(actor=actor, action="shadow_test_create", obj=test, changes={"key": [None, key]})
     return test
 
