@@ -4,7 +4,8 @@ uses to collect field errors."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -71,7 +72,7 @@ def layer_overlap_errors(
 def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | None = None) -> None:
     """Cross-field rules beyond model validators: finite coverage in [0, 1], a layer slice with
     ``0 <= start < end <= 1`` disjoint from the layer's other non-archived experiments, a valid
-    targeting condition, guardrail metrics as a list of names, and for bandits valid
+    targeting condition, guardrail metrics as a list of distinct names, and for bandits valid
     settings (:mod:`..bandit_config`) on a primary metric a bandit can optimise (a proportion or a
     mean: :func:`bandit_metric_problem`; the error is on ``bandit``). Every path that sets a
     bandit's metric runs it: create, edit (API and admin), a change of type to bandit. Raises
@@ -108,6 +109,9 @@ def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | N
     if not isinstance(guardrails, list) or not all(isinstance(m, str) and m for m in guardrails):
         add_error(errors, "guardrail_metrics", "Guardrail metrics must be a list of metric names.")
     else:
+        repeated = repeated_guardrails_error(guardrails)
+        if repeated:
+            add_error(errors, "guardrail_metrics", repeated)
         known = metric_names()
         if known is not None:
             primary = values.get("primary_metric")
@@ -137,6 +141,16 @@ def metric_names() -> frozenset[str] | None:
     analytics app); None when no lookup is configured (then any name is accepted)."""
     path = getattr(settings, "METRIC_NAMES_LOOKUP", "")
     return frozenset(import_string(path)()) if path else None
+
+
+def repeated_guardrails_error(names: Iterable[str]) -> str | None:
+    """The error for guardrail metric names listed more than once (each guardrail is tested once:
+    a repeated one would also count twice in the per-guardrail alpha), else None."""
+    repeated = sorted(name for name, n in Counter(names).items() if n > 1)
+    if not repeated:
+        return None
+    verb = "is" if len(repeated) == 1 else "are"
+    return f"{', '.join(repeated)} {verb} listed more than once: name each guardrail once."
 
 
 def bandit_metric_problem(name: str) -> str | None:

@@ -103,6 +103,35 @@ def test_bad_edits_are_400_with_field_errors(catalogue, body, field):
 
 
 @pytest.mark.django_db
+def test_guardrail_metrics_of_the_wrong_type_or_repeated_are_400_and_change_nothing(catalogue):
+    c = writer()
+    created = c.post(
+        "/api/v1/experiments",
+        {"key": "dup", "name": "dup", "guardrail_metrics": ["error_rate", "error_rate"], "variants": ARMS},
+        format="json",
+    )
+    assert created.status_code == 400, created.json()
+    assert created.json()["error"]["fields"] == {
+        "guardrail_metrics": ["error_rate is listed more than once: name each guardrail once."]
+    }
+    assert not Experiment.objects.filter(key="dup").exists()
+    experiment = make_experiment(key="guarded", guardrail_metrics=["latency_ms"])
+    for body, errors in (
+        (
+            {"guardrail_metrics": ["error_rate", "latency_ms", "error_rate"]},
+            ["error_rate is listed more than once: name each guardrail once."],
+        ),
+        ({"guardrail_metrics": ["error_rate", 7]}, {"1": ["Must be a JSON string."]}),
+        ({"guardrail_metrics": [True]}, {"0": ["Must be a JSON string."]}),
+    ):
+        response = c.patch(URL.format("guarded"), {"version": experiment.version, **body}, format="json")
+        assert response.status_code == 400, response.json()
+        assert response.json()["error"]["fields"] == {"guardrail_metrics": errors}
+    stored = Experiment.objects.get(key="guarded")
+    assert (stored.guardrail_metrics, stored.version) == (["latency_ms"], experiment.version)
+
+
+@pytest.mark.django_db
 def test_editing_needs_the_write_scope(catalogue):
     experiment = make_experiment(key="scoped")
     c = APIClient()
