@@ -132,6 +132,47 @@ def test_guardrail_metrics_of_the_wrong_type_or_repeated_are_400_and_change_noth
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        (
+            [*ARMS, {"key": "zz", "weight": 0, "model": V2, "delete": True}],
+            "Variant zz cannot be deleted: this experiment has no variant zz.",
+        ),
+        (
+            [*ARMS, {**ARMS[1], "delete": True}],
+            'Variant treatment is both kept and deleted: send it once, with "delete": true to remove it.',
+        ),
+        (
+            [
+                ARMS[0],
+                {"key": "third", "weight": 0.5, "model": V2},
+                {**ARMS[1], "weight": 0, "delete": True},
+                {**ARMS[1], "weight": 0, "delete": True},
+            ],
+            "Variant treatment is deleted more than once: send it once.",
+        ),
+    ],
+)
+def test_a_delete_of_an_unknown_or_kept_variant_is_400_and_changes_nothing(catalogue, variants, message):
+    """Only an explicit delete removes a variant, so a delete must name exactly one stored variant
+    the edit does not also keep (these were silent no-ops answered 200)."""
+    experiment = make_experiment(key="arms", start=False)
+    response = writer().patch(
+        URL.format("arms"), {"version": experiment.version, "variants": variants}, format="json"
+    )
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"]["fields"] == {"variants": [message]}
+    stored = Experiment.objects.get(key="arms")
+    assert stored.version == experiment.version
+    assert [(v.key, v.weight) for v in stored.variants.order_by("position", "id")] == [
+        ("control", 0.5),
+        ("treatment", 0.5),
+    ]
+    assert not AuditEntry.objects.filter(action="update").exists()
+
+
+@pytest.mark.django_db
 def test_editing_needs_the_write_scope(catalogue):
     experiment = make_experiment(key="scoped")
     c = APIClient()
