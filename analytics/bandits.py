@@ -33,7 +33,7 @@ from muse_experiments.experiments.selectors import sticky_scope
 from muse_experiments.experiments.services.bandit import bandit_slot_due, bandit_update_record
 
 from .analysis import MetricSpec, statistic_for
-from .builtin_metrics import seed_builtin_metrics
+from .builtin_metrics import BUILTIN_METRICS, seed_builtin_metrics
 from .models import MetricDefinition
 from .queries import aggregate
 from .selectors import MetricPlan, analysis_settings_for, metric_plan
@@ -54,7 +54,34 @@ log = logging.getLogger(__name__)
 
 
 class BanditDataError(ValueError):
-    """The primary metric cannot drive a bandit (undefined, or a ratio)."""
+    """The primary metric cannot drive a bandit (undefined, a ratio or a quantile)."""
+
+
+#: The metric types a bandit can optimise: its Thompson draws need one value per unit, a yes/no
+#: (Beta posterior) or a number (normal posterior). A ratio or a quantile has no per-unit value.
+BANDIT_METRIC_TYPES = ("proportion", "mean")
+
+
+def bandit_metric_refusal(name: str, metric_type: str) -> str | None:
+    """Why a bandit cannot optimise metric ``name`` of type ``metric_type``, else None."""
+    if metric_type in BANDIT_METRIC_TYPES:
+        return None
+    return (
+        f"metric: {name!r} is a {metric_type} metric; a bandit can optimise only a proportion "
+        "(yes/no per unit, e.g. task_success) or a mean metric (e.g. latency_ms, cost_usd): "
+        "make one of those the primary metric."
+    )
+
+
+def bandit_metric_problem(name: str) -> str | None:
+    """Why a bandit cannot optimise the metric named ``name`` (a ratio or a quantile metric), else
+    None; None too for a name that is no metric (the experiments app reports unknown names
+    itself). The experiments app checks a bandit's metric with it, at creation and at every edit
+    (``settings.BANDIT_METRIC_CHECK``). Reads only: writes nothing."""
+    metric_type = MetricDefinition.objects.filter(name=name).values_list("metric_type", flat=True).first()
+    if metric_type is None:
+        metric_type = next((m["metric_type"] for m in BUILTIN_METRICS if m["name"] == name), None)
+    return None if metric_type is None else bandit_metric_refusal(name, metric_type)
 
 
 @dataclass(frozen=True)
@@ -96,8 +123,9 @@ def _primary_metric(experiment: Experiment):
     spec = plan.specs[0]
     if spec.undefined:
         raise BanditDataError(f"no metric named {name!r}: define it in the admin")
-    if spec.metric_type == "ratio":
-        raise BanditDataError(f"metric {name!r} is a ratio; a bandit needs a proportion or a mean")
+    refusal = bandit_metric_refusal(name, spec.metric_type)
+    if refusal:  # stored before such metrics were refused, or the definition's type changed since
+        raise BanditDataError(refusal)
     if capped:
         pair = (plan.specs[1].keys[0], plan.specs[2].keys[0])
         plan = MetricPlan(plan.specs, plan.components, [*plan.cross_products, pair])
@@ -122,7 +150,7 @@ def bandit_periods(*, experiment: Experiment) -> list[Period]:
     statistic over the units first exposed in the period (intent-to-treat; QA-forced units out).
 
     Raises:
-        BanditDataError: the primary metric is undefined or a ratio.
+        BanditDataError: the primary metric is undefined, a ratio or a quantile.
     """
     spec, plan = _primary_metric(experiment)
     settings = analysis_settings_for(experiment=experiment)

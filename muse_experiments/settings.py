@@ -323,6 +323,8 @@ SPECTACULAR_SETTINGS = {
 # The metric names experiments may use (primary and guardrails), injected as a dotted path so the
 # experiments app never imports analytics; empty accepts any name.
 METRIC_NAMES_LOOKUP = "analytics.selectors.metric_names"
+# Why a bandit cannot optimise a metric (a ratio or a quantile), or None; injected the same way.
+BANDIT_METRIC_CHECK = "analytics.bandits.bandit_metric_problem"
 # How long POST /api/v1/completions waits for the worker before answering 202 with a job URL.
 COMPLETION_SYNC_WAIT_S = env.float("COMPLETION_SYNC_WAIT_S", default=30.0)
 # Shadow tests (routing.shadow): most shadow calls waiting on the shadow queue; beyond it new ones

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import math
+from typing import Any
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
@@ -153,7 +154,9 @@ def depth_exceeds(value, limit: int) -> bool:
 class StrictSerializer(serializers.Serializer):
     """Rejects fields it does not declare (a typo never silently drops data), and JSON values of
     the wrong type: DRF on its own turns ``123`` into ``"123"`` for a string field and ``"yes"``
-    into ``True`` for a boolean one, so a client's bug would be stored as if it were meant.
+    into ``True`` for a boolean one, so a client's bug would be stored as if it were meant. The
+    items of a ``ListField`` are checked against its child the same way (``[true, "5"]`` is not a
+    list of numbers): the error is ``{field: {index: [message]}}``, DRF's shape for list items.
     Serializers of query strings (where every value is text) set ``json_types = False``."""
 
     json_types = True
@@ -164,7 +167,7 @@ class StrictSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
             wrong = {
-                name: [message]
+                name: message if isinstance(message, dict) else [message]
                 for name, value in data.items()
                 if self.json_types
                 and value is not None
@@ -180,8 +183,18 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-def _json_type_error(field: serializers.Field, value: object) -> str | None:
-    """The error for a JSON ``value`` of the wrong type for ``field``, else None."""
+def _json_type_error(field: serializers.Field, value: object) -> str | dict[int, Any] | None:
+    """The error for a JSON ``value`` of the wrong type for ``field``, else None. For a list of a
+    ``ListField``, ``{index: [message]}`` of its wrong items (nested lists nest the same way)."""
+    if isinstance(field, serializers.ListField):
+        if not isinstance(value, list):
+            return None  # not a list at all: the field's own check says so
+        items = {
+            i: message if isinstance(message, dict) else [message]
+            for i, item in enumerate(value)
+            if item is not None and (message := _json_type_error(field.child, item))
+        }
+        return items or None
     if isinstance(field, serializers.BooleanField):
         return None if isinstance(value, bool) else "Must be a JSON boolean (true or false)."
     if isinstance(field, serializers.CharField):

@@ -1,8 +1,9 @@
 """API for progressive rollouts: create, read, start, pause, roll back (one view per operation).
 
 Writes need scope ``experiments:write``, reads ``analytics:read``. Bad input is a 400 with field
-errors (unknown model, steps not increasing or not ending at 100, unknown guardrail); an illegal
-transition (e.g. starting a rolled-back rollout) is a 400 on ``state``.
+errors (unknown model, steps not increasing or not ending at 100, a step that is not a JSON
+number, an unknown guardrail or one named twice); an illegal transition (e.g. starting a
+rolled-back rollout) is a 400 on ``state``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 ``{"metric": "<primary metric>", "update_every_minutes": n, "explore_minutes": n,
 "min_weight_per_arm": 0.01–0.2, "stop_when_probability_best": 0.95, "max_cost_usd_per_call": null}``:
 
-* ``metric`` -- the metric the bandit optimises; it is the experiment's primary metric;
+* ``metric`` -- the metric the bandit optimises; it is the experiment's primary metric, a
+  proportion or a mean metric (a ratio or a quantile has no value per unit to draw from: the
+  service refuses it, ``services.rules.bandit_metric_problem``);
 * ``update_every_minutes`` -- 1 to 10,080 (a week): how often weights are recomputed;
 * ``explore_minutes`` -- 0 to 43,200 (30 days) of equal weights after the first start;
 * ``min_weight_per_arm`` -- the floor of every arm's weight, 0.01 to 0.2 (times the number of

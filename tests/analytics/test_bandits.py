@@ -299,3 +299,28 @@ def test_an_update_with_an_arm_of_all_successes_and_one_of_all_failures_declares
     assert update.probability_best == {"control": 0.0, "b": 1.0}
     (lift,) = bandit_results(experiment=experiment)["lifts"]
     assert (lift["absolute_lift"], lift["p_value"]) == (1.0, 0.0)
+
+
+@pytest.mark.django_db
+def test_a_bandit_stored_with_a_quantile_metric_is_skipped_and_its_page_says_why(admin_client):
+    """A bandit saved before quantile metrics were refused (or whose stored settings were edited
+    by hand): the scheduled update skips it instead of failing with IndexError, and its results
+    page and exports answer 200 with the reason instead of 500."""
+    experiment = _bandit()
+    Experiment.objects.filter(pk=experiment.pk).update(
+        primary_metric="latency_p95_ms", bandit={**experiment.bandit, "metric": "latency_p95_ms"}
+    )
+    experiment.refresh_from_db()
+    raw = Raw(experiment)
+    _units(raw, "p1", "control", 5, 2)
+    _units(raw, "p1", "b", 5, 3)
+    assert bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=25)) is None
+    assert not BanditUpdate.objects.filter(experiment=experiment).exists()
+    results = bandit_results(experiment=experiment)
+    assert results["status"] == "unsupported_metric"
+    assert "'latency_p95_ms' is a quantile metric" in results["reason"]
+    response = admin_client.get("/results/bandit/")
+    assert response.status_code == 200
+    assert "is a quantile metric; a bandit can optimise only" in response.content.decode()
+    exported = admin_client.get("/results/bandit/", {"export": "json", "table": "bandit_weights"})
+    assert exported.status_code == 200

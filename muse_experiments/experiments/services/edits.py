@@ -161,7 +161,9 @@ def experiment_change_plan(
 
     Variants are matched to the stored ones by ``id``, else ``key``. A stored variant that is
     neither matched nor named in ``removed`` (keys) is an error: only an explicit delete removes a
-    variant. Raises ValidationError (``variants``) for that.
+    variant. So is a delete that removes nothing or contradicts the set: a key in ``removed`` that
+    is no stored variant, names a variant the set also keeps, or comes twice. Raises
+    ValidationError (``variants``, one message naming each such variant).
     """
     before = {name: getattr(experiment, name) for name in EDITABLE_FIELDS}
     after = bandit_normalised({**before, **fields})
@@ -191,6 +193,10 @@ def experiment_change_plan(
             pk = vi.id if vi.id in existing else (by_key.get(vi.key) if vi.id is None else None)
             if pk is not None and pk not in rows.values():
                 rows[i] = pk
+        removed = list(removed)
+        removal_errors = _removal_errors(removed, by_key=by_key, kept=set(rows.values()))
+        if removal_errors:
+            raise ValidationError({"variants": removal_errors})
         removed = set(removed)
         missing = [v.key for pk, v in existing.items() if pk not in rows.values() and v.key not in removed]
         if missing:
@@ -225,6 +231,23 @@ def experiment_change_plan(
         and ("variants" in changes or any(name in PHASE_FIELDS for name in changes))
     )
     return ChangePlan(changes=changes, opens_phase=opens_phase, variant_rows=rows)
+
+
+def _removal_errors(removed: Sequence[str], *, by_key: Mapping[str, int], kept: set[int]) -> list[str]:
+    """Messages for the keys of ``removed`` that delete nothing or contradict the edit: no stored
+    variant has the key (``by_key``: stored key -> pk), the variant is also kept (its pk in
+    ``kept``), or the key is deleted twice."""
+    errors = []
+    for key, count in Counter(removed).items():
+        if key not in by_key:
+            errors.append(f"Variant {key} cannot be deleted: this experiment has no variant {key}.")
+        elif by_key[key] in kept:
+            errors.append(
+                f'Variant {key} is both kept and deleted: send it once, with "delete": true to remove it.'
+            )
+        elif count > 1:
+            errors.append(f"Variant {key} is deleted more than once: send it once.")
+    return errors
 
 
 def rollout_key_of(experiment: Experiment) -> str | None:
@@ -275,7 +298,8 @@ def experiment_update(
 
     ``variants`` (when given) is the new set: inputs are matched to existing variants by ``id``
     (else ``key``); a stored variant missing from it must be named in ``removed`` (its key), never
-    deleted by omission. ``expected_version`` (the admin and the API always pass it) is the
+    deleted by omission, and every key in ``removed`` must name a stored variant the set does not
+    keep (else a ``variants`` error, nothing written). ``expected_version`` (the admin and the API always pass it) is the
     ``version`` the edit was based on: a different stored version raises :class:`EditConflict`
     and writes nothing. Rules: ``key``/``unit_type``/``seed`` only while draft (re-randomise
     instead); once stopped or archived only descriptive fields change. While running or paused, a

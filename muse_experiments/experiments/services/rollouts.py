@@ -29,7 +29,7 @@ from ..models import Experiment, Rollout, RolloutEvent, RolloutState
 from .audit import audit_record
 from .edits import experiment_create, experiment_update
 from .lifecycle import experiment_start
-from .rules import metric_names
+from .rules import metric_names, repeated_guardrails_error
 from .variants import VariantInput
 
 CONTROL_KEY, CANDIDATE_KEY = "current", "candidate"
@@ -106,8 +106,9 @@ def rollout_create(
 ) -> Rollout:
     """A draft rollout and its draft experiment (key ``key``) at the first step's weights.
 
-    ``candidate`` / ``current``: ``routing.ModelEndpoint`` rows. Raises ValidationError keyed by
-    ``key``, ``model``, ``replaces``, ``steps``, ``guardrails``.
+    ``candidate`` / ``current``: ``routing.ModelEndpoint`` rows; ``guardrails``: distinct metric
+    names. Raises ValidationError keyed by ``key``, ``model``, ``replaces``, ``steps``,
+    ``guardrails``.
     """
     errors: dict[str, list[str]] = {}
     if Rollout.objects.filter(key=key).exists() or Experiment.objects.filter(key=key).exists():
@@ -124,6 +125,9 @@ def rollout_create(
     unknown = sorted({n for n in names if known is not None and n not in known})
     if unknown:
         errors.setdefault("guardrails", []).append(f"Unknown guardrail metric(s): {', '.join(unknown)}.")
+    repeated = repeated_guardrails_error(names)
+    if repeated:
+        errors.setdefault("guardrails", []).append(repeated)
     if errors:
         raise ValidationError(errors)
     experiment = experiment_create(

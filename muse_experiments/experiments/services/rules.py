@@ -5,7 +5,8 @@ uses to collect field errors."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -73,18 +74,24 @@ def layer_overlap_errors(
 def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | None = None) -> None:
     """Cross-field rules beyond model validators: finite coverage in [0, 1], a layer slice with
     ``0 <= start < end <= 1`` disjoint from the layer's other non-archived experiments, a valid
-    targeting condition, guardrail metrics as a list of names, and for bandits valid settings
-    (:mod:`..bandit_config`) on the primary metric. Raises ValidationError by field."""
+    targeting condition, guardrail metrics as a list of distinct names, and for bandits valid
+    settings (:mod:`..bandit_config`) on a primary metric a bandit can optimise (a proportion or a
+    mean: :func:`bandit_metric_problem`; the error is on ``bandit``). Every path that sets a
+    bandit's metric runs it: create, edit (API and admin), a change of type to bandit. Raises
+    ValidationError by field."""
     errors: dict[str, list[str]] = {}
     kind = values.get("type", ExperimentType.AB)
     if kind not in ExperimentType.values:
         add_error(errors, "type", f"Type must be one of {', '.join(ExperimentType.values)}.")
     elif kind == ExperimentType.BANDIT:
-        _, bandit_errors = bandit_config_clean(
+        config, bandit_errors = bandit_config_clean(
             values.get("bandit"), primary_metric=values.get("primary_metric", "")
         )
         for message in bandit_errors.get("bandit", []):
             add_error(errors, "bandit", message)
+        metric = config.get("metric")
+        if isinstance(metric, str) and metric and (problem := bandit_metric_problem(metric)):
+            add_error(errors, "bandit", problem)
     elif values.get("bandit"):
         add_error(errors, "bandit", 'Bandit settings apply to experiments of type "bandit" only.')
     coverage = values.get("coverage", 1.0)
@@ -104,6 +111,9 @@ def validate_experiment_fields(values: Mapping[str, Any], *, exclude_id: int | N
     if not isinstance(guardrails, list) or not all(isinstance(m, str) and m for m in guardrails):
         add_error(errors, "guardrail_metrics", "Guardrail metrics must be a list of metric names.")
     else:
+        repeated = repeated_guardrails_error(guardrails)
+        if repeated:
+            add_error(errors, "guardrail_metrics", repeated)
         known = metric_names()
         if known is not None:
             primary = values.get("primary_metric")
@@ -133,6 +143,25 @@ def metric_names() -> frozenset[str] | None:
     analytics app); None when no lookup is configured (then any name is accepted)."""
     path = getattr(settings, "METRIC_NAMES_LOOKUP", "")
     return frozenset(import_string(path)()) if path else None
+
+
+def repeated_guardrails_error(names: Iterable[str]) -> str | None:
+    """The error for guardrail metric names listed more than once (each guardrail is tested once:
+    a repeated one would also count twice in the per-guardrail alpha), else None."""
+    repeated = sorted(name for name, n in Counter(names).items() if n > 1)
+    if not repeated:
+        return None
+    verb = "is" if len(repeated) == 1 else "are"
+    return f"{', '.join(repeated)} {verb} listed more than once: name each guardrail once."
+
+
+def bandit_metric_problem(name: str) -> str | None:
+    """Why a bandit cannot optimise the metric ``name`` (e.g. ``"metric: 'latency_p95_ms' is a
+    quantile metric; …"``), else None, from the callable named by ``settings.BANDIT_METRIC_CHECK``
+    (a dotted path, injected so that this app never imports the analytics app); None when no
+    check is configured."""
+    path = getattr(settings, "BANDIT_METRIC_CHECK", "")
+    return import_string(path)(name) if path else None
 
 
 def _unknown_metric(name: str, known: frozenset[str]) -> str:

@@ -121,6 +121,64 @@ def test_a_bandit_metric_other_than_the_primary_metric_is_refused(catalogue):
     assert ab.status_code == 400 and "bandit" in ab.json()["error"]["fields"]
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("extra", "kind"),
+    [
+        ({"bandit": {"metric": "latency_p95_ms"}}, "quantile"),
+        ({"primary_metric": "ttft_p50_ms", "bandit": {}}, "quantile"),
+        ({"bandit": {"metric": "error_rate"}}, "ratio"),
+    ],
+)
+def test_a_bandit_on_a_quantile_or_ratio_metric_is_refused_at_creation(catalogue, extra, kind):
+    """A bandit draws from one yes/no or mean value per unit: a quantile (no per-unit value) or a
+    ratio metric made every scheduled update fail and the results page answer 500."""
+    response = create(writer(), key="bx4", **extra)
+    assert response.status_code == 400, response.json()
+    messages = response.json()["error"]["fields"]["bandit"]
+    assert any(f"is a {kind} metric" in m and "proportion" in m and "mean" in m for m in messages), messages
+    assert not Experiment.objects.exists()
+
+
+@pytest.mark.django_db
+def test_no_edit_puts_a_bandit_on_a_quantile_metric(catalogue, admin_client):
+    """Every path that sets a bandit's metric: PATCH of its settings or of its primary metric, an
+    A/B test turned into a bandit, the admin form."""
+    c = writer()
+    version = create(c).json()["version"]
+    for body in (
+        {"bandit": {**SETTINGS, "metric": "latency_p95_ms"}},
+        {"primary_metric": "ttft_p50_ms", "bandit": {**SETTINGS, "metric": "ttft_p50_ms"}},
+    ):
+        response = c.patch(f"{URL}/bandit", {"version": version, **body}, format="json")
+        assert response.status_code == 400, response.json()
+        assert "is a quantile metric" in str(response.json()["error"]["fields"]["bandit"])
+    stored = Experiment.objects.get(key="bandit")
+    assert (stored.primary_metric, stored.bandit["metric"], stored.version) == (
+        "task_success",
+        "task_success",
+        version,
+    )
+
+    ab = c.post(
+        URL, {"key": "ab", "name": "ab", "primary_metric": "latency_p95_ms", "variants": ARMS}, format="json"
+    )
+    assert ab.status_code == 201, ab.json()  # an A/B test compares quantiles well
+    response = c.patch(f"{URL}/ab", {"version": ab.json()["version"], "type": "bandit"}, format="json")
+    assert response.status_code == 400, response.json()
+    assert "'latency_p95_ms' is a quantile metric" in str(response.json()["error"]["fields"]["bandit"])
+    assert (Experiment.objects.get(key="ab").type, Experiment.objects.get(key="ab").bandit) == ("ab", {})
+
+    from django.urls import reverse
+
+    from tests.muse_experiments.experiments.test_admin import errors_of, form_data
+
+    data = form_data(key="admin-bandit", type="bandit", primary_metric="latency_p95_ms", bandit="{}")
+    response = admin_client.post(reverse("admin:muse_experiments_experiment_add"), data)
+    assert "&#x27;latency_p95_ms&#x27; is a quantile metric" in errors_of(response)
+    assert not Experiment.objects.filter(key="admin-bandit").exists()
+
+
 def test_the_settings_check_names_each_bad_field():
     config, errors = bandit_config_clean(
         {"min_weight_per_arm": 0.3, "explore_minutes": 1.5}, primary_metric="m"

@@ -103,6 +103,76 @@ def test_bad_edits_are_400_with_field_errors(catalogue, body, field):
 
 
 @pytest.mark.django_db
+def test_guardrail_metrics_of_the_wrong_type_or_repeated_are_400_and_change_nothing(catalogue):
+    c = writer()
+    created = c.post(
+        "/api/v1/experiments",
+        {"key": "dup", "name": "dup", "guardrail_metrics": ["error_rate", "error_rate"], "variants": ARMS},
+        format="json",
+    )
+    assert created.status_code == 400, created.json()
+    assert created.json()["error"]["fields"] == {
+        "guardrail_metrics": ["error_rate is listed more than once: name each guardrail once."]
+    }
+    assert not Experiment.objects.filter(key="dup").exists()
+    experiment = make_experiment(key="guarded", guardrail_metrics=["latency_ms"])
+    for body, errors in (
+        (
+            {"guardrail_metrics": ["error_rate", "latency_ms", "error_rate"]},
+            ["error_rate is listed more than once: name each guardrail once."],
+        ),
+        ({"guardrail_metrics": ["error_rate", 7]}, {"1": ["Must be a JSON string."]}),
+        ({"guardrail_metrics": [True]}, {"0": ["Must be a JSON string."]}),
+    ):
+        response = c.patch(URL.format("guarded"), {"version": experiment.version, **body}, format="json")
+        assert response.status_code == 400, response.json()
+        assert response.json()["error"]["fields"] == {"guardrail_metrics": errors}
+    stored = Experiment.objects.get(key="guarded")
+    assert (stored.guardrail_metrics, stored.version) == (["latency_ms"], experiment.version)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        (
+            [*ARMS, {"key": "zz", "weight": 0, "model": V2, "delete": True}],
+            "Variant zz cannot be deleted: this experiment has no variant zz.",
+        ),
+        (
+            [*ARMS, {**ARMS[1], "delete": True}],
+            'Variant treatment is both kept and deleted: send it once, with "delete": true to remove it.',
+        ),
+        (
+            [
+                ARMS[0],
+                {"key": "third", "weight": 0.5, "model": V2},
+                {**ARMS[1], "weight": 0, "delete": True},
+                {**ARMS[1], "weight": 0, "delete": True},
+            ],
+            "Variant treatment is deleted more than once: send it once.",
+        ),
+    ],
+)
+def test_a_delete_of_an_unknown_or_kept_variant_is_400_and_changes_nothing(catalogue, variants, message):
+    """Only an explicit delete removes a variant, so a delete must name exactly one stored variant
+    the edit does not also keep (these were silent no-ops answered 200)."""
+    experiment = make_experiment(key="arms", start=False)
+    response = writer().patch(
+        URL.format("arms"), {"version": experiment.version, "variants": variants}, format="json"
+    )
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"]["fields"] == {"variants": [message]}
+    stored = Experiment.objects.get(key="arms")
+    assert stored.version == experiment.version
+    assert [(v.key, v.weight) for v in stored.variants.order_by("position", "id")] == [
+        ("control", 0.5),
+        ("treatment", 0.5),
+    ]
+    assert not AuditEntry.objects.filter(action="update").exists()
+
+
+@pytest.mark.django_db
 def test_editing_needs_the_write_scope(catalogue):
     experiment = make_experiment(key="scoped")
     c = APIClient()

@@ -88,6 +88,35 @@ def test_bad_input_is_a_400_with_field_errors(api, change, field):
     assert not Rollout.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("change", "errors"),
+    [
+        ({"steps": [True, 100]}, {"steps": {"0": ["Must be a JSON number (not a string or a boolean)."]}}),
+        (
+            {"steps": ["5", "100"]},
+            {
+                "steps": {
+                    "0": ["Must be a JSON number (not a string or a boolean)."],
+                    "1": ["Must be a JSON number (not a string or a boolean)."],
+                }
+            },
+        ),
+        ({"guardrails": ["error_rate", 5]}, {"guardrails": {"1": ["Must be a JSON string."]}}),
+        (
+            {"guardrails": ["error_rate", "cost_usd", "error_rate"]},
+            {"guardrails": ["error_rate is listed more than once: name each guardrail once."]},
+        ),
+    ],
+)
+def test_list_items_of_the_wrong_json_type_or_repeated_are_400(api, change, errors):
+    """A boolean or a string is not a step (DRF's FloatField took true as 1 and "5" as 5), a number
+    is not a guardrail name, and a guardrail named twice would be tested twice (its alpha halved)."""
+    response = api.post("/api/v1/rollouts", {**BODY, **change}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"] == errors
+    assert not Rollout.objects.exists()
+
+
 def test_a_unit_on_the_candidate_keeps_it_when_the_percent_grows(api):
     api.post("/api/v1/rollouts", BODY, format="json")
     api.post("/api/v1/rollouts/avocado-16/start")
