@@ -281,8 +281,11 @@ def test_an_update_without_new_data_is_recorded_but_keeps_the_phase_and_its_weig
     assert ExperimentPhase.objects.filter(experiment=experiment).count() == 2
     # new data that moves the posterior does open a phase
     raw.phase = experiment.phase
-    _units(raw, "p2", "control", 100, 60)  # the control catches up
-    _units(raw, "p2", "b", 100, 35)
+    # the control catches up, far from a winner: P(control best) ~0.71 over both periods, ~0.92 on
+    # this one alone (60 vs 35 put it at ~0.987 against the 0.99 threshold, so the Monte Carlo seed,
+    # which follows the experiment's id, sometimes declared it the winner on PostgreSQL)
+    _units(raw, "p2", "control", 100, 55)
+    _units(raw, "p2", "b", 100, 45)
     moved = bandit_update(experiment=experiment, now=experiment.started_at + timedelta(minutes=51))
     assert (moved.decision, moved.phase) == ("update", 3)
     assert moved.weights["control"] > first.weights["control"] + 0.1
