@@ -102,9 +102,11 @@ def relative_moments(
     # confidence set for the ratio is unbounded.
     if crit2 * crit2 * se_c2 >= mean_c * mean_c:
         return RelativeStatus.CONTROL_MEAN_NEAR_ZERO, None, None
-    mc2 = mean_c * mean_c
-    var_rel = var_t / (n_t * mc2) + mean_t * mean_t * var_c / (n_c * mc2 * mc2)
-    rel = (mean_t - mean_c) / abs(mean_c)
+    # the same sum, each variance divided by |mu_c| twice and the mean ratio squared, so that no
+    # power of a tiny control mean (|mu_c| ~1e-100: mu_c^4 is 0.0 in floats) is ever formed
+    m, ratio = abs(mean_c), mean_t / mean_c
+    var_rel = var_t / n_t / m / m + ratio * ratio * (var_c / n_c / m / m)
+    rel = (mean_t - mean_c) / m
     if not (math.isfinite(var_rel) and var_rel > 0.0) or not math.isfinite(rel):
         return RelativeStatus.ZERO_WIDTH, rel if math.isfinite(rel) else None, None
     return RelativeStatus.OK, rel, math.sqrt(var_rel)

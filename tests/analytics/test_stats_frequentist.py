@@ -361,3 +361,16 @@ def test_tiny_variances_give_the_welch_df_of_their_scaled_up_values():
     )
     assert tiny.status == Status.OK and tiny.df == pytest.approx(scaled.df, rel=1e-12)
     assert tiny.p_value == pytest.approx(scaled.p_value, rel=1e-12)
+
+
+def test_tiny_means_give_the_relative_lift_of_the_same_data_scaled_up():
+    """A control mean of ~1e-100 once raised ZeroDivisionError (its fourth power is 0.0 in floats);
+    the relative lift and its SE do not depend on the unit, so they equal those of the data × 1e100."""
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 5.0, 6.0]
+    tiny = compare(
+        MeanStatistic.from_values([x * 1e-100 for x in a]), MeanStatistic.from_values([x * 1e-100 for x in b])
+    )
+    plain = compare(MeanStatistic.from_values(a), MeanStatistic.from_values(b))
+    assert tiny.relative_lift == pytest.approx(plain.relative_lift, rel=1e-9)
+    assert tiny.relative_ci == pytest.approx(plain.relative_ci, rel=1e-9)
+    assert plain.relative_lift == pytest.approx(0.6)  # 4.0 / 2.5 - 1
