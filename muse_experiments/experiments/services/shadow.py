@@ -174,7 +174,9 @@ def shadow_test_start(*, test: ShadowTest, actor: str) -> ShadowTest:
     experiment_id = ShadowTest.objects.filter(pk=test.pk).values_list("source_experiment_id", flat=True).get()
     if experiment_id is not None:
         Experiment.objects.select_for_update().filter(pk=experiment_id).first()
-    test = ShadowTest.objects.select_for_update().select_related("source_experiment").get(pk=test.pk)
+    test = (
+        ShadowTest.objects.select_for_update(of=("self",)).select_related("source_experiment").get(pk=test.pk)
+    )
     if test.status == ShadowStatus.RUNNING:
         raise ValidationError({"status": "The shadow test is already running."})
     problem = shadow_source_problem(test)
