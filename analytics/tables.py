@@ -98,6 +98,15 @@ class Table:
     def export_columns(self) -> list[Column]:
         return [c for c in self.columns if c.kind != "forest"]
 
+    @property
+    def export_keys(self) -> list[str]:
+        """The exported keys in order: each column's (a model column followed by
+        ``<key>_label``), then :attr:`export_extra`; the same whether or not there are rows."""
+        keys: list[str] = []
+        for c in self.export_columns:
+            keys += [c.key, f"{c.key}_label"] if c.kind == "model" else [c.key]
+        return keys + [k for k in self.export_extra if k not in keys]
+
     def export_rows(self) -> list[dict[str, Any]]:
         """Raw values keyed by column key; models also get ``<key>_label``."""
         out = []
@@ -137,7 +146,7 @@ def export_response(table: Table, fmt: str, filename: str) -> HttpResponse:
         )
     elif fmt == "csv":
         buffer = io.StringIO()
-        keys = list(rows[0]) if rows else [c.key for c in table.export_columns]
+        keys = table.export_keys  # one header, rows or none
         cells = (
             {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in row.items()} for row in rows
         )

@@ -239,6 +239,22 @@ class IdentifierField(serializers.CharField):
         return value
 
 
+class KeyField(serializers.SlugField):
+    """A key (experiment, variant, rollout, shadow test) exactly as sent: DRF's slug check
+    (letters, digits, ``-``, ``_``), with white space before or after it refused (400,
+    :data:`SURROUNDING_SPACE_MESSAGE`) instead of trimmed, like every other id and label
+    (:class:`IdentifierField`). Extra ``validators`` (a lowercase-only rule) apply after it."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs["trim_whitespace"] = False
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and data != data.strip():
+            raise serializers.ValidationError(SURROUNDING_SPACE_MESSAGE)
+        return super().to_internal_value(data)
+
+
 class AttributesField(serializers.DictField):
     """Targeting attributes: a flat or nested JSON object of at most 64 keys."""
 

@@ -12,7 +12,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
-from muse_experiments.api.base import AttributesField, FiniteFloatField, IdentifierField, StrictSerializer
+from muse_experiments.api.base import (
+    AttributesField,
+    FiniteFloatField,
+    IdentifierField,
+    KeyField,
+    StrictSerializer,
+)
 from muse_experiments.api.keyed import api_actor, field_errors
 from muse_experiments.experiments.assignment.specs import REASONS
 
@@ -119,14 +125,14 @@ class ExperimentListApi(APIView):
 
     class InputSerializer(StrictSerializer):
         class VariantSerializer(StrictSerializer):
-            key = serializers.SlugField(max_length=100)
+            key = KeyField(max_length=100)
             name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
             weight = FiniteFloatField(min_value=0.0, max_value=1.0, help_text="Share 0–1 (bandits: any).")
             model = IdentifierField(max_length=200, help_text="Model id or version label.")
             is_control = serializers.BooleanField(required=False, default=False)
             overrides = serializers.DictField(required=False, default=dict)
 
-        key = serializers.SlugField(max_length=100)
+        key = KeyField(max_length=100)
         name = serializers.CharField(max_length=200)
         type = serializers.ChoiceField(choices=ExperimentType.values, required=False, default="ab")
         bandit = BanditSettingsSerializer(required=False)
@@ -171,7 +177,7 @@ class VariantEditSerializer(StrictSerializer):
     """One variant of an edit. ``name``, ``is_control`` and ``overrides`` keep an existing
     variant's current values when omitted (a new variant: empty name, not control, no overrides)."""
 
-    key = serializers.SlugField(max_length=100)
+    key = KeyField(max_length=100)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     weight = FiniteFloatField(min_value=0.0, max_value=1.0, help_text="Share 0–1 of the traffic.")
     model = IdentifierField(max_length=200, help_text="Model id or version label.")
@@ -316,7 +322,7 @@ class AssignmentPreviewApi(APIView):
         session_id = UnitIdField(required=False, allow_blank=True, default="")
         user_id = UnitIdField(required=False, allow_blank=True, default="")
         attributes = AttributesField(required=False, default=dict)
-        experiment = serializers.SlugField(max_length=100, required=False)
+        experiment = KeyField(max_length=100, required=False)
 
         def validate(self, data):
             if not data["session_id"] and not data["user_id"]:

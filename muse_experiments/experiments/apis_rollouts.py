@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
-from muse_experiments.api.base import IdentifierField, StrictSerializer
+from muse_experiments.api.base import IdentifierField, KeyField, StrictSerializer
 from muse_experiments.api.keyed import KeyedTransitionApi, api_actor, field_errors
 
 from .models import Rollout, key_validator
@@ -72,7 +72,7 @@ class RolloutCreateApi(APIView):
     required_scope = "experiments:write"
 
     class InputSerializer(StrictSerializer):
-        key = serializers.CharField(max_length=100, validators=[key_validator])
+        key = KeyField(max_length=100, validators=[key_validator])
         model = IdentifierField(max_length=200, help_text="Candidate model id or version label.")
         replaces = IdentifierField(max_length=200, help_text="Current model id or version label.")
         steps = serializers.ListField(child=serializers.FloatField(), default=[1, 5, 25, 50, 100])

@@ -20,7 +20,13 @@ from muse_experiments.api.base import MAX_JSON_DEPTH, depth_exceeds
 from . import selectors
 from .audit_text import describe_changes
 from .models import Experiment, ExperimentStatus, ForcedAssignment, PlatformConfig, Variant
-from .services.edits import ChangePlan, EditConflict, experiment_change_plan, experiment_lock
+from .services.edits import (
+    ChangePlan,
+    EditConflict,
+    experiment_change_plan,
+    experiment_lock,
+    shadow_source_problems,
+)
 from .services.forced import ForcedInput
 from .services.layers import MAX_HOLDOUT_SHARE
 from .services.rules import DRAFT_ONLY_FIELDS, EDITABLE_FIELDS, validate_experiment_fields
@@ -251,8 +257,9 @@ class VariantForm(forms.ModelForm):
 
 
 class VariantFormSet(BaseInlineFormSet):
-    """The variant set as a whole: weights sum to 100 %, exactly one control, and (for a running
-    experiment) every model enabled. Errors show above the variants table."""
+    """The variant set as a whole: weights sum to 100 %, exactly one control, (for a running
+    experiment) every model enabled, and no variant deleted or re-keyed while a shadow test that
+    is not stopped mirrors it. Errors show above the variants table."""
 
     def variant_inputs(self) -> list[VariantInput]:
         """The submitted variants as service inputs (call after ``is_valid()``)."""
@@ -285,6 +292,9 @@ class VariantFormSet(BaseInlineFormSet):
             plan = self.change_plan()
         except ValidationError as exc:
             raise ValidationError([m for msgs in exc.message_dict.values() for m in msgs]) from None
+        problems = shadow_source_problems(self.instance, plan) if plan is not None else []
+        if problems:
+            raise ValidationError(problems)
         if plan is not None and plan.opens_phase and not self.data.get("confirm_new_phase"):
             stored = Experiment.objects.get(pk=self.instance.pk)
             raise ValidationError(

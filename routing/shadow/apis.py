@@ -14,9 +14,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from muse_experiments.api.auth import HasScope
-from muse_experiments.api.base import FiniteFloatField, IdentifierField, StrictSerializer
+from muse_experiments.api.base import FiniteFloatField, IdentifierField, KeyField, StrictSerializer
 from muse_experiments.api.keyed import KeyedTransitionApi, api_actor, field_errors
-from muse_experiments.experiments.models import ShadowTest
+from muse_experiments.experiments.models import ShadowTest, key_validator
 from muse_experiments.experiments.services.shadow import (
     shadow_test_config,
     shadow_test_create,
@@ -29,8 +29,8 @@ from .budget import spent_usd_today
 
 class SourceSerializer(StrictSerializer):
     model = IdentifierField(max_length=200, required=False, help_text="Model id or version label.")
-    experiment = serializers.SlugField(max_length=100, required=False)
-    variant = serializers.SlugField(max_length=100, required=False)
+    experiment = KeyField(max_length=100, required=False)
+    variant = KeyField(max_length=100, required=False)
 
     def validate(self, attrs):
         if ("model" in attrs) == ("experiment" in attrs) or ("experiment" in attrs) != ("variant" in attrs):
@@ -44,7 +44,7 @@ class JudgeSerializer(StrictSerializer):
 
 
 class ShadowTestInputSerializer(StrictSerializer):
-    key = serializers.RegexField(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+    key = KeyField(max_length=100, validators=[key_validator])
     name = serializers.CharField(max_length=200)
     candidate = IdentifierField(max_length=200, help_text="Model id or version label.")
     source = SourceSerializer()

@@ -113,14 +113,25 @@ PAIR_COLUMNS = (
 )
 
 
-def pairs_table(test: ShadowTest) -> Table:
-    """Every pair's figures (no answer text: a shadow answer is shown to no one)."""
+def pairs_table(test: ShadowTest, labels: dict[str, str] | None = None) -> Table:
+    """Every pair's figures (no answer text: a shadow answer is shown to no one). The models are
+    public ids, exported with ``primary_model_label`` / ``candidate_model_label``: the version label
+    (``avocado-v14``) from ``labels`` (``{public id: label}``, :func:`endpoint_labels` by
+    default), else the id itself."""
+    labels = endpoint_labels() if labels is None else labels
     rows = ShadowPair.objects.filter(test=test).order_by("id").values(*(c[0] for c in PAIR_COLUMNS))
+    models = [c[0] for c in PAIR_COLUMNS if c[2] == "model"]
     return Table(
         id="pairs",
         title="Pairs",
         columns=[Column(*c) for c in PAIR_COLUMNS],
-        rows=[{k: float(v) if isinstance(v, Decimal) else v for k, v in r.items()} for r in rows],
+        rows=[
+            {
+                **{k: float(v) if isinstance(v, Decimal) else v for k, v in r.items()},
+                **{f"{m}_label": labels.get(r[m], r[m]) for m in models},
+            }
+            for r in rows
+        ],
     )
 
 

@@ -117,8 +117,17 @@ class TrainingOptOutApi(APIView):
             help_text="Unexported turns whose eligibility changed (0 for GET)."
         )
 
+    class EmptyBodySerializer(StrictSerializer):
+        """``POST`` and ``DELETE`` take no body: any field sent is an unknown field (400), as
+        everywhere else in the API, never silently ignored."""
+
     def _check(self, user_id: str):
         return unit_id_error("user_id", user_id)
+
+    def _check_body(self, request) -> None:
+        """Raise a 400 naming each field of a non-empty body (:class:`EmptyBodySerializer`)."""
+        if request.data:
+            self.EmptyBodySerializer(data=request.data).is_valid(raise_exception=True)
 
     @extend_schema(responses=OutputSerializer)
     def get(self, request, user_id: str):
@@ -131,6 +140,7 @@ class TrainingOptOutApi(APIView):
     def post(self, request, user_id: str):
         if bad := self._check(user_id):
             return bad
+        self._check_body(request)
         _, n = training_opt_out(user_id=user_id, actor=actor_of(request))
         return Response(
             self.OutputSerializer({"user_id": user_id, "opted_out": True, "turns_changed": n}).data
@@ -140,6 +150,7 @@ class TrainingOptOutApi(APIView):
     def delete(self, request, user_id: str):
         if bad := self._check(user_id):
             return bad
+        self._check_body(request)
         n = training_opt_in(user_id=user_id, actor=actor_of(request))
         return Response(
             self.OutputSerializer({"user_id": user_id, "opted_out": False, "turns_changed": n}).data

@@ -278,3 +278,14 @@ def test_opted_out_users_id_variants_cannot_bring_records_in(db):
         ("accepted", []),
     ]
     assert list(TrainingRecord.objects.values_list("record_id", "user_id")) == [("rec-5", "bob")]
+
+
+@pytest.mark.parametrize("method", ["post", "delete"])
+def test_opt_out_api_refuses_a_body_field_as_unknown(db, method):
+    """``{"extra": 1}`` was ignored (200, the user opted out); every other API refuses it."""
+    response = getattr(scoped_client("training"), method)(
+        "/api/v1/users/u1/training-opt-out", {"extra": 1}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"extra": ["Unknown field."]}
+    assert not TrainingOptOut.objects.exists()

@@ -20,10 +20,11 @@ from django.contrib.auth import get_user_model
 
 from muse_experiments.api.auth import api_key_create
 
-from ..models import Experiment, ExperimentStatus, Rollout
+from ..models import Experiment, ExperimentStatus, Rollout, ShadowStatus, ShadowTest
 from ..services.edits import experiment_create, experiment_update
 from ..services.lifecycle import experiment_start, experiment_stop
 from ..services.rollouts import CHECKED_STATES, rollout_create, rollout_roll_back
+from ..services.shadow import shadow_test_stop
 from ..services.variants import VariantInput
 from . import config
 
@@ -49,12 +50,17 @@ def _endpoints(public_ids) -> dict:
 def stop_previous_demos(write: Callable[[str], None]) -> None:
     """Stop what earlier demo runs left running (owner ``demo``): the oldest running experiment
     that includes a unit decides its model, so an old demo would take the new one's traffic. A
-    rollout still ramping is rolled back first (else its check would keep moving its weights)."""
+    rollout still ramping is rolled back first (else its check would keep moving its weights).
+    Stopping an experiment stops the shadow tests on it; a shadow test still running on an
+    experiment an older version of the demo stopped (``shadow-demo-<stamp>``) is stopped too."""
     for rollout in Rollout.objects.filter(experiment__owner=OWNER, state__in=CHECKED_STATES):
         rollout_roll_back(rollout=rollout, actor=ACTOR, message="a new demo run replaced it")
     for old in Experiment.objects.filter(owner=OWNER, status=ExperimentStatus.RUNNING):
         experiment_stop(experiment=old, actor=ACTOR)
         write(f"stopped the previous demo experiment {old.key}")
+    for test in ShadowTest.objects.filter(source_experiment__owner=OWNER, status=ShadowStatus.RUNNING):
+        shadow_test_stop(test=test, actor=ACTOR)
+        write(f"stopped the previous demo shadow test {test.key}")
 
 
 def create_experiments(

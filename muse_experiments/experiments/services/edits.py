@@ -29,6 +29,7 @@ from .rules import (
     key_taken_as_field_error,
     validate_experiment_fields,
 )
+from .shadow import shadow_tests_using_variants
 from .variants import VariantInput, phase_current_seed, phase_open, validate_variants, variants_write
 
 
@@ -283,6 +284,24 @@ def _rollout_owned_errors(experiment: Experiment, plan: ChangePlan, errors: dict
         )
 
 
+def shadow_source_problems(experiment: Experiment, plan: ChangePlan) -> list[str]:
+    """One message per variant ``plan`` deletes or re-keys while a shadow test that is not
+    stopped mirrors it (:func:`.shadow.shadow_tests_using_variants`): the test would stay
+    configured on traffic that no longer exists. :func:`experiment_update` refuses them under
+    ``variants``; the admin's variant formset shows them before saving."""
+    variants = plan.changes.get("variants", {})
+    gone = list(variants.get("removed", {})) + [
+        change["key"][0] for change in variants.get("changed", {}).values() if "key" in change
+    ]
+    if not gone:
+        return []
+    return [
+        f"Variant {key} is the source of shadow test(s) {', '.join(tests)}: stop them before deleting "
+        "it (or renaming its key)."
+        for key, tests in shadow_tests_using_variants(experiment=experiment, variant_keys=gone).items()
+    ]
+
+
 @transaction.atomic
 def experiment_update(
     *,
@@ -308,7 +327,8 @@ def experiment_update(
     ``version``. ``type="ab"`` without ``bandit`` clears the bandit settings. A rollout's experiment takes its variants' weights, models and control, and its
     coverage and layer slice, from the rollout alone: only the rollout's own step change passes
     ``ramp=True``; any other such change is an error (its descriptive fields, targeting and
-    overrides stay editable). Raises ValidationError (field errors).
+    overrides stay editable). A variant that a shadow test not yet stopped mirrors cannot be
+    deleted or re-keyed (stop the test first). Raises ValidationError (field errors).
     """
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
@@ -331,6 +351,8 @@ def experiment_update(
             )
     if not ramp:
         _rollout_owned_errors(experiment, plan, errors)
+    for message in shadow_source_problems(experiment, plan):
+        add_error(errors, "variants", message)
     if experiment.status != ExperimentStatus.DRAFT:
         for name in changed:
             if name in DRAFT_ONLY_FIELDS:

@@ -35,6 +35,7 @@ from ..models import (
 from .audit import audit_record
 from .edits import experiment_lock, rollout_key_of
 from .rules import EDITABLE_FIELDS, LIVE_STATUSES, full_clean, validate_experiment_fields
+from .shadow import shadow_tests_stop_for_source
 from .variants import VariantInput, phase_current_seed, phase_open, validate_variants
 
 ALLOWED_TRANSITIONS: Mapping[str, frozenset[str]] = {
@@ -149,7 +150,8 @@ def experiment_pause(*, experiment: Experiment, actor: str) -> Experiment:
 
 @transaction.atomic
 def experiment_stop(*, experiment: Experiment, actor: str) -> Experiment:
-    """running/paused → stopped: closes the open phase. Raises ValidationError."""
+    """running/paused → stopped: closes the open phase and stops the running shadow tests on its
+    variants (:func:`.shadow.shadow_tests_stop_for_source`). Raises ValidationError."""
     experiment, before = _transition(experiment=experiment, to=ExperimentStatus.STOPPED)
     experiment.stopped_at = timezone.now()
     ExperimentPhase.objects.filter(experiment=experiment, ended_at__isnull=True).update(
@@ -157,18 +159,21 @@ def experiment_stop(*, experiment: Experiment, actor: str) -> Experiment:
     )
     experiment.save(update_fields=["status", "stopped_at", "updated_at", "version"])
     audit_record(actor=actor, action="stop", obj=experiment, changes={"status": [before, experiment.status]})
+    shadow_tests_stop_for_source(experiment=experiment, actor=actor)
     config_version.bump()
     return experiment
 
 
 @transaction.atomic
 def experiment_archive(*, experiment: Experiment, actor: str) -> Experiment:
-    """draft/stopped → archived: hidden from layer overlap checks; read-only. Raises ValidationError."""
+    """draft/stopped → archived: hidden from layer overlap checks; read-only. A draft's running
+    shadow tests stop (:func:`.shadow.shadow_tests_stop_for_source`). Raises ValidationError."""
     experiment, before = _transition(experiment=experiment, to=ExperimentStatus.ARCHIVED)
     experiment.save(update_fields=["status", "updated_at", "version"])
     audit_record(
         actor=actor, action="archive", obj=experiment, changes={"status": [before, experiment.status]}
     )
+    shadow_tests_stop_for_source(experiment=experiment, actor=actor)
     config_version.bump()
     return experiment
 

@@ -4,11 +4,16 @@ with a ``{field: message}`` dict (the REST API answers them as 400s, the admin a
 Lifecycle: ``draft ──start──▶ running ──stop──▶ stopped ──start──▶ running``. Starting and
 stopping bump the configuration version, so every routing process picks the change up within
 ``CONFIG_REFRESH_INTERVAL_S``.
+
+An experiment-variant source must be able to get traffic: a test starts only while its variant
+exists and its experiment is draft, running or paused (:data:`SOURCE_STARTABLE_STATUSES`);
+stopping or archiving the experiment stops its running tests (:func:`shadow_tests_stop_for_source`);
+the variant of a test that is not stopped cannot be deleted (:func:`shadow_tests_using_variants`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -18,13 +23,18 @@ from django.utils import timezone
 
 from muse_experiments.infra import config_version
 
-from ..models import Experiment, ShadowStatus, ShadowTest
+from ..models import Experiment, ExperimentStatus, ShadowStatus, ShadowTest
 from ..selectors import model_by_id_or_label
 from .audit import audit_record
 from .rules import key_taken_as_field_error
 
 #: The provider kind of the in-house models; any other is external.
 NATIVE_KIND = "native"
+
+#: The source experiment's states a shadow test may start in: running or paused (it may resume),
+#: or draft (it may start later; the test mirrors its variant's calls from its first one). A
+#: stopped or archived experiment never serves a call again.
+SOURCE_STARTABLE_STATUSES = (ExperimentStatus.DRAFT, ExperimentStatus.RUNNING, ExperimentStatus.PAUSED)
 
 
 def model_resolve(ref: str) -> Any | None:
@@ -136,12 +146,44 @@ def shadow_test_create(
     return test
 
 
+def shadow_source_problem(test: ShadowTest) -> str | None:
+    """Why ``test``'s source can get no traffic, else None: its experiment is stopped or archived
+    (not in :data:`SOURCE_STARTABLE_STATUSES`), or no longer has the variant. A model source
+    always can (models are never deleted from under a test)."""
+    experiment = test.source_experiment
+    if experiment is None:
+        return None
+    if experiment.status not in SOURCE_STARTABLE_STATUSES:
+        return (
+            f"Source experiment {experiment.key!r} is {experiment.status}, so this shadow test would get "
+            "no traffic; a shadow test starts on a draft, running or paused experiment."
+        )
+    if not experiment.variants.filter(key=test.source_variant).exists():
+        return (
+            f"Experiment {experiment.key!r} has no variant {test.source_variant!r} any more: this shadow "
+            "test cannot get traffic."
+        )
+    return None
+
+
 @transaction.atomic
 def shadow_test_start(*, test: ShadowTest, actor: str) -> ShadowTest:
-    """draft/stopped → running. Raises ``ValidationError({"status": ...})`` when already running."""
-    test = ShadowTest.objects.select_for_update().get(pk=test.pk)
+    """draft/stopped → running. Raises ``ValidationError({"status": ...})`` when already running,
+    ``ValidationError({"source": ...})`` when the source can get no traffic
+    (:func:`shadow_source_problem`: the source experiment is stopped or archived, or its variant
+    was deleted). The source experiment's row is locked first (the order its edits and stop use),
+    so a concurrent variant delete or stop cannot slip in between the check and the start."""
+    experiment_id = ShadowTest.objects.filter(pk=test.pk).values_list("source_experiment_id", flat=True).get()
+    if experiment_id is not None:
+        Experiment.objects.select_for_update().filter(pk=experiment_id).first()
+    test = (
+        ShadowTest.objects.select_for_update(of=("self",)).select_related("source_experiment").get(pk=test.pk)
+    )
     if test.status == ShadowStatus.RUNNING:
         raise ValidationError({"status": "The shadow test is already running."})
+    problem = shadow_source_problem(test)
+    if problem is not None:
+        raise ValidationError({"source": problem})
     before, test.status = test.status, ShadowStatus.RUNNING
     test.started_at = test.started_at or timezone.now()
     test.stopped_at = None
@@ -168,6 +210,51 @@ def shadow_test_stop(*, test: ShadowTest, actor: str) -> ShadowTest:
     )
     config_version.bump()
     return test
+
+
+def shadow_tests_using_variants(
+    *, experiment: Experiment, variant_keys: Iterable[str]
+) -> dict[str, list[str]]:
+    """``{variant key: [shadow test keys]}``: the tests that are not stopped (draft or running)
+    whose source is one of ``variant_keys`` of ``experiment``, keys sorted. Such a variant must
+    not be deleted or re-keyed (:func:`..edits.experiment_update` refuses it); a stopped test's
+    may go (its pairs stay; it cannot start again, :func:`shadow_source_problem`)."""
+    keys = list(variant_keys)
+    using: dict[str, list[str]] = {}
+    rows = (
+        ShadowTest.objects.filter(source_experiment=experiment, source_variant__in=keys)
+        .exclude(status=ShadowStatus.STOPPED)
+        .order_by("key")
+        .values_list("source_variant", "key")
+    )
+    for variant, key in rows:
+        using.setdefault(variant, []).append(key)
+    return using
+
+
+def shadow_tests_stop_for_source(*, experiment: Experiment, actor: str) -> list[str]:
+    """Stop the running shadow tests whose source is ``experiment`` (called when it stops or is
+    archived: its variants get no traffic any more), each with an audit entry giving the reason.
+    Call inside the transaction that holds the experiment's row lock; returns the stopped keys."""
+    stopped = []
+    for test in ShadowTest.objects.select_for_update().filter(
+        source_experiment=experiment, status=ShadowStatus.RUNNING
+    ):
+        test.status, test.stopped_at = ShadowStatus.STOPPED, timezone.now()
+        test.save(update_fields=["status", "stopped_at", "updated_at"])
+        audit_record(
+            actor=actor,
+            action="shadow_test_stop",
+            obj=test,
+            changes={
+                "status": [ShadowStatus.RUNNING, test.status],
+                "reason": f"source experiment {experiment.key} {experiment.status}",
+            },
+        )
+        stopped.append(test.key)
+    if stopped:
+        config_version.bump()
+    return stopped
 
 
 def shadow_test_config(test: ShadowTest) -> dict[str, Any]:

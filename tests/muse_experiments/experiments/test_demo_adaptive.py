@@ -5,12 +5,21 @@ the test since no beat runs here, with a bandit schedule minute of 1 s (``BANDIT
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from muse_experiments.celery import app as celery_app
 from muse_experiments.experiments.demo import config, setup
 from muse_experiments.experiments.demo.adaptive import DECISIONS, adaptive_run, adaptive_start
-from muse_experiments.experiments.models import BanditUpdate, Experiment, ExperimentPhase
+from muse_experiments.experiments.models import (
+    AuditEntry,
+    BanditUpdate,
+    Experiment,
+    ExperimentPhase,
+    ShadowTest,
+)
+from muse_experiments.experiments.services.shadow import shadow_test_create, shadow_test_start
 from tests.factories import seed_catalogue
 
 
@@ -94,3 +103,35 @@ def test_a_new_demo_run_rolls_back_the_previous_ramp_and_stops_its_experiments(c
     assert second.bandit.condition == {"stream": "bandit"}
     assert Experiment.objects.get(pk=second.rollout.experiment.pk).condition == {"stream": "rollout"}
     assert Experiment.objects.get(pk=second.main.pk).status == "running"
+
+
+@pytest.mark.django_db
+def test_a_new_demo_run_stops_the_previous_runs_shadow_tests(catalogue):
+    """Three ``make demo`` runs left the first two's ``shadow-demo-<stamp>`` tests running on
+    stopped experiments; a left-over one (an older demo stopped its experiment only) stops too."""
+    lines: list[str] = []
+    first = setup.create_experiments(lines.append, stamp="1")
+    for key, experiment, variant in (
+        ("shadow-demo-0", first.bandit, "avocado-v14"),
+        ("shadow-demo-1", first.main, "control"),
+    ):
+        test = shadow_test_create(
+            key=key, name=key, candidate="avocado-v12", source={"experiment": experiment.key,
+            "variant": variant}, sample_percent=50, judge=None, max_usd_per_day=Decimal(1),
+            allow_external=False, actor="demo",
+        )  # fmt: skip
+        shadow_test_start(test=test, actor="demo")
+    Experiment.objects.filter(pk=first.bandit.pk).update(status="stopped")  # as an older demo left it
+    setup.create_experiments(lines.append, stamp="2")
+
+    status = dict(ShadowTest.objects.values_list("key", "status"))
+    assert status == {"shadow-demo-0": "stopped", "shadow-demo-1": "stopped"}
+    assert "stopped the previous demo shadow test shadow-demo-0" in lines
+    assert "stopped the previous demo shadow test shadow-demo-1" not in lines  # its experiment's stop did it
+    reasons = dict(
+        AuditEntry.objects.filter(action="shadow_test_stop").values_list("object_id", "changes__reason")
+    )
+    assert reasons == {
+        str(ShadowTest.objects.get(key="shadow-demo-0").pk): None,
+        str(ShadowTest.objects.get(key="shadow-demo-1").pk): f"source experiment {first.main.key} stopped",
+    }

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from muse_experiments.experiments.models import AuditEntry, ShadowTest
+from muse_experiments.api.base import SURROUNDING_SPACE_MESSAGE
+from muse_experiments.experiments.models import AuditEntry, Experiment, ShadowTest
 from routing.catalogue import avocado_id
 from routing.shadow.budget import budget_settle
 from tests.factories import api_key, make_experiment, seed_catalogue
@@ -136,3 +137,40 @@ def test_the_shipped_roles_see_shadow_tests_and_product_managers_run_them():
         "change_shadowtest",
     }
     assert perms("Catalogue admin") == set()
+
+
+@pytest.mark.parametrize("key", ["st-nl\n", " st-nl", "st-nl\t"])
+def test_a_key_with_white_space_around_it_is_refused_not_trimmed(catalogue, key):
+    """``"st-nl\\n"`` was trimmed to ``st-nl`` and created; ids and keys are never trimmed."""
+    make_experiment(key="exp")
+    c = client(["experiments:write"])
+    response = c.post(URL, body(key=key), format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"key": [SURROUNDING_SPACE_MESSAGE]}
+    source = c.post(URL, body(source={"experiment": "exp\n", "variant": " control"}), format="json")
+    assert source.json()["error"]["fields"] == {
+        "source": {"experiment": [SURROUNDING_SPACE_MESSAGE], "variant": [SURROUNDING_SPACE_MESSAGE]}
+    }
+    experiment = c.post(
+        "/api/v1/experiments",
+        {"key": key, "name": "x", "variants": [
+            {"key": "control", "weight": 0.5, "model": avocado_id(14), "is_control": True},
+            {"key": "t\n", "weight": 0.5, "model": avocado_id(15)},
+        ]},
+        format="json",
+    )  # fmt: skip
+    assert experiment.json()["error"]["fields"] == {
+        "key": [SURROUNDING_SPACE_MESSAGE],
+        "variants": {"1": {"key": [SURROUNDING_SPACE_MESSAGE]}},
+    }
+    rollout = c.post(
+        "/api/v1/rollouts", {"key": key, "model": "avocado-v15", "replaces": "avocado-v14"}, format="json"
+    )
+    assert rollout.json()["error"]["fields"] == {"key": [SURROUNDING_SPACE_MESSAGE]}
+    assert not ShadowTest.objects.exists()
+    assert list(Experiment.objects.values_list("key", flat=True)) == ["exp"]
+
+
+def test_a_key_is_lowercase_letters_digits_dashes_and_underscores(catalogue):
+    response = client(["experiments:write"]).post(URL, body(key="St-1"), format="json")
+    assert response.json()["error"]["fields"] == {"key": ["Use lowercase letters, digits, '-' and '_'."]}

@@ -136,6 +136,38 @@ def test_export_errors_name_the_wrong_parameter_and_a_missing_judge(shadow):
     )
 
 
+def test_the_pairs_export_labels_the_models_and_keeps_its_header_without_pairs(shadow):
+    """``primary_model_label`` / ``candidate_model_label`` were always empty (the split export
+    fills ``endpoint_label``), and a test without pairs had a header without them."""
+    from routing.models import ModelEndpoint
+
+    ModelEndpoint.objects.filter(public_id="azure/muse-special").update(version_label="")  # no label: the id
+    ShadowPair.objects.create(
+        test=shadow, job_id="j-ext", session_id="s-6", user_id="u", primary_model=avocado_id(15),
+        primary_latency_ms=100, primary_cost_usd=Decimal("0.0001"), primary_output_tokens=5,
+        candidate_model="azure/muse-special", candidate_latency_ms=90, candidate_output_tokens=4,
+    )  # fmt: skip
+    c = client()
+    pairs = c.get(URL, {"export": "csv", "table": "pairs"}).content.decode()
+    rows = list(csv.DictReader(io.StringIO(pairs)))
+    labels = [(r["primary_model"], r["primary_model_label"], r["candidate_model_label"]) for r in rows]
+    assert labels == [(avocado_id(15), "avocado-v15", "avocado-v14")] * 7 + [
+        (avocado_id(15), "avocado-v15", "azure/muse-special")
+    ]
+    as_json = c.get(URL, {"export": "json", "table": "pairs"}).json()["rows"]
+    assert (as_json[0]["primary_model_label"], as_json[-1]["candidate_model_label"]) == (
+        "avocado-v15",
+        "azure/muse-special",
+    )
+    shadow_test_create(
+        key="empty", name="empty", candidate="avocado-v14", source={"model": avocado_id(15)},
+        sample_percent=100, judge=None, max_usd_per_day=Decimal(1), allow_external=False, actor="t",
+    )  # fmt: skip
+    empty = c.get("/api/v1/shadow-tests/empty/results", {"export": "csv", "table": "pairs"}).content.decode()
+    assert empty.splitlines() == [pairs.splitlines()[0]]
+    assert "primary_model,primary_model_label,candidate_model,candidate_model_label" in empty
+
+
 def test_the_results_page_shows_the_comparison_and_its_charts(shadow, admin_client):
     page = admin_client.get("/results/shadow/sh/")
     assert page.status_code == 200
