@@ -95,12 +95,7 @@ def _no_shadow_counters_of_other_tests(no_claims_of_other_tests):
 
     if not apps.ready:  # pure-core tests may run with -p no:django
         return
-    from muse_experiments.infra.redis_client import redis_client
-
-    client = redis_client()
-    keys = list(client.scan_iter(match="muse:shadow:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    _delete_redis_keys("muse:shadow:*")
 
 
 @pytest.fixture(autouse=True)
@@ -112,11 +107,17 @@ def _no_auth_failures_of_other_tests(no_claims_of_other_tests):
     if not apps.ready:  # pure-core tests may run with -p no:django
         return
     from muse_experiments.api import auth_failures
-    from muse_experiments.infra.redis_client import redis_client
 
     auth_failures.forget_all()
+    _delete_redis_keys(auth_failures.KEY_PREFIX + "*")
+
+
+def _delete_redis_keys(pattern: str) -> None:
+    """Delete every key matching ``pattern`` in the platform's Redis (this test process's database)."""
+    from muse_experiments.infra.redis_client import redis_client
+
     client = redis_client()
-    keys = list(client.scan_iter(match=auth_failures.KEY_PREFIX + "*", count=1000))
+    keys = list(client.scan_iter(match=pattern, count=1000))
     if keys:
         client.delete(*keys)
 

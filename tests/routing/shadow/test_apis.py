@@ -17,8 +17,6 @@ URL = "/api/v1/shadow-tests"
 
 @pytest.fixture
 def catalogue(upstreams, redis_store):
-    for key in redis_store.scan_iter("muse:shadow:*"):  # counters of earlier tests
-        redis_store.delete(key)
     return seed_catalogue(upstreams.url)
 
 

@@ -19,8 +19,6 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the flusher thread write
 
 @pytest.fixture
 def batched(upstreams, redis_store, settings):
-    for key in redis_store.scan_iter("muse:shadow:*"):
-        redis_store.delete(key)
     pairs._flusher.clear()  # a flusher of an earlier test ends without writing
     seed_catalogue(upstreams.url)
     before = app.conf.task_always_eager

@@ -34,8 +34,6 @@ ROWS = [
 
 @pytest.fixture
 def shadow(upstreams, redis_store):
-    for key in redis_store.scan_iter("muse:shadow:*"):
-        redis_store.delete(key)
     seed_catalogue(upstreams.url)
     test = shadow_test_create(
         key="sh", name="sh", candidate="avocado-v14", source={"model": avocado_id(15)}, sample_percent=100,
